@@ -1,0 +1,69 @@
+"""The autoscaler contract: telemetry in, a user count out, through the hook interface only.
+
+The runner samples telemetry every ``interval_s`` and hands the autoscaler a
+``TelemetrySample``; the autoscaler answers with a ``Decision``.  Built-in and
+third-party autoscalers see exactly the same data.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetrySample:
+    """One interval of the measured window, as the autoscaler sees it."""
+
+    t_s: float  # seconds since the measured window opened
+    users: int
+    requests: int
+    throughput_tokens_per_s: float
+    read_bytes_per_s: float
+    write_bytes_per_s: float
+    e2e_p95_s: dict[str, float]  # per QoS class, end-to-end p95 over the interval (absent: no data)
+    e2e_p99_s: dict[str, float]
+    sla_p95_s: dict[str, float]  # per QoS class target
+    sla_p99_s: dict[str, float]
+    storage_p95_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What to do next.  ``converged`` lets the run stop early when the spec asks for it."""
+
+    users: int
+    action: str  # scale_up | scale_down | hold | stabilized | peak_found | cooldown
+    saturation: float | None = None
+    converged: bool = False
+    reason: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Autoscaler(abc.ABC):
+    """Register via the ``kvbench_autoscalers`` hook."""
+
+    name: ClassVar[str] = ""
+    options_schema: ClassVar[dict[str, Any]] = {"type": "object", "additionalProperties": False}
+    requires: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, options: dict[str, Any], *, initial_users: int, max_users: int) -> None:
+        self.options = options
+        self.initial_users = initial_users
+        self.max_users = max_users
+
+    @property
+    def interval_s(self) -> float:
+        return float(self.options.get("interval_s", 5.0))
+
+    @abc.abstractmethod
+    def decide(self, sample: TelemetrySample) -> Decision:
+        """The next user count for the telemetry of the interval that just ended."""
+
+    def summary(self) -> dict[str, Any]:
+        """The stabilised figure for the result (e.g. max sustainable users, peak throughput)."""
+        return {}

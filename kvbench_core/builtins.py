@@ -1,0 +1,16 @@
+"""The core's own plugin: built-in tiers, the synthetic workload and the autoscalers.
+
+Registered through the ``kvbench`` entry-point group like any vendor plugin.
+Classes are imported inside the hooks so listing plugins stays cheap.
+"""
+
+from __future__ import annotations
+
+from kvbench_core.plugins import hookimpl
+
+
+@hookimpl
+def kvbench_storage_backends() -> dict[str, type]:
+    from kvbench_core.tiers.memory import CPUMemoryBackend, GPUMemoryBackend
+
+    return {"cpu": CPUMemoryBackend, "gpu": GPUMemoryBackend}

@@ -1,0 +1,53 @@
+"""The ``kvbench`` command line: one module per command, each with ``register(subparsers)``.
+
+User errors (``kvbench_core.errors.UserError``) print one clear line on stderr
+and exit with their code; a traceback means a kvbench bug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from kvbench_core import __version__
+from kvbench_core.errors import UserError
+
+#: Command modules under kvbench_core.cli, in the order ``--help`` lists them.
+COMMAND_MODULES = [
+    "plugins_cmd",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kvbench",
+        description="Storage benchmark for LLM KV-cache offload.",
+    )
+    parser.add_argument("--version", action="version", version=f"kvbench {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(f"kvbench_core.cli.{module_name}").register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.handler(args) or 0)
+    except UserError as error:
+        print(f"kvbench: error: {error}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        print("kvbench: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The core's built-in memory tiers (registered through ``kvbench_core.builtins``)."""

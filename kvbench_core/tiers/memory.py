@@ -1,0 +1,217 @@
+"""DRAM (``cpu``) and GPU-memory (``gpu``) tiers.
+
+A memory tier really holds the bytes: an entry is one allocation of its size
+(that allocation *is* the cache content, bounded by the tier's capacity).
+Writes fill it piece by piece from the source; reads hand out zero-copy views.
+Host time is the whole operation (there is no device to wait for in DRAM);
+for the GPU tier, device time is the host<->device copy.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, ClassVar
+
+import numpy as np
+
+from kvbench_core.backend import BackendContext, ByteSink, ByteSource, IOTiming, StorageBackend
+from kvbench_core.errors import BackendUnavailable
+
+PIECE = 16 << 20  # how much a memory tier moves per source/sink call
+
+
+def _mem_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+class CPUMemoryBackend(StorageBackend):
+    """DRAM tier: entries are numpy byte arrays held by the process."""
+
+    name = "cpu"
+    volatile = True
+    transfer_size = PIECE
+    options_schema: ClassVar[dict[str, Any]] = {"type": "object", "additionalProperties": False, "properties": {}}
+
+    def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
+        super().__init__(options, context)
+        self._entries: dict[str, np.ndarray] = {}
+        self._lock = threading.Lock()
+
+    def write(self, key: str, source: ByteSource) -> IOTiming:
+        start = time.perf_counter()
+        array = np.empty(source.size, dtype=np.uint8)
+        view = memoryview(array)
+        for offset in range(0, source.size, PIECE):
+            source.fill(offset, view[offset:offset + PIECE])
+        with self._lock:
+            self._entries[key] = array
+        elapsed = time.perf_counter() - start
+        return IOTiming(total=elapsed, host=elapsed, device=0.0, nbytes=source.size, commands=1)
+
+    def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
+        start = time.perf_counter()
+        view = memoryview(self._entry(key))
+        for offset in range(0, size, PIECE):
+            sink.consume(offset, view[offset:min(offset + PIECE, size)])
+        elapsed = time.perf_counter() - start
+        return IOTiming(total=elapsed, host=elapsed, device=0.0, nbytes=size, commands=1)
+
+    def read_range(self, key: str, offset: int, out: memoryview) -> None:
+        entry = self._entry(key)
+        out[:] = memoryview(entry)[offset:offset + len(out)]
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+
+    def capacity_bytes(self) -> int | None:
+        available = _mem_available()
+        return None if available is None else available // 2
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": self.name, "medium": "DRAM", "access_mechanism": "process memory (memcpy)"}
+
+    def close(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def _entry(self, key: str) -> np.ndarray:
+        try:
+            return self._entries[key]
+        except KeyError:
+            raise KeyError(f"no entry {key!r} in tier {self.context.tier_name!r}") from None
+
+
+class GPUMemoryBackend(StorageBackend):
+    """GPU-memory tier on torch tensors.  ``device`` defaults to ``cuda``; ``cpu`` exercises the
+    logic without a GPU (tests), and is reported as such so it is never mistaken for HBM."""
+
+    name = "gpu"
+    volatile = True
+    transfer_size = PIECE
+    requires: ClassVar[dict[str, str]] = {"torch": "pip install 'kvbench-core[gpu]' (torch)"}
+    options_schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "device": {"type": "string", "pattern": "^(cuda(:[0-9]+)?|cpu)$", "default": "cuda",
+                       "description": "torch device holding the entries; 'cpu' is for testing only"},
+        },
+    }
+
+    def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
+        super().__init__(options, context)
+        self.device_name = options.get("device", "cuda")
+        self._entries: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._staging = threading.local()
+
+    def open(self) -> None:
+        import torch
+
+        self._torch = torch
+        if self.device_name.startswith("cuda") and not torch.cuda.is_available():
+            raise BackendUnavailable(
+                f"tier '{self.context.tier_name}' (gpu): CUDA is not available "
+                f"(torch {torch.__version__}, built for CUDA {torch.version.cuda or 'none'}); "
+                "install a CUDA build of torch on a machine with an NVIDIA driver, or set the tier's "
+                "capacity to 0"
+            )
+        self.device = torch.device(self.device_name)
+
+    def _pinned(self) -> Any:
+        buffer = getattr(self._staging, "buffer", None)
+        if buffer is None:
+            pin = self.device.type == "cuda"
+            buffer = self._torch.empty(PIECE, dtype=self._torch.uint8, pin_memory=pin)
+            self._staging.buffer = buffer
+        return buffer
+
+    def write(self, key: str, source: ByteSource) -> IOTiming:
+        torch = self._torch
+        start = time.perf_counter()
+        tensor = torch.empty(source.size, dtype=torch.uint8, device=self.device)
+        staging = self._pinned()
+        staging_view = memoryview(staging.numpy())
+        host = device = 0.0
+        for offset in range(0, source.size, PIECE):
+            n = min(PIECE, source.size - offset)
+            t0 = time.perf_counter()
+            source.fill(offset, staging_view[:n])
+            t1 = time.perf_counter()
+            tensor[offset:offset + n].copy_(staging[:n])
+            self._sync()
+            host += t1 - t0
+            device += time.perf_counter() - t1
+        with self._lock:
+            self._entries[key] = tensor
+        return IOTiming(time.perf_counter() - start, host, device, source.size, -(-source.size // PIECE))
+
+    def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
+        start = time.perf_counter()
+        tensor = self._entry(key)
+        staging = self._pinned()
+        staging_view = memoryview(staging.numpy())
+        host = device = 0.0
+        for offset in range(0, size, PIECE):
+            n = min(PIECE, size - offset)
+            t0 = time.perf_counter()
+            staging[:n].copy_(tensor[offset:offset + n])
+            self._sync()
+            t1 = time.perf_counter()
+            sink.consume(offset, staging_view[:n])
+            device += t1 - t0
+            host += time.perf_counter() - t1
+        return IOTiming(time.perf_counter() - start, host, device, size, -(-size // PIECE))
+
+    def read_range(self, key: str, offset: int, out: memoryview) -> None:
+        tensor = self._entry(key)
+        n = len(out)
+        host = self._torch.frombuffer(out, dtype=self._torch.uint8)
+        host.copy_(tensor[offset:offset + n])
+        self._sync()
+
+    def tensor(self, key: str) -> Any:
+        """The entry's device tensor, for GPU-native demotion (e.g. straight into the gds tier)."""
+        return self._entry(key)
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+
+    def capacity_bytes(self) -> int | None:
+        if self.device.type != "cuda":
+            return None
+        free, _total = self._torch.cuda.mem_get_info(self.device)
+        return int(free * 0.9)
+
+    def describe(self) -> dict[str, Any]:
+        info: dict[str, Any] = {"backend": self.name, "device": str(self.device_name)}
+        if self.device_name.startswith("cuda") and hasattr(self, "device"):
+            info["medium"] = "GPU HBM"
+            info["gpu_model"] = self._torch.cuda.get_device_name(self.device)
+        else:
+            info["medium"] = "host memory via torch (test device, not HBM)"
+        return info
+
+    def close(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            self._torch.cuda.synchronize(self.device)
+
+    def _entry(self, key: str) -> Any:
+        try:
+            return self._entries[key]
+        except KeyError:
+            raise KeyError(f"no entry {key!r} in tier {self.context.tier_name!r}") from None

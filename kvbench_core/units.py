@@ -1,0 +1,55 @@
+"""Parsing of human sizes ("8GiB", "512 MB") and durations ("30s", "5m") used in specs and the CLI."""
+
+from __future__ import annotations
+
+import re
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+    "t": 1000**4, "tb": 1000**4,
+    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
+}
+_DURATION_UNITS = {"": 1.0, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+SIZE_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*([kKmMgGtT]i?[bB]?|[bB])?\s*$"
+DURATION_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*(ms|s|m|min|h)?\s*$"
+
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(value: int | float | str) -> int:
+    """Bytes from an int or a string with a decimal (KB, MB…) or binary (KiB, MiB…) unit."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a size, got {value!r}")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError(f"size must be >= 0, got {value}")
+        return int(value)
+    match = _SIZE_RE.match(value)
+    if not match or match.group(2).lower() not in _SIZE_UNITS:
+        raise ValueError(f"expected a size like 512MiB or 8GB, got {value!r}")
+    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
+
+
+def parse_duration(value: int | float | str) -> float:
+    """Seconds from a number or a string such as "30s", "500ms", "5m", "1h"."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration, got {value!r}")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError(f"duration must be >= 0, got {value}")
+        return float(value)
+    match = _SIZE_RE.match(value)
+    if not match or match.group(2).lower() not in _DURATION_UNITS:
+        raise ValueError(f"expected a duration like 30s, 5m or 500ms, got {value!r}")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2).lower()]
+
+
+def format_bytes(n: float) -> str:
+    """Binary-unit rendering for tables and progress lines."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
