@@ -16,6 +16,7 @@ from kvbench_core.errors import UserError
 #: Command modules under kvbench_core.cli, in the order ``--help`` lists them.
 COMMAND_MODULES = [
     "plugins_cmd",
+    "models_cmd",
 ]
 
 
