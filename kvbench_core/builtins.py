@@ -14,3 +14,17 @@ def kvbench_storage_backends() -> dict[str, type]:
     from kvbench_core.tiers.memory import CPUMemoryBackend, GPUMemoryBackend
 
     return {"cpu": CPUMemoryBackend, "gpu": GPUMemoryBackend}
+
+
+@hookimpl
+def kvbench_workload_sources() -> dict[str, type]:
+    from kvbench_core.synthetic import SyntheticSource
+
+    return {"synthetic": SyntheticSource}
+
+
+@hookimpl
+def kvbench_autoscalers() -> dict[str, type]:
+    from kvbench_core.autoscalers import CapacityAutoscaler, QoSAutoscaler
+
+    return {"qos": QoSAutoscaler, "capacity": CapacityAutoscaler}

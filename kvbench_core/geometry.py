@@ -36,6 +36,7 @@ from importlib import resources
 from typing import Any
 
 from kvbench_core.errors import InputFileError, SpecError
+from kvbench_core.jsonfile import read_json
 
 #: Bytes per element of each KV-cache dtype kvbench sizes.
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
@@ -245,18 +246,6 @@ def catalog_model(name: str) -> ModelGeometry:
     raise SpecError(f"model {name!r} is not in the catalog and is not a config file{hint}")
 
 
-def _read_json(path: str) -> Any:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except FileNotFoundError:
-        raise InputFileError(f"{path}: no such model config file") from None
-    except json.JSONDecodeError as error:
-        raise InputFileError(f"{path}: line {error.lineno}: invalid JSON: {error.msg}") from None
-    except OSError as error:
-        raise InputFileError(f"{path}: cannot read: {error.strerror}") from None
-
-
 def _is_single_config(data: Mapping[str, Any]) -> bool:
     return any(field in data for field in ("num_hidden_layers", "text_config", "model_type", "architectures"))
 
@@ -266,7 +255,7 @@ def load_config_file(path: str, model: str | None = None) -> ModelGeometry:
     entry, chosen by ``model``, of a multi-model file such as the LMCache calculator's ``modelconfig.json``."""
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
-    data = _read_json(path)
+    data = read_json(path, "model config")
     if not isinstance(data, dict):
         raise InputFileError(f"{path}: expected a JSON object, got {type(data).__name__}")
     if _is_single_config(data):

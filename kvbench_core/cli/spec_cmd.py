@@ -1,0 +1,81 @@
+"""``kvbench spec validate|schema|declare``: check a spec, print the composed schema, list what to declare."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from kvbench_core.declaration import CHECKLIST, missing_fields
+from kvbench_core.spec import full_schema, load_spec
+
+#: Declaration fields a run fills in itself (from backends, the workload and the machine).
+DETECTED_AT_RUN = {
+    "tiers.topology", "tiers.capacities", "tiers.eviction_policy", "tiers.admission_policy",
+    "tiers.promotion_policy", "tiers.cache_state", "access.per_tier", "access.queue_depth",
+    "access.scheduler_integration", "access.preloading", "tensor.kv_dtype", "tensor.codec", "tensor.lossless",
+    "workload.input_length_mean", "workload.input_length_p99", "workload.prefix_reuse_rate",
+    "workload.concurrency", "workload.arrival_process", "workload.warmup",
+}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("spec", help="validate a spec, print the schema, list declaration gaps")
+    sub = parser.add_subparsers(dest="spec_command", metavar="SUBCOMMAND", required=True)
+    validate = sub.add_parser("validate", help="validate a spec file (and overrides)")
+    validate.add_argument("file")
+    validate.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE")
+    validate.add_argument("--resolved", action="store_true", help="print the resolved spec (defaults filled)")
+    validate.set_defaults(handler=handle_validate)
+    schema = sub.add_parser("schema", help="print the composed JSON Schema (installed plugins included)")
+    schema.set_defaults(handler=handle_schema)
+    declare = sub.add_parser("declare", help="show which declaration fields are still missing for a spec")
+    declare.add_argument("file")
+    declare.add_argument("--json", action="store_true")
+    declare.set_defaults(handler=handle_declare)
+
+
+def handle_validate(args: argparse.Namespace) -> int:
+    _, resolved = load_spec(args.file, args.overrides)
+    if args.resolved:
+        print(json.dumps({k: v for k, v in resolved.items() if k != "spec_dir"}, indent=2))
+    else:
+        print(f"{args.file}: valid")
+    return 0
+
+
+def handle_schema(args: argparse.Namespace) -> int:
+    print(json.dumps(full_schema(), indent=2))
+    return 0
+
+
+def declaration_status(declared: dict) -> dict[str, str]:
+    """``section.field`` -> declared | detected at run | missing."""
+    status = {}
+    for section, fields in CHECKLIST.items():
+        for name in fields:
+            dotted = f"{section}.{name}"
+            if (declared.get(section) or {}).get(name) is not None:
+                status[dotted] = "declared"
+            elif dotted in DETECTED_AT_RUN:
+                status[dotted] = "detected at run"
+            else:
+                status[dotted] = "missing"
+    return status
+
+
+def handle_declare(args: argparse.Namespace) -> int:
+    as_written, _ = load_spec(args.file)
+    status = declaration_status(as_written.get("declaration") or {})
+    if args.json:
+        print(json.dumps(status, indent=2))
+        return 0
+    missing = [field for field, state in status.items() if state == "missing"]
+    for field, state in status.items():
+        section, name = field.split(".")
+        description = CHECKLIST[section][name][1]
+        print(f"{state:<16} {field:<42} {description}")
+    print(f"\n{len(missing)} field(s) to declare under 'declaration:' in {args.file}")
+    return 0
+
+
+__all__ = ["declaration_status", "missing_fields", "register"]

@@ -1,0 +1,101 @@
+"""A mergeable latency histogram with a relative-error guarantee (DDSketch-style log buckets).
+
+Values land in bucket ``ceil(log_gamma(x))`` with ``gamma = (1+a)/(1-a)``;
+any quantile read back is within relative error ``a`` of a true sample
+value at that rank.  Histograms from threads, processes or MPI ranks merge
+by adding bucket counts, so percentiles are never averaged.  Serialised as a
+small dict of bucket -> count.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+DEFAULT_ACCURACY = 0.01
+PERCENTILES = (50.0, 95.0, 99.0, 99.9)
+
+
+class LatencyHistogram:
+    """Latencies in seconds; zero and sub-nanosecond values go to a dedicated zero bucket."""
+
+    __slots__ = ("_gamma_log", "accuracy", "buckets", "count", "max", "min", "total", "zeros")
+
+    def __init__(self, accuracy: float = DEFAULT_ACCURACY) -> None:
+        self.accuracy = accuracy
+        self._gamma_log = math.log((1 + accuracy) / (1 - accuracy))
+        self.buckets: dict[int, int] = {}
+        self.zeros = 0
+        self.count = 0
+        self.total = 0.0
+        self.min = math.inf
+        self.max = 0.0
+
+    def add(self, value: float) -> None:
+        self.count += 1
+        self.total += value
+        self.min = min(self.min, value)
+        self.max = max(self.max, value)
+        if value <= 1e-9:
+            self.zeros += 1
+            return
+        index = math.ceil(math.log(value) / self._gamma_log)
+        self.buckets[index] = self.buckets.get(index, 0) + 1
+
+    def merge(self, other: LatencyHistogram) -> None:
+        if other.accuracy != self.accuracy:
+            raise ValueError("cannot merge histograms with different accuracy")
+        for index, n in other.buckets.items():
+            self.buckets[index] = self.buckets.get(index, 0) + n
+        self.zeros += other.zeros
+        self.count += other.count
+        self.total += other.total
+        self.min = min(self.min, other.min)
+        self.max = max(self.max, other.max)
+
+    def quantile(self, q: float) -> float | None:
+        """Value at quantile ``q`` in [0, 1] (lower-rank convention); None when empty."""
+        if self.count == 0:
+            return None
+        rank = q * (self.count - 1)
+        seen = self.zeros
+        if rank < seen:
+            return 0.0
+        for index in sorted(self.buckets):
+            seen += self.buckets[index]
+            if rank < seen:
+                # Midpoint of the bucket in the relative sense: 2*g^i/(g+1).
+                gamma = math.exp(self._gamma_log)
+                value = 2 * gamma**index / (gamma + 1)
+                return min(max(value, self.min), self.max)
+        return self.max
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+    def summary(self, scale: float = 1000.0) -> dict[str, float | int | None]:
+        """count, mean, min, max and the fixed percentile list, in milliseconds by default."""
+        def scaled(value: float | None) -> float | None:
+            return None if value is None else round(value * scale, 6)
+
+        out: dict[str, float | int | None] = {"count": self.count, "mean": scaled(self.mean),
+                                              "min": scaled(self.min if self.count else None),
+                                              "max": scaled(self.max if self.count else None)}
+        for p in PERCENTILES:
+            out[f"p{p:g}"] = scaled(self.quantile(p / 100))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"accuracy": self.accuracy, "count": self.count, "total": self.total,
+                "min": self.min if self.count else None, "max": self.max, "zeros": self.zeros,
+                "buckets": {str(index): n for index, n in sorted(self.buckets.items())}}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LatencyHistogram:
+        hist = cls(data["accuracy"])
+        hist.buckets = {int(index): int(n) for index, n in data["buckets"].items()}
+        hist.zeros, hist.count, hist.total = data["zeros"], data["count"], data["total"]
+        hist.min = data["min"] if data["min"] is not None else math.inf
+        hist.max = data["max"]
+        return hist

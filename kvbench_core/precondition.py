@@ -1,0 +1,50 @@
+"""Preconditioning (seed §4.8 / SNIA practice): fill the bottom tier before measuring.
+
+Sequential writes of ``entry_size`` pieces into the bottom tier until ``size``
+bytes (default: twice the tier's capacity) have been written, from several
+threads, cycling over a ring of keys that fits the tier so it never overflows.
+The entries are deleted afterwards; telemetry is reset when measuring starts.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from kvbench_core.errors import SpecError
+from kvbench_core.payload import NoisePool
+from kvbench_core.waterfall import Tier
+
+
+def precondition_bottom_tier(tier: Tier, pool: NoisePool, options: dict[str, Any],
+                             stop: threading.Event) -> dict[str, Any]:
+    entry_size = int(options["entry_size"])
+    if options["size"] == "auto":
+        if math.isinf(tier.capacity):
+            raise SpecError("precondition.size: 'auto' needs a bounded bottom tier; give a size")
+        total = int(2 * tier.capacity)
+    else:
+        total = int(options["size"])
+    ring = max(1, int(tier.capacity * 0.5) // entry_size) if not math.isinf(tier.capacity) else 64
+    ring = max(ring, int(options["threads"]))  # never two writers on one key
+    count = -(-total // entry_size)
+    keys = [f"precondition-{i}" for i in range(min(ring, count))]
+    start = time.perf_counter()
+
+    def write(i: int) -> int:
+        if stop.is_set():
+            return 0
+        key = keys[i % len(keys)]
+        tier.backend.write(key, pool.payload(f"{key}-{i}", entry_size))
+        return entry_size
+
+    with ThreadPoolExecutor(max_workers=int(options["threads"])) as executor:
+        written = sum(executor.map(write, range(count)))
+    for key in keys:
+        tier.backend.delete(key)
+    seconds = time.perf_counter() - start
+    return {"tier": tier.name, "bytes": written, "seconds": round(seconds, 3),
+            "bandwidth_bytes_per_s": written / seconds if seconds > 0 else None}

@@ -1,0 +1,290 @@
+"""Build and write the result JSON (format documented in docs/results.md).
+
+A result restates the experiment: versions, the spec as written and fully
+resolved (secrets redacted) with its sha256, the detected environment, the
+infrastructure declaration (declared + detected), and the metrics, including
+the MLPerf KV-cache v3.0 headline names so published numbers can be compared.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kvbench_core import __version__
+from kvbench_core.declaration import merge_declaration
+from kvbench_core.environment import detect_environment
+from kvbench_core.plugins import plugin_versions
+from kvbench_core.redact import environment_secrets, redact
+from kvbench_core.runner import RunState
+from kvbench_core.spec import spec_sha256
+from kvbench_core.workload import DEFAULT_QOS
+
+RESULT_FORMAT = 1
+GB = 1e9
+
+
+def _stats(values: list[int]) -> dict[str, float | int | None]:
+    if not values:
+        return {"count": 0, "mean": None, "p50": None, "p90": None, "p99": None, "max": None}
+    array = np.asarray(values, dtype=float)
+    return {"count": len(values), "mean": round(float(array.mean()), 2),
+            "p50": float(np.percentile(array, 50)), "p90": float(np.percentile(array, 90)),
+            "p99": float(np.percentile(array, 99)), "max": float(array.max())}
+
+
+def _tier_metrics(state: RunState) -> dict[str, Any]:
+    telemetry = state.telemetry
+    out: dict[str, Any] = {}
+    for tier in state.tiers:
+        ops = telemetry.tiers[tier.name]
+        out[tier.name] = {
+            "backend": tier.backend.name,
+            "capacity_bytes": None if math.isinf(tier.capacity) else int(tier.capacity),
+            "volatile": tier.backend.volatile,
+            "describe": redact(tier.description or {"backend": tier.backend.name}, environment_secrets()),
+            "read": ops["read"].to_dict(),
+            "write": ops["write"].to_dict(),
+            "reads_served": telemetry.read_hits.get(tier.name, 0),
+        }
+        counters = getattr(tier.backend, "counters", None)
+        if callable(counters):
+            out[tier.name]["counters"] = counters()
+    return out
+
+
+def _persistent_tier(state: RunState) -> str | None:
+    """The first non-volatile tier: what MLPerf's ``nvme_*`` metrics refer to."""
+    for tier in state.tiers:
+        if not tier.backend.volatile:
+            return tier.name
+    return None
+
+
+def _headline(state: RunState, tiers: dict[str, Any], window_s: float, storage_s: float) -> dict[str, Any]:
+    telemetry = state.telemetry
+    generated = telemetry.generated_tokens
+    reads_total = sum(telemetry.read_hits.values()) + telemetry.read_misses
+    fast_reads = sum(n for name, n in telemetry.read_hits.items() if tiers.get(name, {}).get("volatile"))
+    persistent = _persistent_tier(state)
+    device = tiers[persistent] if persistent else None
+
+    def device_p95(op: str) -> float | None:
+        return device[op]["latency_ms"]["device"]["p95"] if device else None
+
+    e2e = telemetry.e2e_all.summary()
+    return {
+        "decode_bytes_read_gb": round(telemetry.decode_tokens_read * state.bytes_per_token / GB, 6),
+        "avg_throughput_tokens_per_sec": round(generated / window_s, 3) if window_s > 0 else None,
+        "storage_throughput_tokens_per_sec": round(generated / storage_s, 3) if storage_s > 0 else None,
+        "nvme_read_device_p95_ms": device_p95("read"),
+        "nvme_write_device_p95_ms": device_p95("write"),
+        "end_to_end_latency_p95_ms": e2e["p95"],
+        "cache_hit_rate": round(fast_reads / reads_total, 6) if reads_total else None,
+        "requests_completed": telemetry.requests,
+        "persistent_tier": persistent,
+    }
+
+
+def _qos(state: RunState) -> dict[str, Any]:
+    out = {}
+    for name, hist in state.telemetry.e2e.items():
+        summary = hist.summary()
+        target = DEFAULT_QOS[name]
+        p95, p99 = summary["p95"], summary["p99"]
+        out[name] = {
+            "requests": hist.count, "latency_ms": summary,
+            "sla_p95_ms": target.p95_target_s * 1000, "sla_p99_ms": target.p99_target_s * 1000,
+            "priority": target.priority,
+            "sla_met": None if p95 is None else bool(p95 <= target.p95_target_s * 1000
+                                                     and p99 <= target.p99_target_s * 1000),
+        }
+    return out
+
+
+def _cache_stats(state: RunState) -> dict[str, Any]:
+    telemetry = state.telemetry
+    counters = dict(telemetry.counters)
+    prefix_reads = counters.get("prefix_reads", 0)
+    return {
+        "reads_served_by_tier": dict(telemetry.read_hits),
+        "read_misses": telemetry.read_misses,
+        "demotions_bytes": dict(telemetry.demotions),
+        "demotions_count": dict(telemetry.demotion_count),
+        "evictions_deleted": telemetry.evictions_deleted,
+        "promotions": telemetry.promotions,
+        "system_prompt_reuse": prefix_reads,
+        "system_prompt_hits": counters.get("prefix_hits", 0),
+        "prefix_hit_rate": round(counters.get("prefix_hits", 0) / prefix_reads, 6) if prefix_reads else None,
+        "multi_turn_hit_rate": (round(counters.get("turn_hits", 0) / counters["turn_reads"], 6)
+                                if counters.get("turn_reads") else None),
+        "rag_chunk_reads": counters.get("rag_reads", 0),
+        "counters": counters,
+        "occupancy_at_end": {t.name: {"entries": len(t.lru), "bytes": t.usage} for t in state.tiers},
+    }
+
+
+def _workload_stats(state: RunState) -> dict[str, Any]:
+    counters = state.telemetry.counters
+    prefix_reads = counters.get("prefix_reads", 0)
+    return {
+        "input_length": _stats(state.workload_samples["context"]),
+        "generation_length": _stats(state.workload_samples["generate"]),
+        "prefix_reuse_rate": round(counters.get("prefix_hits", 0) / prefix_reads, 6) if prefix_reads else None,
+        "requests_issued": len(state.workload_samples["context"]),
+    }
+
+
+def _detected_declaration(state: RunState, spec: dict[str, Any], tiers: dict[str, Any],
+                          workload: dict[str, Any], describe: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    chain = " -> ".join(f"{name} ({info['backend']})" for name, info in tiers.items())
+    access = {name: {k: v for k, v in info["describe"].items()
+                     if k in ("access_mechanism", "driver_layer", "medium", "queue_depth", "transfer_size",
+                              "fs_type", "block_device", "endpoint", "mode")}
+              for name, info in tiers.items()}
+    model = state.model
+    return {
+        "tiers": {"topology": chain,
+                  "capacities": {name: info["capacity_bytes"] for name, info in tiers.items()},
+                  "eviction_policy": "waterfall LRU (target usage {:.0%})".format(
+                      spec["cache"]["eviction"]["target_usage_ratio"]),
+                  "admission_policy": "admit all; entries > {:.0%} of a tier skip to the next".format(
+                      spec["cache"]["eviction"]["large_entry_limit_ratio"]),
+                  "promotion_policy": "none (one-way waterfall)" if spec["cache"]["promotion"] == "none"
+                  else "promote to top tier on read",
+                  "cache_state": "cold" if not spec.get("warmup") and not spec.get("precondition") else "warm"},
+        "access": {"per_tier": access, "queue_depth": spec["workload"]["max_inflight"] or "unlimited",
+                   "scheduler_integration": "synchronous per request (reads before prefill, no preloading)",
+                   "preloading": False},
+        "tensor": {"kv_dtype": getattr(model, "dtype", None), "codec": "none", "lossless": True},
+        "workload": {"input_length_mean": workload["input_length"]["mean"],
+                     "input_length_p99": workload["input_length"]["p99"],
+                     "prefix_reuse_rate": workload["prefix_reuse_rate"],
+                     "concurrency": f"{state.users_final} users, max_inflight {spec['workload']['max_inflight']}",
+                     "arrival_process": describe.get("arrival_process") or
+                     ("open loop (trace timestamps)" if state.source and state.source.open_loop
+                      else "closed loop with think time"),
+                     "warmup": f"{spec.get('warmup') or 0:g}s excluded from metrics"},
+    }
+
+
+def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,
+                 started_at: float | None = None) -> dict[str, Any]:
+    """The complete result document for one run (one trial of one client)."""
+    spec = state.spec
+    telemetry = state.telemetry
+    secrets = environment_secrets()
+    window_s = ((state.measure_end or 0) - (state.measure_start or 0)) if state.measure_start else 0.0
+    io_window = telemetry.io_window() if telemetry else None
+    storage_s = telemetry.storage.total if telemetry else 0.0
+    tiers = _tier_metrics(state) if telemetry else {}
+    workload = _workload_stats(state) if telemetry else {}
+    describe = redact(state.source.describe(), secrets) if state.source else {}
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    moved = sum(t["read"]["bytes"] + t["write"]["bytes"] for t in tiers.values())
+    cpu_s = usage.ru_utime + usage.ru_stime
+    paths = {t.name: t.backend.options["path"] for t in state.tiers if isinstance(t.backend.options.get("path"), str)}
+    metrics: dict[str, Any] = {}
+    if telemetry:
+        metrics = {
+            "headline": _headline(state, tiers, window_s, storage_s),
+            "window": {"measured_s": round(window_s, 6),
+                       "io_active_s": round(io_window[1] - io_window[0], 6) if io_window else None,
+                       "started_at": state.measure_start_wall, "ended_at": state.measure_end_wall},
+            "requests": {"completed": telemetry.requests, "failed": telemetry.requests_failed,
+                         "unfinished": state.unfinished_requests, "context_tokens": telemetry.context_tokens,
+                         "generated_tokens": telemetry.generated_tokens,
+                         "decode_tokens_read": telemetry.decode_tokens_read},
+            "latency_ms": {"end_to_end": telemetry.e2e_all.summary(), "queue_wait": telemetry.queue_wait.summary(),
+                           "storage": telemetry.storage.summary()},
+            "histograms": {"end_to_end": telemetry.e2e_all.to_dict(), "queue_wait": telemetry.queue_wait.to_dict(),
+                           "storage": telemetry.storage.to_dict(),
+                           "end_to_end_by_qos": {q: h.to_dict() for q, h in telemetry.e2e.items()}},
+            "qos": _qos(state),
+            "tiers": tiers,
+            "cache": _cache_stats(state),
+            "verify": {"enabled": spec["verify"], "bytes_verified": telemetry.verified_bytes,
+                       "seconds": round(telemetry.verify_seconds, 6),
+                       "integrity_errors": telemetry.counters.get("integrity_errors", 0),
+                       "mismatches": telemetry.integrity_errors},
+            "cpu": {"process_cpu_s": round(cpu_s, 3), "peak_rss_bytes": usage.ru_maxrss * 1024,
+                    "cpu_s_per_gb_moved": round(cpu_s / (moved / GB), 4) if moved else None,
+                    "host_share_of_tier_time": _host_share(tiers)},
+        }
+    declaration = merge_declaration(spec.get("declaration") or {},
+                                    _detected_declaration(state, spec, tiers, workload, describe) if telemetry else {})
+    return {
+        "kvbench_result": RESULT_FORMAT,
+        "kvbench_version": __version__,
+        "plugins": plugin_versions(),
+        "run": {"id": state.run_id, "name": spec.get("name"), "status": state.status,
+                "stop_reason": redact(state.stop_reason, secrets),
+                "error": redact(str(state.error), secrets) if state.error else None,
+                "trial": trial, "client_index": state.client_index,
+                "started_at": started_at, "finished_at": time.time(),
+                "traced": bool(state.plugin_sections.get("block_trace"))},
+        "spec": {"as_written": redact(as_written, secrets),
+                 "resolved": redact({k: v for k, v in spec.items() if k != "spec_dir"}, secrets),
+                 "sha256": spec_sha256(as_written)},
+        "model": state.model.to_dict() if state.model is not None else None,
+        "environment": detect_environment(paths),
+        "declaration": declaration,
+        "workload": {"source": describe, "stats": workload, "preload": state.preload,
+                     "precondition": state.precondition, "users_final": state.users_final,
+                     "workers": state.worker_count},
+        "metrics": metrics,
+        "timeseries": telemetry.series if telemetry else [],
+        "autoscaling": {"trajectory": state.autoscaling, "summary": state.autoscaler_summary},
+        "sections": redact(state.plugin_sections, secrets),
+        "errors": redact(telemetry.errors, secrets) if telemetry else [],
+    }
+
+
+def _host_share(tiers: dict[str, Any]) -> dict[str, float | None]:
+    shares = {}
+    for name, info in tiers.items():
+        host = sum(info[op]["histograms"]["host"]["total"] for op in ("read", "write"))
+        total = sum(info[op]["histograms"]["total"]["total"] for op in ("read", "write"))
+        shares[name] = round(host / total, 4) if total > 0 else None
+    return shares
+
+
+def write_result(result: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Write atomically (temp file + rename) so a crash never leaves half a result."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(target.suffix + ".tmp")
+    tmp.write_text(json.dumps(result, indent=2, default=_json_default) + "\n")
+    tmp.replace(target)
+    return target
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.integer | np.floating):
+        return value.item()
+    if isinstance(value, float) and math.isinf(value):
+        return None
+    if isinstance(value, set | tuple):
+        return list(value)
+    return str(value)
+
+
+def read_result(path: str | os.PathLike[str]) -> dict[str, Any]:
+    from kvbench_core.errors import InputFileError
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise InputFileError(f"{path}: result file not found") from None
+    except json.JSONDecodeError as error:
+        raise InputFileError(f"{path}:{error.lineno}: not valid JSON: {error.msg}") from None
+    if not isinstance(data, dict) or "kvbench_result" not in data:
+        raise InputFileError(f"{path}: not a kvbench result (no 'kvbench_result' field)")
+    return data
