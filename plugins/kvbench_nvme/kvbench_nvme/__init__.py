@@ -1,0 +1,1 @@
+"""kvbench's NVMe / POSIX file tier, a separately installable plugin (backend name ``nvme``)."""

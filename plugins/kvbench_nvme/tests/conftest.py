@@ -1,0 +1,84 @@
+"""Fixtures for the nvme tier tests: a small noise pool and opened backends that clean up."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from kvbench_nvme.backend import NVMeBackend
+
+from kvbench_core.backend import BackendContext
+from kvbench_core.errors import BackendUnavailable
+from kvbench_core.payload import NoisePool, VerifySink
+
+SMALL_TRANSFER = 64 << 10  # small pieces make multi-piece entries cheap
+
+
+@pytest.fixture(scope="session")
+def pool() -> NoisePool:
+    return NoisePool(seed=7, pool_bytes=8 << 20, max_piece=4 << 20)
+
+
+MakeBackend = Callable[..., NVMeBackend]
+
+
+@pytest.fixture
+def make_backend(tmp_path: Any) -> Iterator[MakeBackend]:
+    """Open an NVMeBackend in ``tmp_path/tier`` (options override); closed after the test."""
+    opened: list[NVMeBackend] = []
+
+    def make(run_id: str = "run1", keep: bool = False, io_log: Any = None, concurrency: int = 1,
+             **options: Any) -> NVMeBackend:
+        options.setdefault("path", str(tmp_path / "tier"))
+        options.setdefault("transfer_size", SMALL_TRANSFER)
+        context = BackendContext(tier_name="nvme0", run_id=run_id, keep=keep, io_log=io_log,
+                                 concurrency=concurrency)
+        backend = NVMeBackend(options, context)
+        try:
+            backend.open()
+        except BackendUnavailable as error:
+            if options.get("direct") and "O_DIRECT" in str(error):
+                pytest.skip(f"O_DIRECT unsupported here: {error}")
+            raise
+        opened.append(backend)
+        return backend
+
+    yield make
+    for backend in opened:
+        backend.close()
+
+
+class CoverageSink:
+    """Verifies every piece against the payload and records which ranges arrived."""
+
+    def __init__(self, pool: NoisePool, key: str, scratch_size: int) -> None:
+        self.verify = VerifySink(pool, key, np.empty(scratch_size, dtype=np.uint8))
+        self.ranges: list[tuple[int, int]] = []
+
+    def consume(self, offset: int, data: memoryview) -> None:
+        self.verify.consume(offset, data)
+        self.ranges.append((offset, offset + len(data)))
+
+    def assert_exact(self, size: int) -> None:
+        assert (self.verify.mismatches, self.verify.first_bad_offset) == (0, None)
+        position = 0
+        for start, end in sorted(self.ranges):
+            assert start == position, f"gap or overlap at byte {position}"
+            position = end
+        assert position == size
+
+
+@pytest.fixture
+def round_trip(pool: NoisePool) -> Callable[[NVMeBackend, str, int], None]:
+    """Write ``size`` payload bytes under ``key``, read them back through a VerifySink, demand equality."""
+
+    def check(backend: NVMeBackend, key: str, size: int) -> None:
+        written = backend.write(key, pool.payload(key, size))
+        sink = CoverageSink(pool, key, backend.transfer_size)
+        read = backend.read(key, size, sink)
+        sink.assert_exact(size)
+        assert written.nbytes == read.nbytes == size
+
+    return check
