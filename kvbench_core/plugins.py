@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import sys
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -38,12 +39,34 @@ class PluginInfo:
     provides: dict[str, list[str]]
 
 
+#: Plugins whose entry point failed to import: ``{entry point name: reason}`` (shown by ``kvbench plugins``).
+BROKEN_PLUGINS: dict[str, str] = {}
+#: The distribution that registered each plugin (name and version for ``kvbench plugins`` and results).
+PLUGIN_DISTRIBUTIONS: dict[str, importlib.metadata.Distribution] = {}
+
+
 @cache
 def get_plugin_manager() -> pluggy.PluginManager:
-    """The process-wide manager with every installed ``kvbench`` entry point loaded."""
+    """The process-wide manager with every installed ``kvbench`` entry point loaded.
+
+    Like ``PluginManager.load_setuptools_entrypoints("kvbench")``, except that one
+    broken plugin is reported (``kvbench plugins``, a warning on stderr) instead of
+    taking every command down with it.
+    """
     manager = pluggy.PluginManager("kvbench")
     manager.add_hookspecs(hookspecs)
-    manager.load_setuptools_entrypoints("kvbench")
+    for dist in list(importlib.metadata.distributions()):
+        for entry_point in dist.entry_points:
+            if entry_point.group != "kvbench" or manager.get_plugin(entry_point.name) is not None:
+                continue
+            try:
+                plugin = entry_point.load()
+            except Exception as error:  # a plugin's import error must not break kvbench itself
+                BROKEN_PLUGINS[entry_point.name] = f"{dist.metadata['Name']}: {type(error).__name__}: {error}"
+                print(f"kvbench: warning: plugin '{entry_point.name}' failed to load: {error}", file=sys.stderr)
+                continue
+            manager.register(plugin, name=entry_point.name)
+            PLUGIN_DISTRIBUTIONS[entry_point.name] = dist
     return manager
 
 
@@ -88,7 +111,6 @@ def extra_schema() -> dict[str, Any]:
 def installed_plugins() -> list[PluginInfo]:
     """Installed plugins with their distribution, version and what they provide."""
     manager = get_plugin_manager()
-    dists = {id(plugin): dist for plugin, dist in manager.list_plugin_distinfo()}
     infos = []
     for name, plugin in manager.list_name_plugin():
         if plugin is None:
@@ -98,7 +120,7 @@ def installed_plugins() -> list[PluginInfo]:
             impl = getattr(plugin, hook_name, None)
             if impl is not None:
                 provides[kind] = sorted(impl() or {})
-        dist = dists.get(id(plugin))
+        dist = PLUGIN_DISTRIBUTIONS.get(name)
         dist_name = dist.metadata["Name"] if dist else name
         version = dist.version if dist else _version_of(dist_name)
         infos.append(PluginInfo(name=name, distribution=dist_name, version=version, provides=provides))
