@@ -9,11 +9,14 @@ module only says how to build the backend.
 
 Usage from pytest (the whole test module of a tier)::
 
+    from typing import ClassVar
     from kvbench_core.testing import BackendConformance
 
     class TestMyTier(BackendConformance):
-        backend_name = "mytier"                          # name registered through the entry point
-        backend_options = {"path": "{tmp_path}/data"}    # "{tmp_path}" becomes pytest's tmp_path
+        backend_name = "mytier"                                  # name registered by the entry point
+        backend_options: ClassVar = {"path": "{tmp_path}/data"}  # "{tmp_path}" becomes pytest's tmp_path
+
+(``ClassVar`` only keeps ruff's RUF012 quiet; a plain assignment works too.)
 
 That collects ``test_conformance[<check>]`` once per check in ``CHECKS``
 (``pytest -k round_trip`` selects one).  Optional hooks, override as needed:

@@ -1,20 +1,39 @@
-"""``kvbench plugins``: what is installed and what each plugin provides."""
+"""``kvbench plugins``: what is installed and what each plugin provides.
+
+``kvbench plugins --check NAME --options '{...}'`` runs the quick subset of the
+backend conformance suite (``kvbench_core.testing``) against one configured
+tier, so a vendor or an operator can vet a tier on the target machine without
+pytest.  It writes and deletes a few small entries under a unique run id.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
+from typing import Any
 
+import yaml
+
+from kvbench_core.backend import BackendContext, StorageBackend
+from kvbench_core.errors import SpecError
 from kvbench_core.plugins import installed_plugins
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("plugins", help="list installed plugins and what they provide")
+    parser = subparsers.add_parser(
+        "plugins", help="list installed plugins and what they provide; --check vets one storage tier")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--check", metavar="BACKEND",
+                        help="run the quick conformance checks against this storage backend")
+    parser.add_argument("--options", metavar="JSON|YAML|FILE", default="{}",
+                        help="the tier's options for --check, inline JSON/YAML or a file holding them")
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
+    if args.check:
+        return check_backend(args.check, parse_options(args.options), as_json=args.json)
     infos = installed_plugins()
     if args.json:
         print(json.dumps([info.__dict__ for info in infos], indent=2))
@@ -23,3 +42,47 @@ def handle(args: argparse.Namespace) -> int:
         provided = "; ".join(f"{kind}: {', '.join(names)}" for kind, names in info.provides.items() if names)
         print(f"{info.distribution} {info.version} [{info.name}]  {provided}")
     return 0
+
+
+def parse_options(text: str) -> dict[str, Any]:
+    """Options from inline JSON/YAML (JSON is YAML) or from a file of either."""
+    source = "--options"
+    path = Path(text)
+    if not text.lstrip().startswith(("{", "[")) and path.is_file():
+        text, source = path.read_text(), str(path)
+    try:
+        options = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise SpecError(f"{source}: not valid JSON or YAML: {error}") from None
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise SpecError(f"{source}: expected a mapping of option names to values, got {type(options).__name__}")
+    return options
+
+
+def check_backend(name: str, options: dict[str, Any], *, as_json: bool) -> int:
+    """Select and open the tier once (errors there are one clear line), then run the quick checks."""
+    from kvbench_core.testing import BackendHarness, run_checks
+    from kvbench_core.tiers.factory import create_backend
+
+    tier = {"name": "check", "backend": name, "options": options}
+
+    def factory(context: BackendContext) -> StorageBackend:
+        return create_backend(tier, context, path="--check")
+
+    harness = BackendHarness(factory=factory, quick=True)
+    with harness.opened():  # selection and open errors surface here as UserError, before any check
+        pass
+    results = run_checks(harness)
+    failed = [result for result in results if result.status == "fail"]
+    if as_json:
+        print(json.dumps({"backend": name, "passed": not failed,
+                          "checks": [result.__dict__ for result in results]}, indent=2))
+    else:
+        width = max(len(result.name) for result in results)
+        for result in results:
+            print(f"{result.status.upper():4}  {result.name:<{width}}  {result.detail}")
+        counts = {status: sum(result.status == status for result in results) for status in ("pass", "fail", "skip")}
+        print(f"{name}: {counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped")
+    return 1 if failed else 0
