@@ -23,3 +23,17 @@ def read_json(path: str, what: str) -> Any:
         raise InputFileError(f"{path}: line {error.lineno}: invalid JSON: {error.msg}") from None
     except (OSError, UnicodeDecodeError) as error:
         raise InputFileError(f"{path}: cannot read the {what}: {getattr(error, 'strerror', None) or error}") from None
+
+
+def write_text(path: str, text: str, what: str) -> None:
+    """Write ``text`` to ``path``; an unwritable path is a user error naming it."""
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as error:
+        raise InputFileError(f"{path}: cannot write the {what}: {error.strerror or error}") from None
+
+
+def write_json(path: str, data: Any, what: str) -> None:
+    """``data`` as indented JSON (a report, a result) in ``path``."""
+    write_text(path, json.dumps(data, indent=2) + "\n", what)

@@ -19,6 +19,9 @@ COMMAND_MODULES = [
     "spec_cmd",
     "plugins_cmd",
     "models_cmd",
+    "plan_cmd",
+    "replay_cmd",
+    "validate_cmd",
 ]
 
 

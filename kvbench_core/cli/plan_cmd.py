@@ -1,0 +1,119 @@
+"""``kvbench plan``: project a model's KV-offload objects and device commands, with no I/O and no GPU."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rich.table import Table
+
+from kvbench_core.cli.console import console
+from kvbench_core.errors import SpecError
+from kvbench_core.geometry import DTYPE_BYTES, resolve_model
+from kvbench_core.kvio.commands import DEFAULT_ALIGN, DEFAULT_MAX_TRANSFER, DEFAULT_STORE_HEADER_BYTES, TransferGeometry
+from kvbench_core.kvio.manifest import PLAN_FORMAT, VERSION
+from kvbench_core.kvio.plan import DEFAULT_CHUNK_TOKENS, build_manifest, summarize
+from kvbench_core.units import format_bytes, parse_size
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("plan", help="project a model's KV-offload objects and device commands (no I/O)")
+    parser.add_argument("--model", help="catalog name or Hugging Face id (or the entry to pick from --config)")
+    parser.add_argument("--config", help="config.json (or LMCache modelconfig.json) supplying the geometry")
+    parser.add_argument("--dtype", help=f"KV dtype: {', '.join(DTYPE_BYTES)} (default: the config's, else bf16)")
+    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel degree: objects per chunk (default 1)")
+    parser.add_argument("--chunk-tokens", type=int, default=DEFAULT_CHUNK_TOKENS,
+                        help=f"tokens per stored chunk (default {DEFAULT_CHUNK_TOKENS}, LMCache's)")
+    amount = parser.add_mutually_exclusive_group(required=True)
+    amount.add_argument("--tokens", type=int, help="prompt length; a shorter last chunk is kept")
+    amount.add_argument("--num-chunks", type=int, help="number of full chunks")
+    parser.add_argument("--max-transfer", default="128KiB",
+                        help=f"largest device command, e.g. the device MDTS (default {DEFAULT_MAX_TRANSFER} B)")
+    parser.add_argument("--align", default=str(DEFAULT_ALIGN),
+                        help=f"command tails round up to this (default {DEFAULT_ALIGN}; the engine's block_align)")
+    parser.add_argument("--store-header-bytes", default=str(DEFAULT_STORE_HEADER_BYTES),
+                        help="header op written before each stored object (default 4096, one aligned block as "
+                             "LMCache raw_block writes; 0 for tiers that write none, such as nvme)")
+    parser.add_argument("--prefill-tokens-per-sec", type=float,
+                        help="prefill rate R: report the bandwidth above which loading beats recomputing")
+    parser.add_argument("--record", metavar="MANIFEST", help="write the object manifest for replay/validate here")
+    parser.add_argument("--json", action="store_true", help="print the plan (with its manifest) as JSON")
+    parser.set_defaults(handler=handle)
+
+
+def size_argument(flag: str, value: str) -> int:
+    """Bytes from a CLI size ("128KiB", "4096"); errors name the flag."""
+    try:
+        return parse_size(value)
+    except ValueError as error:
+        raise SpecError(f"{flag}: {error}") from None
+
+
+def handle(args: argparse.Namespace) -> int:
+    if not args.model and not args.config:
+        raise SpecError("give a model (--model NAME) or a config file (--config config.json)")
+    model = resolve_model(args.model or "", args.dtype, args.tp, config=args.config)
+    geometry = TransferGeometry(size_argument("--max-transfer", args.max_transfer),
+                                size_argument("--align", args.align),
+                                size_argument("--store-header-bytes", args.store_header_bytes))
+    manifest = build_manifest(model, geometry, args.chunk_tokens, tokens=args.tokens, num_chunks=args.num_chunks)
+    summary = summarize(manifest, args.prefill_tokens_per_sec)
+    if args.record:
+        manifest.write(args.record)
+    if args.json:
+        print(json.dumps({"format": PLAN_FORMAT, "version": VERSION, "summary": summary,
+                          "manifest": manifest.to_dict()}, indent=2))
+    else:
+        render(summary)
+        if args.record:
+            console().print(f"manifest: {args.record} ({len(manifest.objects)} objects)")
+    return 0
+
+
+def _size(nbytes: float) -> str:
+    return f"{format_bytes(nbytes)} ({int(nbytes):,} B)" if nbytes >= 1024 else f"{int(nbytes)} B"
+
+
+def render(summary: dict[str, Any]) -> None:
+    """The plan as a few terminal tables."""
+    out = console()
+    model, chunking, geometry = summary["model"], summary["chunking"], summary["geometry"]
+    out.print(f"[bold]{model['name']}[/bold]  {model['family']}  {model['dtype']}  TP {model['tp']}  "
+              f"{model['bytes_per_token']:,} B/token per rank")
+    out.print(f"chunks: {chunking['chunks']} × {chunking['chunk_tokens']} tokens ({chunking['tokens']:,} tokens), "
+              f"{chunking['objects_per_chunk']} object(s) per chunk")
+    out.print(f"geometry: max transfer {_size(geometry['max_transfer'])}, align {geometry['align']} B, "
+              f"store header {geometry['store_header_bytes']} B")
+    objects = Table("payload per object", "tokens", "objects", "store cmds", "load cmds", "store device bytes",
+                    "load device bytes", title="objects")
+    for row in summary["object_classes"]:
+        objects.add_row(_size(row["payload_bytes"]), str(row["tokens"]), str(row["objects"]),
+                        str(row["store_commands"]), str(row["load_commands"]),
+                        f"{row['store_device_bytes']:,}", f"{row['load_device_bytes']:,}")
+    out.print(objects)
+    sizes = Table("command size (log2 bin)", "store", "load", title="command sizes")
+    for row in summary["command_sizes"]:
+        sizes.add_row(f"≥ {format_bytes(row['bin_bytes'])}", f"{row['store']:,}", f"{row['load']:,}")
+    out.print(sizes)
+    totals, frag = summary["totals"], summary["fragmentation"]
+    table = Table("", "store", "load", title=f"totals: {totals['objects']} objects, "
+                                             f"payload {_size(totals['payload_bytes'])}")
+    table.add_row("commands", f"{totals['store_commands']:,}", f"{totals['load_commands']:,}")
+    table.add_row("device bytes", f"{totals['store_device_bytes']:,}", f"{totals['load_device_bytes']:,}")
+    table.add_row("partial commands", *(f"{frag[op]['partial_commands']:,} ({frag[op]['partial_fraction']:.1%})"
+                                        for op in ("store", "load")))
+    table.add_row("mean command", *(_size(frag[op]["mean_command_bytes"]) for op in ("store", "load")))
+    table.add_row("fill vs max transfer", *(f"{frag[op]['fill_ratio']:.1%}" for op in ("store", "load")))
+    table.add_row("overhead bytes", *(f"{frag[op]['overhead_bytes']:,}" for op in ("store", "load")))
+    out.print(table)
+    if "load_vs_recompute" in summary:
+        recompute = summary["load_vs_recompute"]
+        table = Table("payload per object", "tokens", "recompute", "break-even per object", "break-even all ranks",
+                      title=f"load vs recompute at {recompute['prefill_tokens_per_sec']:,.0f} prefill tokens/s")
+        for row in recompute["classes"]:
+            table.add_row(_size(row["payload_bytes"]), str(row["tokens"]), f"{row['recompute_s'] * 1e3:.2f} ms",
+                          f"{format_bytes(row['breakeven_bytes_per_s'])}/s",
+                          f"{format_bytes(row['breakeven_bytes_per_s_all_ranks'])}/s")
+        out.print(table)
+        out.print("loading beats recomputing when the storage path sustains more than the break-even bandwidth")

@@ -1,0 +1,175 @@
+"""kvio validation: exact-match, WAPE and size-distribution TV over a trace joined by trace_id, for
+kvbench's own I/O log and the eBPF NVMe tracer's JSONL."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from kvbench_core.cli import main
+from kvbench_core.errors import InputFileError
+from kvbench_core.geometry import resolve_model
+from kvbench_core.iolog import IOLog
+from kvbench_core.kvio.commands import TransferGeometry
+from kvbench_core.kvio.manifest import Manifest
+from kvbench_core.kvio.plan import build_manifest
+from kvbench_core.kvio.validate import read_trace, tv_distance, validate
+
+KiB = 1 << 10
+
+
+@pytest.fixture
+def manifest() -> Manifest:
+    # tiny-1b fp16, 64-token chunks: 1.5 MiB objects = 12 x 128 KiB commands, 4 KiB store header
+    return build_manifest(resolve_model("tiny-1b"), TransferGeometry(), 64, num_chunks=4)
+
+
+def _log(path, manifest: Manifest, split=None) -> str:
+    """Write the I/O log a faithful tier would; ``split(op, commands)`` may rewrite one object's commands."""
+    with IOLog(str(path), manifest.trace_ids) as log:
+        for index, obj in enumerate(manifest.objects):
+            for op, name in (("store", "write"), ("load", "read")):
+                sizes = sorted(manifest.geometry.commands(op, obj.nbytes).elements())
+                if split and index == 0:
+                    sizes = split(op, sizes)
+                offset = 0
+                for size in sizes:
+                    log.record(obj.key, name, offset, size, 0.0, 0.001)
+                    offset += size
+    return str(path)
+
+
+def test_identical_trace_scores_perfectly(tmp_path, manifest):
+    report = validate(manifest, read_trace(_log(tmp_path / "io.jsonl", manifest)))
+    assert report["exact_match"] == {"matched": 8, "total": 8, "fraction": 1.0}
+    assert report["size_match"]["fraction"] == 1.0
+    assert report["wape"] == 0.0
+    assert report["tv_distance"] == 0.0
+    assert report["by_op"]["store"]["commands"] == {"planned": 4 * 13, "measured": 4 * 13}
+    assert report["mismatches"] == []
+
+
+def test_a_wrong_split_keeps_volume_but_shows_in_the_size_distribution(tmp_path, manifest):
+    def mis_split(op, sizes):  # two 128 KiB commands issued as 64 KiB + 192 KiB: same count, same bytes
+        return [64 * KiB, 192 * KiB, *sizes[2:]] if op == "load" else sizes
+
+    report = validate(manifest, read_trace(_log(tmp_path / "io.jsonl", manifest, mis_split)))
+    assert report["wape"] == 0.0
+    assert report["exact_match"]["fraction"] == 1.0  # count and bytes still agree
+    assert report["size_match"]["matched"] == 7
+    assert report["tv_distance"] > 0
+    assert report["by_op"]["store"]["tv_distance"] == 0.0
+    assert report["mismatches"][0]["op"] == "load"
+
+
+def test_missing_commands_raise_wape_and_break_exact_match(tmp_path, manifest):
+    report = validate(manifest, read_trace(_log(tmp_path / "io.jsonl", manifest,
+                                                lambda op, sizes: sizes[:-1] if op == "store" else sizes)))
+    assert report["exact_match"]["matched"] == 7
+    assert report["wape"] == pytest.approx(128 * KiB / (8 * 12 * 128 * KiB + 4 * 4 * KiB - 128 * KiB))
+
+
+def test_unknown_trace_ids_count_as_mispredicted_and_untagged_are_ignored(tmp_path, manifest):
+    path = _log(tmp_path / "io.jsonl", manifest)
+    with open(path, "a") as handle:
+        handle.write(json.dumps({"trace_id": 99, "op": "read", "offset": 0, "bytes": 4096}) + "\n")
+        handle.write(json.dumps({"trace_id": 0, "op": "read", "offset": 0, "bytes": 4096}) + "\n")
+    report = validate(manifest, read_trace(path))
+    assert report["unattributed"] == {"trace_ids": 1, "commands": 1, "bytes": 4096}
+    assert report["untagged_commands"] == 1
+    assert report["wape"] > 0
+    assert report["exact_match"]["fraction"] == 1.0
+
+
+def _tracer_lines(manifest: Manifest, lba: int = 512) -> list[str]:
+    """The eBPF nvme_uring_cmd_monitor's JSONL for a faithful capture (submissions and completions)."""
+    lines, counter = [], 0
+    for obj in manifest.objects:
+        trace_id = manifest.trace_ids[obj.key]
+        for op, opcode in (("store", 1), ("load", 2)):
+            for size in sorted(manifest.geometry.commands(op, obj.nbytes).elements()):
+                counter += 1
+                user_data = trace_id << 32 | counter
+                lines.append(json.dumps({"event_type": "nvme_cmd", "pid": 1, "nvme_opcode": opcode,
+                                         "op_name": "write" if opcode == 1 else "read", "slba": 0,
+                                         "nlb": size // lba, "bytes": size, "data_len": size,
+                                         "user_data": user_data, "ts": counter}))
+                lines.append(json.dumps({"event_type": "nvme_cmp", "user_data": user_data, "ts": counter + 1}))
+    return lines
+
+
+def test_nvme_tracer_jsonl_is_joined_by_the_high_32_bits_of_user_data(tmp_path, manifest):
+    lines = _tracer_lines(manifest)
+    lines.append(json.dumps({"event_type": "nvme_cmd", "op_name": "flush", "user_data": 0, "nlb": 1}))
+    lines.append(json.dumps({"event_type": "nvme_cmd", "op_name": "write", "user_data": 5, "bytes": 4096}))
+    lines.append(json.dumps({"op": "store", "trace_id": 1, "bytes": 100, "slot_offset": 0, "ts": 1.0}))
+    path = tmp_path / "nvme.jsonl"
+    path.write_text("\n".join(lines) + '\n{"event_type": "nvme_cmd", "user_da')  # capture cut mid-line
+    report = validate(manifest, read_trace(str(path)))
+    assert report["exact_match"]["fraction"] == 1.0
+    assert (report["wape"], report["tv_distance"]) == (0.0, 0.0)
+    assert report["untagged_commands"] == 1  # user_data 5 >> 32 == 0
+    assert report["truncated_last_line"] is True
+    assert report["skipped_lines"] == len(lines) // 2 - 1 + 2  # completions, the flush, the semantic record
+
+
+def test_tracer_bytes_can_be_recomputed_from_nlb_and_hex_user_data_is_read(tmp_path, manifest):
+    records = [json.loads(line) for line in _tracer_lines(manifest, lba=4096) if "nvme_cmd" in line]
+    for record in records:
+        record["bytes"] = record["nlb"] * 512  # captured with the wrong --lba-size
+        record["user_data"] = hex(record["user_data"])
+        del record["op_name"]
+    path = tmp_path / "nvme.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert validate(manifest, read_trace(str(path)))["wape"] > 0
+    fixed = validate(manifest, read_trace(str(path), lba_bytes=4096))
+    assert (fixed["exact_match"]["fraction"], fixed["wape"]) == (1.0, 0.0)
+
+
+def test_a_load_only_capture_scores_loads_only(tmp_path, manifest):
+    lines = [line for line in _tracer_lines(manifest) if '"op_name": "read"' in line]
+    path = tmp_path / "loads.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    report = validate(manifest, read_trace(str(path)))
+    assert report["ops_scored"] == ["load"]
+    assert report["exact_match"] == {"matched": 4, "total": 4, "fraction": 1.0}
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ('{"trace_id": 1, "op": "read", "offset": 0}\n{}\n', "line 1: field 'bytes' is missing"),
+    ('not json\n{"a": 1}\n', "line 1: invalid JSON"),
+    ('{"event_type": "nvme_cmd", "op_name": "read", "bytes": 4096}\n', "line 1: field 'user_data' is missing"),
+    ('{"trace_id": 1, "op": "trim", "offset": 0, "bytes": 1}\n', "field 'op' must be write or read"),
+    ('[1, 2]\n', "line 1: expected a JSON object"),
+])
+def test_malformed_traces_name_the_line_and_field(tmp_path, content, message):
+    path = tmp_path / "trace.jsonl"
+    path.write_text(content)
+    with pytest.raises(InputFileError, match=message):
+        read_trace(str(path))
+
+
+def test_a_trace_without_tagged_commands_cannot_be_scored(tmp_path, manifest):
+    path = tmp_path / "empty.jsonl"
+    path.write_text(json.dumps({"event_type": "nvme_cmp", "user_data": 1}) + "\n")
+    with pytest.raises(InputFileError, match="no tagged store or load commands"):
+        validate(manifest, read_trace(str(path)))
+    with pytest.raises(InputFileError, match="no such trace file"):
+        read_trace(str(tmp_path / "missing.jsonl"))
+
+
+def test_tv_distance():
+    assert tv_distance(Counter({1: 2}), Counter({1: 5})) == 0.0
+    assert tv_distance(Counter({1: 1, 2: 1}), Counter({2: 2})) == 0.5
+    assert tv_distance(Counter(), Counter({1: 1})) == 1.0
+
+
+def test_validate_cli_prints_and_writes_json(tmp_path, capsys, manifest):
+    manifest.write(str(tmp_path / "m.json"))
+    trace = _log(tmp_path / "io.jsonl", manifest)
+    out = tmp_path / "report.json"
+    assert main(["validate", "--plan", str(tmp_path / "m.json"), "--measured", trace, "--json", str(out)]) == 0
+    assert "exact-match 8/8, WAPE 0.0000%, per-cmd size 8/8, size-dist TV 0.0000" in capsys.readouterr().out
+    assert json.loads(out.read_text())["exact_match"]["fraction"] == 1.0
