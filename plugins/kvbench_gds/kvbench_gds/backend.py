@@ -1,0 +1,457 @@
+"""The GPUDirect Storage tier: one file per entry, written and read from GPU memory with kvikio's CuFile.
+
+Data path.  Every thread owns a device staging buffer of ``transfer_size``
+bytes (and, when bytes must cross to the host, a pinned host buffer of the same
+size).  A write stages one piece in GPU memory and ``CuFile.pwrite``s it; kvikio
+splits each pwrite into ``task_size`` tasks on its ``num_threads`` pool, so
+``IOTiming.commands`` counts those cuFile tasks.  How a piece gets into GPU
+memory depends on where the entry's bytes come from:
+
+* ``payload_origin: host`` — the source fills the pinned host buffer, one
+  host→device copy follows (the path of a CPU-generated payload);
+* ``payload_origin: gpu`` — the payload generator's bytes are rendered on the
+  GPU (``kvbench_gds.gpu_payload``): no host bytes at all.  Sources that are
+  not generator payloads (a demotion through ``read_range`` of a host tier)
+  still take the host path, and ``describe()`` counts both;
+* ``write_tensor(key, tensor)`` — an entry that already lives in GPU memory
+  (``GPUMemoryBackend.tensor(key)``) is written straight from that tensor:
+  GPU → NVMe eviction without a host bounce.
+
+A read ``pread``s each piece into the device buffer — the KV cache lands in
+GPU memory, where an engine needs it.  Only a sink that inspects the bytes
+(verification) costs an extra device→host copy; the default discarding sink
+does not.
+
+L4 split.  ``device`` = time blocked in cuFile (pwrite/pread futures), in
+``fsync`` and in opening the file; ``host`` = staging (fill + host→device copy,
+or GPU rendering), the device→host copy for an inspecting sink, and the page
+cache drop.  The parts are disjoint intervals of the calling thread.
+
+Honesty.  kvikio and cuFile both fall back to POSIX I/O silently.  ``open()``
+reads back what kvikio decided (``kvbench_gds.probe``) and ``describe()`` says
+``gds: true`` only for cuFile DMA on a GDS filesystem; ``require_gds: true``
+turns any fallback into a ``BackendUnavailable`` before the run.
+
+Page cache.  cuFile's DMA path is O_DIRECT.  On a fallback path with
+``bypass_page_cache: true`` each write ends with ``fsync`` and
+``posix_fadvise(DONTNEED)`` and each read starts with the same drop, so reads
+reach the device; ``describe()`` states which applies.
+
+Safety and cleanup reuse the nvme tier's ``TierDirectory``: files are
+``<path>/<run_id>-<key>.kv``, ``close`` removes what this backend created.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+from kvbench_nvme.directory import TierDirectory
+from kvbench_nvme.fsinfo import describe_location
+
+from kvbench_core.backend import (
+    BackendContext,
+    ByteSink,
+    ByteSource,
+    DiscardSink,
+    IOTiming,
+    StorageBackend,
+    check_key,
+)
+from kvbench_core.errors import BackendUnavailable, SpecError
+from kvbench_core.payload import EntryPayload
+from kvbench_core.units import SIZE_PATTERN, parse_size
+from kvbench_gds.probe import (
+    INSTALL_HINT,
+    AccessPath,
+    DriverAwareRequirements,
+    KvikioStatus,
+    configure_kvikio,
+    decide_access,
+    driver_problem,
+)
+
+ALIGN = 4096  # GPU page size: cuFile DMA wants 4 KiB-aligned offsets and sizes
+MAX_TRANSFER = 1 << 30
+_SIZE = {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_PATTERN}]}
+
+
+class GDSBackend(StorageBackend):
+    """KV entries as files, moved between GPU memory and storage by kvikio (cuFile when GDS is there)."""
+
+    name = "gds"
+    requires = DriverAwareRequirements()  # evaluated at selection: names the driver when that is the blocker
+    options_schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["path"],
+        "properties": {
+            "path": {"type": "string", "minLength": 1,
+                     "description": "directory for the entry files, on a GDS-capable filesystem (ext4, xfs…)"},
+            "device": {"type": "string", "pattern": "^(cuda(:[0-9]+)?|cpu)$", "default": "cuda",
+                       "description": "torch device of the staging buffers; 'cpu' is for testing only (never GDS)"},
+            "num_threads": {"type": "integer", "minimum": 1, "maximum": 256, "default": 8,
+                            "description": "kvikio thread pool size (process-wide): cuFile tasks in flight"},
+            "task_size": {**_SIZE, "default": "4MiB",
+                          "description": "bytes per cuFile task; kvikio splits each pwrite/pread into these"},
+            "transfer_size": {**_SIZE, "default": "16MiB",
+                              "description": "bytes per pwrite/pread (staging buffer size), a multiple of 4 KiB"},
+            "compat_mode": {"enum": ["on", "off", "auto"], "default": "auto",
+                            "description": "kvikio compatibility mode: on = POSIX, off = cuFile only, "
+                                           "auto = cuFile when the system allows"},
+            "require_gds": {"type": "boolean", "default": False,
+                            "description": "fail before the run unless I/O takes the real GDS DMA path"},
+            "bypass_page_cache": {"type": "boolean", "default": True,
+                                  "description": "keep the page cache out of the measurement (O_DIRECT under "
+                                                 "cuFile; fsync + posix_fadvise DONTNEED on fallback paths)"},
+            "fsync": {"type": "boolean", "default": True,
+                      "description": "fsync each entry before write returns"},
+            "payload_origin": {"enum": ["host", "gpu"], "default": "host",
+                               "description": "gpu: render generated payloads in GPU memory (no host bytes)"},
+        },
+    }
+    DEFAULTS: ClassVar[dict[str, Any]] = {
+        key: spec["default"] for key, spec in options_schema["properties"].items() if "default" in spec
+    }
+
+    def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
+        super().__init__(options, context)
+        resolved = {**self.DEFAULTS, **options}
+        self.label = f"tier '{context.tier_name}' ({self.name})"
+        self.device_name: str = resolved["device"]
+        self.num_threads: int = resolved["num_threads"]
+        self.compat_mode: str = resolved["compat_mode"]
+        self.require_gds: bool = resolved["require_gds"]
+        self.bypass_page_cache: bool = resolved["bypass_page_cache"]
+        self.fsync: bool = resolved["fsync"]
+        self.payload_origin: str = resolved["payload_origin"]
+        self.transfer_size = self._size("transfer_size", resolved["transfer_size"], aligned=True)
+        self.task_size = self._size("task_size", resolved["task_size"], aligned=True)
+        self.directory = TierDirectory(resolved["path"], check_key(context.run_id),
+                                       allow_nonempty=False, label=self.label)
+        self.status: KvikioStatus | None = None
+        self.access: AccessPath | None = None
+        self._staging = threading.local()
+        self._files: set[str] = set()
+        self._lock = threading.Lock()
+        self._noise: Any = None  # DeviceNoise of the run's pool, made on the first GPU-origin write
+        self._writes: Counter[str] = Counter()
+
+    def _size(self, option: str, value: int | str, *, aligned: bool) -> int:
+        where = f"tiers.{self.context.tier_name}.options.{option}"
+        size = parse_size(value)
+        if not ALIGN <= size <= MAX_TRANSFER or (aligned and size % ALIGN):
+            raise SpecError(f"{where}: expected a multiple of 4 KiB between 4 KiB and 1 GiB, got {value!r}")
+        return size
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Check driver → kvikio → torch → device (the order that names the real blocker), then
+        configure kvikio, decide the access path and prove it with one aligned round trip."""
+        cuda = self.device_name.startswith("cuda")
+        problem = driver_problem() if cuda else None
+        if problem is not None:
+            raise BackendUnavailable(f"{self.label}: {problem}")
+        try:
+            import kvikio
+        except ImportError as error:
+            raise BackendUnavailable(f"{self.label}: kvikio is not installed ({error}): {INSTALL_HINT}") from None
+        except Exception as error:
+            raise BackendUnavailable(f"{self.label}: kvikio failed to load: {error}") from None
+        try:
+            import torch
+        except ImportError:
+            raise BackendUnavailable(f"{self.label}: torch is needed for GPU buffers: {INSTALL_HINT}") from None
+        if cuda and not torch.cuda.is_available():
+            raise BackendUnavailable(f"{self.label}: no CUDA device visible to torch {torch.__version__} "
+                                     f"(built for CUDA {torch.version.cuda or 'none'}); check nvidia-smi and "
+                                     "CUDA_VISIBLE_DEVICES, or install a CUDA build of torch")
+        self._kvikio, self._torch = kvikio, torch
+        self.device = torch.device(self.device_name)
+        if self.device.type == "cuda" and (self.device.index or 0) >= torch.cuda.device_count():
+            raise BackendUnavailable(f"{self.label}: {self.device_name} does not exist "
+                                     f"({torch.cuda.device_count()} CUDA devices)")
+        self.directory.open()
+        try:
+            self.status = configure_kvikio(kvikio, compat_mode=self.compat_mode, num_threads=self.num_threads,
+                                           task_size=self.task_size)
+            filesystem = describe_location(self.directory.path)["filesystem"]
+            fs_type = filesystem["type"] if isinstance(filesystem, dict) else None
+            self.access = decide_access(device_is_cuda=cuda, status=self.status, filesystem=fs_type)
+            if self.require_gds and not self.access.gds:
+                raise BackendUnavailable(f"{self.label}: require_gds is set but I/O would take "
+                                         f"{self.access.mechanism}: {self.access.reason}")
+            self._probe()
+        except BaseException:
+            self.directory.close()
+            raise
+
+    def _probe(self) -> None:
+        """Write and read back one 4 KiB block through CuFile, so compat_mode: off on an unsuitable
+        system or a read-only filesystem fails here, clearly, not in the middle of the run."""
+        path = os.path.join(self.directory.path, f".{self.context.run_id}-probe")
+        block = self._device_buffer()[:ALIGN]
+        with self._gpu_work():
+            block.fill_(0xA5)
+            check = self._torch.zeros(ALIGN, dtype=self._torch.uint8, device=self.device)
+        try:
+            with self._kvikio.CuFile(path, "w") as handle:
+                handle.pwrite(block, ALIGN, 0).get()
+            with self._kvikio.CuFile(path, "r") as handle:
+                handle.pread(check, ALIGN, 0).get()
+        except (OSError, RuntimeError) as error:
+            raise BackendUnavailable(f"{self.label}: kvikio cannot do I/O in {self.directory.path} "
+                                     f"({self.access.mechanism if self.access else 'unknown path'}): {error}") from None
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        if not bool(self._torch.equal(block, check)):
+            raise BackendUnavailable(f"{self.label}: a 4 KiB probe read back different bytes in {self.directory.path}")
+
+    def close(self) -> None:
+        with self._lock:
+            paths, self._files = self._files, set()
+            self._noise = None
+        self._staging = threading.local()  # drop the staging buffers (GPU memory) of every thread
+        if self.context.keep:
+            return
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        self.directory.close()
+
+    # -- buffers ---------------------------------------------------------------------------------
+
+    def _device_buffer(self) -> Any:
+        """This thread's device staging buffer (allocated on first use, reused afterwards)."""
+        buffer = getattr(self._staging, "device", None)
+        if buffer is None:
+            buffer = self._torch.empty(self.transfer_size, dtype=self._torch.uint8, device=self.device)
+            self._staging.device = buffer
+        return buffer
+
+    def _host_buffer(self) -> tuple[Any, memoryview]:
+        """This thread's pinned host buffer and a memoryview of it (the bridge to sources and sinks)."""
+        buffer = getattr(self._staging, "host", None)
+        if buffer is None:
+            pinned = self.device.type == "cuda"
+            buffer = self._torch.empty(self.transfer_size, dtype=self._torch.uint8, pin_memory=pinned)
+            self._staging.host = buffer
+            self._staging.host_view = memoryview(buffer.numpy())
+        return buffer, self._staging.host_view
+
+    @contextlib.contextmanager
+    def _gpu_work(self) -> Iterator[None]:
+        """Run torch ops on this thread's own CUDA stream and wait for them: kvikio touches the
+        memory from its own threads, and a per-thread stream keeps threads from waiting on each other."""
+        if self.device.type != "cuda":
+            yield
+            return
+        stream = getattr(self._staging, "stream", None)
+        if stream is None:
+            stream = self._staging.stream = self._torch.cuda.Stream(self.device)
+        with self._torch.cuda.stream(stream):
+            yield
+        stream.synchronize()
+
+    def _device_noise(self, payload: EntryPayload) -> Any:
+        with self._lock:
+            if self._noise is None or self._noise.pool is not payload.pool:
+                from kvbench_gds.gpu_payload import DeviceNoise
+
+                self._noise = DeviceNoise(payload.pool, self.device, self.transfer_size)
+            return self._noise
+
+    # -- data path -------------------------------------------------------------------------------
+
+    def path_of(self, key: str) -> str:
+        """The entry's file; the key check keeps it inside the tier directory."""
+        return os.path.join(self.directory.path, f"{self.context.run_id}-{check_key(key)}.kv")
+
+    def _tasks(self, nbytes: int) -> int:
+        return max(1, -(-nbytes // self.task_size))
+
+    def _stage(self, source: ByteSource, offset: int, n: int, on_gpu: bool) -> Any:
+        """Put the source's bytes ``[offset, offset + n)`` into the device buffer; return that slice."""
+        piece = self._device_buffer()[:n]
+        if on_gpu:
+            with self._gpu_work():
+                self._noise.render(source.entry_id, offset, piece)
+        else:
+            host, view = self._host_buffer()
+            source.fill(offset, view[:n])
+            with self._gpu_work():
+                piece.copy_(host[:n], non_blocking=True)
+        return piece
+
+    def write(self, key: str, source: ByteSource) -> IOTiming:
+        on_gpu = self.payload_origin == "gpu" and isinstance(source, EntryPayload)
+        if on_gpu:
+            self._device_noise(source)
+        with self._lock:
+            self._writes["gpu_rendered" if on_gpu else "host_staged"] += 1
+
+        def pieces(handle: Any) -> tuple[float, float, int]:
+            host = device = 0.0
+            commands = 0
+            for offset in range(0, source.size, self.transfer_size):
+                n = min(self.transfer_size, source.size - offset)
+                t0 = time.perf_counter()
+                piece = self._stage(source, offset, n, on_gpu)
+                t1 = time.perf_counter()
+                self._checked(handle.pwrite(piece, n, offset, self.task_size).get(), n, key, offset)
+                host += t1 - t0
+                device += time.perf_counter() - t1
+                self._log(key, "write", offset, n, t1)
+                commands += self._tasks(n)
+            return host, device, commands
+
+        return self._write_file(key, source.size, pieces)
+
+    def write_tensor(self, key: str, tensor: Any) -> IOTiming:
+        """Write an entry that already lives in GPU memory (a torch tensor or CuPy array) straight
+        to storage: the GPU → NVMe eviction path, no host bounce.
+
+        The cache calls it when demoting from the ``gpu`` tier:
+        ``gds.write_tensor(key, gpu_tier.tensor(key))`` instead of
+        ``write(key, source_reading_gpu_tier)``.  The tensor's bytes are the entry.
+        """
+        torch_tensor = isinstance(tensor, self._torch.Tensor)
+        flat = tensor.reshape(-1).view(self._torch.uint8) if torch_tensor else tensor  # CuPy: as it is
+        nbytes = int(flat.nbytes)
+        with self._lock:
+            self._writes["from_gpu_tensor"] += 1
+
+        def whole(handle: Any) -> tuple[float, float, int]:
+            t0 = time.perf_counter()
+            self._checked(handle.pwrite(flat, nbytes, 0, self.task_size).get(), nbytes, key, 0)
+            self._log(key, "write", 0, nbytes, t0)
+            return 0.0, time.perf_counter() - t0, self._tasks(nbytes)
+
+        return self._write_file(key, nbytes, whole)
+
+    def _write_file(self, key: str, size: int, body: Any) -> IOTiming:
+        """Open (truncate) the entry's file, run ``body(handle) -> (host, device, commands)``, fsync and
+        drop cached pages as configured.  A failed write leaves no half-written file behind."""
+        path = self.path_of(key)
+        start = time.perf_counter()
+        with self._lock:
+            self._files.add(path)
+        try:
+            with self._kvikio.CuFile(path, "w") as handle:
+                opened = time.perf_counter()
+                host, device, commands = body(handle)
+                t0 = time.perf_counter()
+                if self.fsync or self._drop_cache:
+                    os.fsync(handle.fileno())
+                device += time.perf_counter() - t0 + (opened - start)
+                if self._drop_cache:
+                    t0 = time.perf_counter()
+                    os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+                    host += time.perf_counter() - t0
+        except BaseException:
+            self._forget(path)
+            raise
+        return IOTiming(time.perf_counter() - start, host, device, size, commands)
+
+    @property
+    def _drop_cache(self) -> bool:
+        """Dropping pages is needed only where the page cache is in the path (not cuFile DMA)."""
+        return self.bypass_page_cache and not (self.access is not None and self.access.gds)
+
+    def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
+        inspect = not isinstance(sink, DiscardSink)  # the discard sink needs no bytes on the host
+        start = time.perf_counter()
+        host = device = 0.0
+        commands = 0
+        with self._kvikio.CuFile(self.path_of(key), "r") as handle:
+            device += time.perf_counter() - start
+            if self._drop_cache:
+                t0 = time.perf_counter()
+                os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+                host += time.perf_counter() - t0
+            buffer = self._device_buffer()
+            for offset in range(0, size, self.transfer_size):
+                n = min(self.transfer_size, size - offset)
+                t0 = time.perf_counter()
+                self._checked(handle.pread(buffer[:n], n, offset, self.task_size).get(), n, key, offset)
+                t1 = time.perf_counter()
+                device += t1 - t0
+                self._log(key, "read", offset, n, t0)
+                commands += self._tasks(n)
+                if inspect:
+                    pinned, view = self._host_buffer()
+                    with self._gpu_work():
+                        pinned[:n].copy_(buffer[:n], non_blocking=True)
+                    sink.consume(offset, view[:n])
+                    host += time.perf_counter() - t1
+        return IOTiming(time.perf_counter() - start, host, device, size, commands)
+
+    def read_range(self, key: str, offset: int, out: memoryview) -> None:
+        """Read into the caller's host buffer (the source side of a demotion; kvikio handles host memory)."""
+        import numpy as np
+
+        target = np.frombuffer(out, dtype=np.uint8)
+        with self._kvikio.CuFile(self.path_of(key), "r") as handle:
+            self._checked(handle.pread(target, len(out), offset, self.task_size).get(), len(out), key, offset)
+
+    @staticmethod
+    def _checked(moved: int, expected: int, key: str, offset: int) -> None:
+        if moved != expected:
+            raise OSError(f"kvikio moved {moved} of {expected} bytes of {key!r} at offset {offset}")
+
+    def _log(self, key: str, op: str, offset: int, nbytes: int, started: float) -> None:
+        if self.context.io_log is not None:
+            self.context.io_log.record(key, op, offset, nbytes, started, time.perf_counter())
+
+    def delete(self, key: str) -> None:
+        self._forget(self.path_of(key))
+
+    def _forget(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        with self._lock:
+            self._files.discard(path)
+
+    # -- declaration -----------------------------------------------------------------------------
+
+    def capacity_bytes(self) -> int | None:
+        return shutil.disk_usage(self.directory.path).free
+
+    def describe(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "backend": self.name,
+            "medium": "files on a local filesystem, moved to and from GPU memory",
+            "device": self.device_name,
+            "transfer_size": self.transfer_size,
+            "fsync": self.fsync,
+            "payload_origin": self.payload_origin,
+            "writes": dict(self._writes),
+            "path": self.directory.path,
+        }
+        if self.access is None:  # not opened: say nothing about a path that was never taken
+            return {**info, "gds": False, "access_mechanism": "not opened"}
+        if self.access.gds:
+            page_cache = "bypassed (cuFile DMA, O_DIRECT)"
+        elif self.bypass_page_cache:
+            page_cache = "dropped (fsync + posix_fadvise DONTNEED after each write and before each read)"
+        else:
+            page_cache = "used (reads may be served from memory)"
+        gpu = self._torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else None
+        return {
+            **info,
+            "gds": self.access.gds,
+            "access_mechanism": self.access.mechanism,
+            "not_gds_because": self.access.reason or None,
+            "page_cache": page_cache,
+            "gpu_model": gpu,
+            **(self.status.as_dict() if self.status else {}),
+            **describe_location(self.directory.path),
+        }
