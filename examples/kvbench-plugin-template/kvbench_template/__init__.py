@@ -1,0 +1,1 @@
+"""Template kvbench plugin: an in-memory storage tier (``backend: template-memory``)."""
