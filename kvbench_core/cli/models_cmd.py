@@ -38,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def handle_list(args: argparse.Namespace) -> int:
     dtype = normalize_dtype(args.dtype) if args.dtype else None
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"name": name, "family": g.family, "layers": g.layers, "kv_heads": g.kv_heads, "head_dim": g.head_dim,
          "dtype": dtype or g.default_dtype, "bytes_per_token": g.bytes_per_token(dtype)}
         for name, g in catalog().items()

@@ -19,7 +19,7 @@ import uuid
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -40,6 +40,10 @@ FORMAT = "kvbench-kvio-replay"
 VERSION = 1
 
 
+def _backend_class(tier: dict[str, Any], where: str) -> type[StorageBackend]:
+    return cast(type[StorageBackend], lookup("backend", tier["backend"], path=f"{where}.backend"))
+
+
 def tier_from_argument(text: str) -> tuple[dict[str, Any], str]:
     """``(tier, where)`` from ``--tier``: an inline YAML/JSON mapping, or a run spec file whose first
     persistent (non-memory) tier is used.  ``where`` names the tier in later errors."""
@@ -51,7 +55,7 @@ def tier_from_argument(text: str) -> tuple[dict[str, Any], str]:
             where = f"{text}: cache.tiers[{index}]"
             if not isinstance(tier, dict) or "backend" not in tier:
                 raise InputFileError(f"{where}: field 'backend' is missing")
-            if not lookup("backend", tier["backend"], path=f"{where}.backend").volatile:
+            if not _backend_class(tier, where).volatile:
                 return tier, where
         raise InputFileError(f"{text}: cache.tiers has no persistent (non-memory) tier to replay on")
     try:
@@ -114,25 +118,25 @@ def _phase(backend: StorageBackend, op: str, objects: tuple[KVObject, ...], pool
     return time.perf_counter() - start, timings
 
 
-def _op_result(objects: tuple[KVObject, ...], seconds: float, timings: list[IOTiming]) -> dict[str, Any]:
+def _op_result(objects: tuple[KVObject, ...], seconds: float, timings: list[IOTiming],
+               latency: LatencyHistogram) -> dict[str, Any]:
     nbytes = sum(obj.nbytes for obj in objects)
     return {"objects": len(objects), "bytes": nbytes, "seconds": seconds,
             "throughput_bytes_per_s": nbytes / seconds if seconds > 0 else None,
-            "tier_commands": sum(t.commands for t in timings),
-            "latency_ms": _histogram(timings).summary()}
+            "tier_commands": sum(t.commands for t in timings), "latency_ms": latency.summary()}
 
 
-def _load_vs_recompute(breakeven: list[dict[str, Any]], rate: float,
-                       loads: dict[tuple[int, int | None], LatencyHistogram]) -> dict[str, Any]:
+def _load_vs_recompute(breakeven: dict[str, Any], loads: dict[tuple[int, int | None], LatencyHistogram]
+                       ) -> dict[str, Any]:
     """Planned break-even bandwidth per object class against the measured median load of that class."""
     rows = []
-    for row in breakeven:
+    for row in breakeven["classes"]:
         load_s = loads[(row["payload_bytes"], row["tokens"])].quantile(0.5) or 0.0
         measured = row["payload_bytes"] / load_s if load_s > 0 else float("inf")
         rows.append({**row, "load_s_p50": load_s, "measured_bytes_per_s": measured,
                      "load_to_recompute": load_s / row["recompute_s"],
                      "faster": "load" if measured > row["breakeven_bytes_per_s"] else "recompute"})
-    return {"prefill_tokens_per_sec": rate, "classes": rows}
+    return {**breakeven, "classes": rows}
 
 
 def _noise_pool(manifest: Manifest, seed: int, max_piece: int) -> NoisePool:
@@ -150,9 +154,10 @@ def replay(manifest: Manifest, tier: dict[str, Any], settings: ReplaySettings, *
     if not manifest.objects:
         raise SpecError("the manifest holds no objects to replay")
     rate = settings.prefill_tokens_per_sec
-    breakeven = None if rate is None else recompute_breakeven(manifest, rate)  # bad input fails before any I/O
+    breakeven = None if rate is None else {  # computed first so that a bad rate fails before any I/O
+        "prefill_tokens_per_sec": rate, "classes": recompute_breakeven(manifest, rate)}
     options = dict(tier.get("options") or {})
-    cls = lookup("backend", tier["backend"], path=f"{where}.backend")
+    cls = _backend_class(tier, where)
     if "transfer_size" in cls.options_schema.get("properties", {}):
         options.setdefault("transfer_size", manifest.geometry.max_transfer)
     log = IOLog(settings.io_log, manifest.trace_ids) if settings.io_log else None
@@ -178,7 +183,7 @@ def replay(manifest: Manifest, tier: dict[str, Any], settings: ReplaySettings, *
 
 
 def _run_passes(backend: StorageBackend, manifest: Manifest, settings: ReplaySettings, gate: _OnePassLog | None,
-                breakeven: list[dict[str, Any]] | None) -> dict[str, Any]:
+                breakeven: dict[str, Any] | None) -> dict[str, Any]:
     pool = _noise_pool(manifest, settings.seed, backend.transfer_size)
     tier = backend.describe()
     disk = DiskWindow(tier) if settings.diskstats else None
@@ -196,11 +201,12 @@ def _run_passes(backend: StorageBackend, manifest: Manifest, settings: ReplaySet
             passed = {op: _phase(backend, op, manifest.objects, pool, executor) for op in OPS}
             if not measured:
                 continue
+            histograms = {op: _histogram(passed[op][1]) for op in OPS}
             iterations.append({"iteration": len(iterations) + 1,
-                               **{op: _op_result(manifest.objects, *passed[op]) for op in OPS}})
+                               **{op: _op_result(manifest.objects, *passed[op], histograms[op]) for op in OPS}})
             for op in OPS:
                 wall[op] += passed[op][0]
-                latency[op].merge(_histogram(passed[op][1]))
+                latency[op].merge(histograms[op])
             for obj, timing in zip(manifest.objects, passed["load"][1], strict=True):
                 loads[(obj.nbytes, obj.tokens)].add(timing.total)
     if gate:
@@ -216,7 +222,7 @@ def _run_passes(backend: StorageBackend, manifest: Manifest, settings: ReplaySet
                          "latency_ms": latency[op].summary()} for op in OPS},
     }
     if breakeven is not None:
-        report["load_vs_recompute"] = _load_vs_recompute(breakeven, settings.prefill_tokens_per_sec, loads)
+        report["load_vs_recompute"] = _load_vs_recompute(breakeven, loads)
     if disk:
         window = {op: Counter({size: n * settings.iters for size, n in planned[op].items()}) for op in OPS}
         report["diskstats"] = disk.report(window["store"], window["load"])

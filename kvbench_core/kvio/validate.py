@@ -74,8 +74,11 @@ def _int(record: dict[str, Any], name: str, where: str) -> int:
 
 def _tracer_command(record: dict[str, Any], where: str, lba_bytes: int | None) -> tuple[int, str, int] | None:
     """``(trace_id, op, bytes)`` of an ``nvme_cmd`` record; None for flushes and other opcodes."""
-    name = record.get("op_name")
-    op = _OPS.get(name.lower()) if isinstance(name, str) else _NVME_OPCODES.get(record.get("nvme_opcode"))
+    name, opcode = record.get("op_name"), record.get("nvme_opcode")
+    if isinstance(name, str):
+        op = _OPS.get(name.lower())
+    else:
+        op = _NVME_OPCODES.get(opcode) if isinstance(opcode, int) else None
     if op is None:
         return None
     trace_id = _int(record, "user_data", where) >> 32
@@ -146,7 +149,8 @@ def _fraction(hits: int, total: int) -> dict[str, Any]:
 
 def _scores(units: list[tuple[Counter[int], Counter[int]]], extra_measured: Counter[int]) -> dict[str, Any]:
     """Exact-match, size-match, WAPE and TV over ``(planned, measured)`` units plus unattributed commands."""
-    planned_hist, measured_hist = Counter(), log2_histogram(extra_measured)
+    planned_hist: Counter[int] = Counter()
+    measured_hist = log2_histogram(extra_measured)
     error = measured_bytes = total_bytes(extra_measured)
     exact = sizes = 0
     for planned, measured in units:
@@ -180,7 +184,7 @@ def validate(manifest: Manifest, trace: MeasuredTrace) -> dict[str, Any]:
             unattributed[op].update(commands)
             foreign_ids.add(trace_id)
     units: dict[str, list[tuple[Counter[int], Counter[int]]]] = {op: [] for op in ops}
-    mismatches = []
+    mismatches: list[dict[str, Any]] = []
     for trace_id, obj in known.items():
         for op in ops:
             planned = manifest.geometry.commands(op, obj.nbytes)
