@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "plan_cmd",
     "replay_cmd",
     "validate_cmd",
+    "trace_cmd",
 ]
 
 
