@@ -11,11 +11,11 @@ import re
 from typing import Any
 
 REDACTED = "***"
-_SECRET_KEY = re.compile(r"(pass(word|wd)?|secret|token|credential|api[_-]?key|access[_-]?key|private[_-]?key"
-                         r"|session[_-]?key|auth)", re.IGNORECASE)
-_SAFE_KEYS = {"password_env", "token_env", "secret_env", "auth_env", "max_tokens", "tokens", "chunk_tokens",
-              "prefix_tokens", "turn_tokens", "block_tokens", "max_context_tokens", "max_generate_tokens",
-              "chars_per_token", "tokens_per_s", "bytes_per_token"}
+#: Name parts that mark a credential (``aws_secret_access_key``, ``auth_token``, ``password``…).
+_SECRET_PARTS = {"password", "passwd", "pwd", "secret", "credential", "credentials", "apikey",
+                 "passphrase", "signature"}
+#: ``*_key`` names that are credentials (``access_key``, ``api_key``, ``private_key``…).
+_SECRET_KEY_PREFIXES = {"access", "secret", "private", "api", "session", "sas", "auth", "signing"}
 _URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@")
 _QUERY_SECRET = re.compile(r"(?P<key>[?&](?:[^=&\s]*(?:token|secret|password|signature|credential)[^=&\s]*)=)"
                            r"[^&\s]+", re.IGNORECASE)
@@ -23,10 +23,16 @@ _AWS_KEY = re.compile(r"\b(AKIA|ASIA)[A-Z0-9]{16}\b")
 
 
 def is_secret_key(key: str) -> bool:
-    lowered = key.lower()
-    if lowered in _SAFE_KEYS or lowered.endswith("_env") or lowered.endswith("tokens"):
+    """Whether a mapping key names a credential, judged by its name parts, not substrings: ``token`` and
+    ``auth_token`` are secrets, ``tokenizer``, ``max_tokens`` and ``password_env`` (a variable *name*) are not."""
+    parts = [part for part in re.split(r"[_\-.\s]+", key.lower()) if part]
+    if not parts or parts[-1] == "env":
         return False
-    return bool(_SECRET_KEY.search(lowered))
+    if any(part in _SECRET_PARTS for part in parts):
+        return True
+    if parts[-1] == "token":  # auth_token, session_token, token; not bytes_per_token or token_rate
+        return len(parts) == 1 or parts[-2] != "per"
+    return parts[-1] == "key" and len(parts) > 1 and parts[-2] in _SECRET_KEY_PREFIXES
 
 
 def redact_text(text: str, known_secrets: tuple[str, ...] = ()) -> str:
