@@ -78,17 +78,12 @@ class RequestExecutor:
             if key is not None:
                 for _ in range(decode_read_count(request.generate_tokens, self.decode_batch)):
                     self.telemetry.count("decode_reads")
-                    if self._read(key) is None:
+                    size = self.cache.entry_size(key)
+                    if size is None or self._read(key) is None:
                         self.telemetry.count("decode_misses")
                         break
-                    decode_tokens += self._entry_tokens(request, key)
+                    decode_tokens += size // bpt
         return StepOutcome(time.perf_counter() - start, decode_tokens)
-
-    @staticmethod
-    def _entry_tokens(request: Request, key: str) -> int:
-        if request.write is not None and request.write.key == key:
-            return request.write.tokens
-        return request.context_tokens
 
 
 class _TimedVerifySink:
