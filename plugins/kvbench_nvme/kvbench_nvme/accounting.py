@@ -51,17 +51,20 @@ class Phase:
 
     ``list.append`` is atomic under the GIL, so threads record without a lock.
     ``failed`` tells the other threads to stop after one of them raised.
+    ``in_flight`` admits at most ``queue_depth`` pread/pwrite commands at once
+    (there may be more threads: one prepares the next piece meanwhile).
     ``consume_lock`` serialises ``sink.consume``: sinks keep state (a checksum,
     a verify scratch buffer) and are not required to be thread-safe.
     """
 
-    __slots__ = ("consume_lock", "failed", "host", "io", "syscall")
+    __slots__ = ("consume_lock", "failed", "host", "in_flight", "io", "syscall")
 
-    def __init__(self) -> None:
+    def __init__(self, queue_depth: int = 1) -> None:
         self.host: list[Interval] = []
         self.io: list[Interval] = []
         self.syscall: list[Interval] = []
         self.failed = False
+        self.in_flight = threading.Semaphore(queue_depth)
         self.consume_lock = threading.Lock()
 
     def timed_syscall(self, call: Callable[..., T], *args: object) -> T:

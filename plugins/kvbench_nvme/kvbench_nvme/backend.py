@@ -7,8 +7,12 @@ it, a read ``preadv``s into the buffer and hands the piece to
 ``sink.consume(offset, view)``.  No entry is materialised, no buffer is
 allocated per operation, nothing is serialised.  ``os.pwrite``/``os.preadv``
 release the GIL, so ``queue_depth`` threads keep that many commands in flight
-per entry; the calling thread is one of them, the rest come from a pool sized
-``concurrency × (queue_depth - 1)``.
+per entry, and one more thread prepares the next piece meanwhile (fills it
+while the others write, or lets the sink consume the last one while the others
+read), so host work overlaps the device even at ``queue_depth: 1`` as it does
+in fio, where the buffer is ready before the next command.  The calling thread
+is one of these workers; the rest come from a pool sized ``concurrency ×
+queue_depth``.
 
 Durability and cache.  ``fsync: true`` ends every write with ``fsync`` (the
 entry is on the device when ``write`` returns).  ``drop_cache: true`` calls
@@ -26,7 +30,8 @@ written with its last piece zero-padded to 4 KiB and then ``ftruncate``d to
 its real size, and its last piece is read with the aligned-up length (the
 short read at end of file returns just the real bytes).  The device therefore
 moves up to 4 KiB - 1 more than the entry per O_DIRECT operation;
-``IOTiming.nbytes`` stays the entry size.
+``IOTiming.nbytes`` stays the entry size, while the per-command ``io_log``
+records the aligned length the device moved (for writes and reads alike).
 
 L4 split (the seed's host vs device).  ``host`` = user-space preparation:
 ``source.fill``, ``sink.consume``, the ``posix_fadvise`` calls (page-cache
@@ -67,6 +72,7 @@ from kvbench_nvme.directory import TierDirectory
 from kvbench_nvme.fsinfo import describe_location
 
 ALIGN = 4096
+PREPARE_AHEAD = 1  # workers beyond queue_depth: prepare the next piece while queue_depth commands are in flight
 MAX_TRANSFER = 1 << 30
 _ZEROS = memoryview(bytes(ALIGN))  # padding source for an unaligned O_DIRECT tail; never allocated per op
 
@@ -148,9 +154,9 @@ class NVMeBackend(StorageBackend):
             raise BackendUnavailable(f"{self.label}: buffered reads need posix_fadvise, which this OS lacks")
         self.directory.open()
         self._probe()
-        if self.queue_depth > 1:
-            workers = max(1, self.context.concurrency) * (self.queue_depth - 1)
-            self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"kvbench-{self.name}")
+        helpers = max(1, self.context.concurrency) * (self.queue_depth + PREPARE_AHEAD - 1)
+        if helpers:
+            self._pool = ThreadPoolExecutor(max_workers=helpers, thread_name_prefix=f"kvbench-{self.name}")
 
     def _probe(self) -> None:
         """Write, read and delete one aligned block the way entries will be, so a read-only
@@ -210,7 +216,7 @@ class NVMeBackend(StorageBackend):
     def write(self, key: str, source: ByteSource) -> IOTiming:
         path = self.path_of(key)
         size = source.size
-        phase = Phase()
+        phase = Phase(self.queue_depth)
         start = time.perf_counter()
         with self._files_lock:
             self._files.add(path)
@@ -245,21 +251,22 @@ class NVMeBackend(StorageBackend):
                 length = _align_up(n)
                 view[n:length] = _ZEROS[: length - n]
             phase.host.append((t0, time.perf_counter()))
-            done = 0
-            while done < length:
-                t1 = time.perf_counter()
-                written = os.pwrite(fd, view[done:length], offset + done)
-                t2 = time.perf_counter()
-                phase.io.append((t1, t2))
-                if log is not None:
-                    log.record(key, "write", offset + done, written, t1, t2)
-                if written <= 0:
-                    raise OSError(errno.EIO, f"pwrite wrote nothing at offset {offset + done}")
-                done += written
+            with phase.in_flight:
+                done = 0
+                while done < length:
+                    t1 = time.perf_counter()
+                    written = os.pwrite(fd, view[done:length], offset + done)
+                    t2 = time.perf_counter()
+                    phase.io.append((t1, t2))
+                    if log is not None:
+                        log.record(key, "write", offset + done, written, t1, t2)
+                    if written <= 0:
+                        raise OSError(errno.EIO, f"pwrite wrote nothing at offset {offset + done}")
+                    done += written
 
     def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
         path = self.path_of(key)
-        phase = Phase()
+        phase = Phase(self.queue_depth)
         start = time.perf_counter()
         fd = phase.timed_syscall(os.open, path, self._read_flags)
         try:
@@ -286,26 +293,27 @@ class NVMeBackend(StorageBackend):
                 return
             n = min(self.transfer_size, size - offset)
             length = _align_up(n) if self.direct else n
-            got = 0
-            while got < n:
-                t1 = time.perf_counter()
-                count = os.preadv(fd, [view[got:length]], offset + got)
-                t2 = time.perf_counter()
-                phase.io.append((t1, t2))
-                if log is not None:
-                    log.record(key, "read", offset + got, count, t1, t2)
-                if count <= 0:
-                    raise OSError(errno.EIO, f"entry file ends at byte {offset + got}, expected {size} bytes")
-                got += count
+            with phase.in_flight:
+                got = 0
+                while got < n:
+                    t1 = time.perf_counter()
+                    count = os.preadv(fd, [view[got:length]], offset + got)
+                    t2 = time.perf_counter()
+                    phase.io.append((t1, t2))
+                    if log is not None:  # O_DIRECT: the device read whole blocks even where the file ends
+                        log.record(key, "read", offset + got, _align_up(count) if self.direct else count, t1, t2)
+                    if count <= 0:
+                        raise OSError(errno.EIO, f"entry file ends at byte {offset + got}, expected {size} bytes")
+                    got += count
             with phase.consume_lock:
                 t0 = time.perf_counter()
                 sink.consume(offset, view[:n])
                 phase.host.append((t0, time.perf_counter()))
 
     def _run(self, phase: Phase, size: int, worker: Callable[[], None]) -> None:
-        """Run ``worker`` on this thread and on up to ``queue_depth - 1`` pool threads; they share
-        the piece counter.  Returns when all have stopped; re-raises the first error."""
-        helpers = min(self.queue_depth, -(-size // self.transfer_size)) - 1
+        """Run ``worker`` on this thread and on up to ``queue_depth + PREPARE_AHEAD - 1`` pool threads;
+        they share the piece counter.  Returns when all have stopped; re-raises the first error."""
+        helpers = min(self.queue_depth + PREPARE_AHEAD, -(-size // self.transfer_size)) - 1
         futures: list[Future[None]] = []
         if helpers > 0 and self._pool is not None:
             futures = [self._pool.submit(self._guarded, phase, worker) for _ in range(helpers)]
@@ -381,5 +389,6 @@ class NVMeBackend(StorageBackend):
             "drop_cache": self.drop_cache and not self.direct,
             "direct": self.direct,
             "path": self.directory.path,
+            "fs_type": fs_type,
             **location,
         }
