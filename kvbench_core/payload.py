@@ -19,7 +19,7 @@ import numpy as np
 
 POOL_BYTES = 64 << 20
 BLOCK = 512
-_STAMP_WORDS = 2  # (entry_id, block_index) as little-endian uint64
+STAMP_BYTES = 16  # (entry_id, block_index) as two little-endian uint64 at the start of each block
 
 
 def entry_id_for(key: str) -> int:
@@ -58,20 +58,27 @@ class NoisePool:
         self._stamp(entry_id, offset, out)
 
     def _stamp(self, entry_id: int, offset: int, out: np.ndarray) -> None:
+        """Overwrite the stamp bytes of every 512 B block that ``out`` (at ``offset``) overlaps."""
+        n = out.shape[0]
         first_block = -(-offset // BLOCK)  # first block boundary at or after offset
-        skip = first_block * BLOCK - offset
-        usable = out.shape[0] - skip
-        full = usable // BLOCK
+        lead = min(first_block * BLOCK - offset, n)  # bytes before that boundary (end of the previous block)
+        within = offset % BLOCK
+        if lead > 0 and within < STAMP_BYTES:  # the piece starts inside the previous block's stamp
+            self._partial_stamp(entry_id, offset // BLOCK, within, out[: min(lead, STAMP_BYTES - within)])
+        full = (n - lead) // BLOCK
         if full > 0:
-            words = out[skip:skip + full * BLOCK].view(np.uint64).reshape(full, BLOCK // 8)
+            words = out[lead:lead + full * BLOCK].view(np.uint64).reshape(full, BLOCK // 8)
             words[:, 0] = entry_id
             np.add(self._block_index[:full], np.uint64(first_block), out=words[:, 1])
-        tail = usable - full * BLOCK
-        if tail > 0:
-            stamp = np.array([entry_id, first_block + full], dtype="<u8").view(np.uint8)
-            at = skip + full * BLOCK
-            k = min(tail, stamp.shape[0])
-            out[at:at + k] = stamp[:k]
+        tail_at = lead + full * BLOCK
+        if tail_at < n:
+            self._partial_stamp(entry_id, first_block + full, 0, out[tail_at:tail_at + STAMP_BYTES])
+
+    @staticmethod
+    def _partial_stamp(entry_id: int, block: int, start: int, out: np.ndarray) -> None:
+        """Stamp bytes ``[start, start + len(out))`` of block ``block`` (a piece edge cuts the stamp)."""
+        stamp = np.array([entry_id, block], dtype="<u8").view(np.uint8)
+        out[:] = stamp[start:start + out.shape[0]]
 
 
 class EntryPayload:
