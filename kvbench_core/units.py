@@ -12,7 +12,8 @@ _SIZE_UNITS = {
 }
 _DURATION_UNITS = {"": 1.0, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 
-SIZE_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*([kKmMgGtT]i?[bB]?|[bB])?\s*$"
+# Exactly the units ``parse_size`` knows: a bare "8Gi" must fail validation, not the run.
+SIZE_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*([kKmMgGtT]([iI][bB]|[bB])?|[bB])?\s*$"
 DURATION_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*(ms|s|m|min|h)?\s*$"
 
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
