@@ -31,6 +31,11 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _missing_field(error: ValidationError) -> str:
+    """The field a ``required`` error is about (jsonschema only says it in the message)."""
+    return error.message.split("'")[1] if "'" in error.message else error.message
+
+
 def describe_error(error: ValidationError, root: str = "") -> str:
     """One line for one schema violation."""
     path = json_path(error.absolute_path, root)
@@ -53,8 +58,7 @@ def describe_error(error: ValidationError, root: str = "") -> str:
     if kind == "const":
         return f"{path}: expected {_shown(error.validator_value)}, got {_shown(value)}"
     if kind == "required":
-        missing = error.message.split("'")[1] if "'" in error.message else error.message
-        return f"{json_path([*error.absolute_path, missing], root)}: required field is missing"
+        return f"{json_path([*error.absolute_path, _missing_field(error)], root)}: required field is missing"
     if kind == "additionalProperties":
         allowed = sorted(schema.get("properties", {}))
         extras = sorted(set(value) - set(allowed)) if isinstance(value, dict) else []
@@ -67,11 +71,46 @@ def describe_error(error: ValidationError, root: str = "") -> str:
     if kind in ("minItems", "maxItems", "minLength", "maxLength"):
         return f"{path}: {error.message}"
     if kind in ("oneOf", "anyOf") and error.context:
-        best = min(error.context, key=lambda sub: len(list(sub.relative_schema_path)))
-        return describe_error(best, root)
+        return _describe_alternatives(error, root)
     if kind == "not":
         return f"{path}: {schema.get('description') or 'value not allowed here'}, got {_shown(value)}"
     return f"{path}: {error.message}"
+
+
+#: Errors that only say "this branch does not apply to a value of this kind".
+_MISMATCH = ("type", "const", "enum", "pattern", "oneOf", "anyOf")
+
+
+def _describe_alternatives(error: ValidationError, root: str) -> str:
+    """One line for a value that matches none of ``oneOf``/``anyOf``'s branches.
+
+    The branch the value was meant for is the one that got further: an error
+    deeper in the value (``autoscaler.options.low``) beats "expected null"; a
+    bound violated by a value of the right type beats the other branches' type
+    errors.  Otherwise the node's own description says what is accepted.
+    """
+    depth = len(error.absolute_path)
+    deeper = [sub for sub in error.context if len(sub.absolute_path) > depth]
+    if deeper:
+        best = max(deeper, key=lambda sub: (len(sub.absolute_path), -len(sub.relative_schema_path)))
+        return describe_error(best, root)
+    if all(sub.validator == "required" for sub in error.context):
+        fields = [json_path([*sub.absolute_path, _missing_field(sub)], root) for sub in error.context]
+        return f"{fields[0]}: required field is missing (or give {' or '.join(fields[1:])} instead)"
+    specific = [sub for sub in error.context if sub.validator not in _MISMATCH]
+    if len(specific) == 1:
+        return describe_error(specific[0], root)
+    path, value = json_path(error.absolute_path, root), error.instance
+    if error.schema.get("description"):
+        return f"{path}: expected {error.schema['description']}, got {_shown(value)}"
+    if all(sub.validator == "type" for sub in error.context):
+        types: list[str] = []
+        for sub in error.context:
+            expected = sub.validator_value
+            types.extend(expected if isinstance(expected, list) else [expected])
+        return f"{path}: expected {' or '.join(dict.fromkeys(types))}, got {_shown(value)}"
+    best = min(error.context, key=lambda sub: len(list(sub.relative_schema_path)))
+    return describe_error(best, root)
 
 
 def schema_errors(instance: Any, schema: dict[str, Any], root: str = "") -> list[str]:
