@@ -87,7 +87,8 @@ def core_schema() -> dict[str, Any]:
             "backend": {"type": "string"},
             "capacity": _CAPACITY,
             "options": {"type": "object"},
-            "cold_after": {**_DURATION, "description": "entries idle this long move down to the next tier"},
+            "cold_after": {**_DURATION, "description": "a duration (seconds, or a string like 30s / 5m): entries "
+                                                        "idle this long in the tier above move down into this tier"},
         },
     }
     return {
@@ -157,6 +158,7 @@ def core_schema() -> dict[str, Any]:
                 },
             },
             "autoscaler": {
+                "description": "null, or {name, max_users, stop_when_converged, options}",
                 "oneOf": [
                     {"type": "null"},
                     {
@@ -173,6 +175,7 @@ def core_schema() -> dict[str, Any]:
                 ]
             },
             "precondition": {
+                "description": "null, or {size, entry_size, threads}",
                 "oneOf": [
                     {"type": "null"},
                     {
@@ -216,12 +219,20 @@ def _options_rules(kind: str, selector: str) -> list[dict[str, Any]]:
     return rules
 
 
+def _default_options_rule(kind: str, selector: str) -> list[dict[str, Any]]:
+    """Options of a spec that leaves ``selector`` out belong to the default implementation."""
+    cls = registry(kind).get(DEFAULTS["workload"][selector])
+    if cls is None:
+        return []
+    return [{"if": {"not": {"required": [selector]}}, "then": {"properties": {"options": cls.options_schema}}}]
+
+
 def full_schema() -> dict[str, Any]:
     """The composed schema: the core's plus every installed plugin's option fragments."""
     schema = core_schema()
     props = schema["properties"]
     props["cache"]["properties"]["tiers"]["items"]["allOf"] = _options_rules("backend", "backend")
-    props["workload"]["allOf"] = _options_rules("source", "source")
+    props["workload"]["allOf"] = _options_rules("source", "source") + _default_options_rule("source", "source")
     props["autoscaler"]["oneOf"][1]["allOf"] = _options_rules("autoscaler", "name")
     props.update(extra_schema())
     return schema
@@ -260,8 +271,10 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         last = parts[-1]
         if isinstance(node, list):
             node[_index(node, last, parts)] = _parse_override_value(text)
-        else:
+        elif isinstance(node, dict):
             node[last] = _parse_override_value(text)
+        else:
+            raise SpecError(f"--set {'.'.join(parts)}: {'.'.join(parts[:-1])} is {node!r}, not a mapping")
     return spec
 
 
@@ -281,6 +294,16 @@ def _descend(node: Any, part: str, parts: list[str], *, create: bool) -> Any:
     return node[part]
 
 
+def _parse_json_or_yaml(text: str) -> Any:
+    """JSON is YAML, but PyYAML needs ~1 s per 30 KB: a result file (JSON) is parsed as JSON first."""
+    if text.lstrip().startswith("{"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            pass  # a YAML flow mapping, or broken JSON: YAML names the line
+    return yaml.safe_load(text)
+
+
 def read_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Parse a YAML spec, or a result JSON whose embedded spec is to be re-run."""
     file = Path(path)
@@ -291,14 +314,17 @@ def read_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     except OSError as error:
         raise InputFileError(f"{file}: cannot read spec: {error.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        data = _parse_json_or_yaml(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         problem = getattr(error, "problem", None) or str(error).splitlines()[0]
         raise SpecError(f"{file}{where}: malformed YAML: {problem}") from None
     if isinstance(data, dict) and "kvbench_result" in data:
-        return copy.deepcopy(data["spec"]["as_written"])
+        embedded = (data.get("spec") or {}).get("as_written") if isinstance(data.get("spec"), dict) else None
+        if not isinstance(embedded, dict):
+            raise SpecError(f"{file}: a kvbench result without an embedded spec (spec.as_written)")
+        return copy.deepcopy(embedded)
     if not isinstance(data, dict):
         raise SpecError(f"{file}: expected a mapping at the top level, got {type(data).__name__}")
     return data
