@@ -11,7 +11,11 @@ is never held during I/O.  Space is *reserved* under that lock before any byte
 is written, so no tier ever exceeds its capacity.  Each entry has its own
 lock, held while it is read, written, demoted or deleted, so an entry is never
 demoted twice; eviction only picks entries whose lock it can take at once,
-which also rules out lock-order deadlocks.
+which also rules out lock-order deadlocks.  A ``put`` publishes its new entry
+(locked) in the index before touching storage, so two puts of one key (two
+users missing the same shared prefix) run one after the other: the backend
+never sees concurrent operations on a key, and the replaced entry's bytes are
+released exactly once.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ class Tier:
     cold_after: float | None = None  # entries idle this long in the tier above move down here
     description: dict[str, Any] = field(default_factory=dict)  # backend.describe() taken when the tier opened
     usage: int = 0  # reserved + stored bytes
-    lru: OrderedDict[str, int] = field(default_factory=OrderedDict)  # key -> size, oldest first
+    lru: OrderedDict[str, Entry] = field(default_factory=OrderedDict, repr=False)  # stored here, oldest first
 
     @property
     def target(self) -> float:
@@ -59,7 +63,7 @@ class Tier:
 class Entry:
     key: str
     size: int
-    tier: Tier | None = None
+    tier: Tier | None = field(default=None, repr=False)
     last_access: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -106,14 +110,20 @@ class MultiTierCache:
     # -- public API ----------------------------------------------------------------------------------
     def contains(self, key: str) -> bool:
         with self._lock:
-            return key in self._entries
+            entry = self._entries.get(key)
+            return entry is not None and entry.tier is not None
 
     def put(self, key: str, size: int) -> str | None:
         """Store a new entry (replacing any old one); returns the tier it landed in, or None."""
-        self._drop_existing(key)
         entry = Entry(key=key, size=size, last_access=self.clock())
         entry.lock.acquire()
         try:
+            with self._lock:
+                old = self._entries.get(key)
+                self._entries[key] = entry  # readers and later puts of this key now wait for this one
+            if old is not None:
+                with old.lock:
+                    self._remove(old)
             for tier in self._placement_order(size):
                 if self._make_room(self.tiers.index(tier), size, depth=0):
                     self._write_new(tier, entry)
@@ -121,6 +131,10 @@ class MultiTierCache:
             self.telemetry.count("allocation_failed")
             return None
         finally:
+            if entry.tier is None:
+                with self._lock:
+                    if self._entries.get(key) is entry:
+                        del self._entries[key]
             entry.lock.release()
 
     def get(self, key: str, sink: ByteSink = DISCARD) -> str | None:
@@ -138,7 +152,7 @@ class MultiTierCache:
             self._timed(tier, "read", key, lambda: tier.backend.read(key, entry.size, sink))
             entry.last_access = self.clock()
             with self._lock:
-                if key in tier.lru:
+                if tier.lru.get(key) is entry:
                     tier.lru.move_to_end(key)
             self.telemetry.record_read_outcome(tier.name)
             if self.promotion == "on_read" and tier is not self.tiers[0]:
@@ -158,6 +172,12 @@ class MultiTierCache:
             return {t.name: {"entries": len(t.lru), "bytes": t.usage,
                              "capacity": None if math.isinf(t.capacity) else t.capacity} for t in self.tiers}
 
+    def entry_size(self, key: str) -> int | None:
+        """Bytes of the entry stored under ``key``, or None when it is not cached."""
+        with self._lock:
+            entry = self._entries.get(key)
+            return entry.size if entry else None
+
     def location(self, key: str) -> str | None:
         with self._lock:
             entry = self._entries.get(key)
@@ -172,13 +192,14 @@ class MultiTierCache:
                 continue
             upper = self.tiers[index - 1]
             with self._lock:
-                cold = [self._entries[k] for k in upper.lru if now - self._entries[k].last_access >= lower.cold_after]
+                cold = [e for e in upper.lru.values() if now - e.last_access >= lower.cold_after]
             for entry in cold:
                 if not entry.lock.acquire(blocking=False):
                     continue
                 try:
-                    if entry.tier is upper and self._make_room(index, entry.size, depth=1):
-                        self._demote(entry, upper, lower)
+                    target = self._demotion_target(index - 1, entry.size)
+                    if entry.tier is upper and target is not None and self._make_room(target, entry.size, depth=1):
+                        self._demote(entry, upper, self.tiers[target])
                         moved += 1
                 finally:
                     entry.lock.release()
@@ -199,6 +220,14 @@ class MultiTierCache:
         """Tiers in waterfall order, skipping those the entry is too large for (seed: >95% skips)."""
         limit = self.policy.large_entry_limit_ratio
         return [t for t in self.tiers if size <= t.capacity * limit]
+
+    def _demotion_target(self, index: int, size: int) -> int | None:
+        """The first tier below ``index`` that admits an entry of ``size`` (the large-entry rule)."""
+        limit = self.policy.large_entry_limit_ratio
+        for below in range(index + 1, len(self.tiers)):
+            if size <= self.tiers[below].capacity * limit:
+                return below
+        return None
 
     def _fits(self, tier: Tier, size: int) -> bool:
         if tier.usage + size <= tier.capacity * self.policy.target_usage_ratio:
@@ -234,13 +263,16 @@ class MultiTierCache:
                 if evictions > self.policy.max_evictions:
                     self.telemetry.count("eviction_cap_hit")
                     with self._lock:
-                        tier.lru[victim.key] = victim.size
+                        tier.lru[victim.key] = victim
+                        tier.lru.move_to_end(victim.key, last=False)  # still the least recently used
                     return False
-                if index + 1 >= len(self.tiers):
+                # Below, the victim skips tiers it is too large for, as a new entry would.
+                target = self._demotion_target(index, victim.size)
+                if target is None:
                     self._remove(victim)
                     self.telemetry.record_eviction_delete()
-                elif self._make_room(index + 1, victim.size, depth + 1):
-                    self._demote(victim, tier, self.tiers[index + 1])
+                elif self._make_room(target, victim.size, depth + 1):
+                    self._demote(victim, tier, self.tiers[target])
                 else:
                     # The tier below cannot take it: the entry is dropped rather than stall the cache.
                     self._remove(victim)
@@ -250,8 +282,7 @@ class MultiTierCache:
 
     def _lock_lru_victim(self, tier: Tier) -> Entry | None:
         """Oldest entry of ``tier`` whose lock is free; taken out of the LRU (caller holds _lock)."""
-        for key in tier.lru:
-            entry = self._entries[key]
+        for key, entry in tier.lru.items():
             if entry.lock.acquire(blocking=False):
                 del tier.lru[key]
                 return entry
@@ -268,33 +299,35 @@ class MultiTierCache:
             raise
         with self._lock:
             entry.tier = tier
-            self._entries[entry.key] = entry
-            tier.lru[entry.key] = entry.size
+            tier.lru[entry.key] = entry
 
     def _demote(self, entry: Entry, upper: Tier, lower: Tier) -> None:
         """Copy ``entry`` from ``upper`` to ``lower`` (space already reserved there), then free upper."""
         source = TierSource(upper.backend, entry.key, entry.size)
-        direct = getattr(lower.backend, "write_from_tier", None)
+        # GPU tier -> GPUDirect tier: the entry's device tensor goes straight to storage, no host bounce.
+        tensor_of = getattr(upper.backend, "tensor", None)
+        write_tensor = getattr(lower.backend, "write_tensor", None)
         try:
             def write() -> IOTiming:
-                if direct is not None:
-                    timing = direct(entry.key, upper.backend, entry.size)
-                    if timing is not None:
-                        return timing
+                if tensor_of is not None and write_tensor is not None:
+                    return write_tensor(entry.key, tensor_of(entry.key))
                 return lower.backend.write(entry.key, source)
 
             self._timed(lower, "write", entry.key, write)
         except StorageError:
             with self._lock:
                 lower.usage -= entry.size
-                upper.lru[entry.key] = entry.size
+                upper.lru[entry.key] = entry
+                upper.lru.move_to_end(entry.key, last=False)
             raise
         self._record_demotion_read(upper, entry, source.read_seconds)
         self._delete_from(upper, entry)
         with self._lock:
+            if upper.lru.get(entry.key) is entry:  # a cold demotion takes it from the middle of the LRU
+                del upper.lru[entry.key]
             upper.usage -= entry.size
             entry.tier = lower
-            lower.lru[entry.key] = entry.size
+            lower.lru[entry.key] = entry
         self.telemetry.record_demotion(upper.name, lower.name, entry.size)
 
     def _record_demotion_read(self, upper: Tier, entry: Entry, seconds: float) -> None:
@@ -326,7 +359,7 @@ class MultiTierCache:
         with self._lock:
             lower.usage -= entry.size
             entry.tier = top
-            top.lru[entry.key] = entry.size
+            top.lru[entry.key] = entry
         self.telemetry.record_promotion()
 
     def _remove(self, entry: Entry) -> None:
@@ -336,18 +369,12 @@ class MultiTierCache:
             return
         self._delete_from(tier, entry)
         with self._lock:
-            tier.lru.pop(entry.key, None)
+            if tier.lru.get(entry.key) is entry:
+                del tier.lru[entry.key]
             tier.usage -= entry.size
             entry.tier = None
             if self._entries.get(entry.key) is entry:
                 del self._entries[entry.key]
-
-    def _drop_existing(self, key: str) -> None:
-        with self._lock:
-            old = self._entries.get(key)
-        if old is not None:
-            with old.lock:
-                self._remove(old)
 
     def _delete_from(self, tier: Tier, entry: Entry) -> None:
         try:
