@@ -17,8 +17,10 @@ _SECRET_PARTS = {"password", "passwd", "pwd", "secret", "credential", "credentia
 #: ``*_key`` names that are credentials (``access_key``, ``api_key``, ``private_key``…).
 _SECRET_KEY_PREFIXES = {"access", "secret", "private", "api", "session", "sas", "auth", "signing"}
 _URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@")
-_QUERY_SECRET = re.compile(r"(?P<key>[?&](?:[^=&\s]*(?:token|secret|password|signature|credential)[^=&\s]*)=)"
-                           r"[^&\s]+", re.IGNORECASE)
+_QUERY_PARAM = re.compile(r"(?P<key>[?&](?P<name>[^=&\s#]+)=)[^&\s#]+")
+_QUERY_SECRET_NAME = re.compile(r"token|secret|password|signature|credential", re.IGNORECASE)
+#: Query parameters that carry a credential under a short name: Azure SAS ``sig``, Google ``key``.
+_QUERY_SECRET_NAMES = {"sig", "key", "auth"}
 _AWS_KEY = re.compile(r"\b(AKIA|ASIA)[A-Z0-9]{16}\b")
 
 
@@ -35,9 +37,16 @@ def is_secret_key(key: str) -> bool:
     return parts[-1] == "key" and len(parts) > 1 and parts[-2] in _SECRET_KEY_PREFIXES
 
 
+def _secret_query_param(name: str) -> bool:
+    """``api_key``, ``X-Amz-Signature``, ``sig``… in a URL's query string."""
+    return (is_secret_key(name) or bool(_QUERY_SECRET_NAME.search(name))
+            or name.lower() in _QUERY_SECRET_NAMES)
+
+
 def redact_text(text: str, known_secrets: tuple[str, ...] = ()) -> str:
     text = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", text)
-    text = _QUERY_SECRET.sub(lambda m: f"{m.group('key')}{REDACTED}", text)
+    text = _QUERY_PARAM.sub(lambda m: f"{m.group('key')}{REDACTED}" if _secret_query_param(m.group("name"))
+                            else m.group(0), text)
     text = _AWS_KEY.sub(REDACTED, text)
     for secret in known_secrets:
         if secret and len(secret) >= 4:
