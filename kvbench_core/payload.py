@@ -95,10 +95,12 @@ class EntryPayload:
 
 
 class ChecksumSink:
-    """``ByteSink`` that folds the bytes it sees into a CRC32; order-independent via per-piece keys.
+    """``ByteSink`` that folds the bytes it sees into a digest; order-independent via per-piece keys.
 
-    Pieces may arrive out of order (parallel reads), so the digest combines
-    ``crc32(offset || piece)`` values with XOR and a byte count.
+    Pieces may arrive out of order (parallel reads), so per-piece values are
+    combined with XOR.  Each value is a hash of ``(offset, crc32(piece))``:
+    CRC is linear, so XOR-ing ``crc32(offset || piece)`` directly cancels the
+    pairing out and a piece returned at the wrong offset went unnoticed.
     """
 
     __slots__ = ("digest", "nbytes")
@@ -108,7 +110,8 @@ class ChecksumSink:
         self.nbytes = 0
 
     def consume(self, offset: int, data: memoryview) -> None:
-        self.digest ^= zlib.crc32(data, zlib.crc32(offset.to_bytes(8, "little")))
+        key = offset.to_bytes(8, "little") + zlib.crc32(data).to_bytes(4, "little") + len(data).to_bytes(8, "little")
+        self.digest ^= int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little")
         self.nbytes += len(data)
 
 
