@@ -1,0 +1,412 @@
+"""Redis / Valkey tier: standalone (TCP, TLS, unix socket) or Redis Cluster, through redis-py.
+
+Layout: an entry is one or more string values ("parts") under
+``{prefix}{<key>}:p<i>``.  The braces are a cluster hash tag, so every part of
+an entry hashes to one slot, lives on one node, can be pipelined on one
+connection and unlinked with one multi-key command.  A part is at most the
+server's ``proto-max-bulk-len`` (or the smaller ``part_size`` option).
+
+Data path: the parts of one entry are pipelined on one pooled connection, but
+not through redis-py's ``Pipeline``, which keeps every command until
+``execute`` and so would hold the whole entry in memory.  A write fills part i
+into the thread's reused buffer, sends it (``sendall`` returns once the kernel
+holds the bytes, so the buffer is free again), fills part i+1 while the server
+stores part i, and reads the replies at the end.  A read keeps a bounded number
+of GETs in flight and hands each reply to the sink.  Memory per operation is
+therefore one part, whatever the entry size.
+
+L4 split: ``host`` is filling/consuming the bytes and packing SET commands;
+``device`` is time in socket sends and reply reads (network round trip plus
+server), which includes redis-py's reply parsing because redis-py cannot hand
+a reply out without it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from itertools import islice
+from typing import Any, ClassVar
+
+from kvbench_core.backend import BackendContext, ByteSink, ByteSource, IOTiming, StorageBackend
+from kvbench_core.errors import BackendUnavailable
+from kvbench_core.units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
+from kvbench_redis.endpoint import Endpoint
+
+#: Largest piece handed to ``source.fill`` / ``sink.consume``: parts may be far larger than the
+#: payload generator's piece limit, so they are filled and consumed in pieces of this size.
+PIECE = 16 << 20
+#: Redis's own default for proto-max-bulk-len, used when CONFIG GET is not permitted.
+DEFAULT_PROTO_MAX_BULK_LEN = 512 << 20
+#: Bytes of GET replies a read keeps requested ahead of the part it consumes (at least two parts).
+READ_AHEAD = 64 << 20
+#: Keys per UNLINK during cleanup.
+UNLINK_BATCH = 512
+#: Parts unlinked per round when deleting an entry whose part count this process does not know.
+PROBE_PARTS = 16
+
+_SIZE: dict[str, Any] = {
+    "oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_PATTERN}],
+    "description": "a size such as 4MiB or 1048576",
+}
+_DURATION: dict[str, Any] = {
+    "oneOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": DURATION_PATTERN}],
+    "description": "a duration such as 30s, 5m or 1h",
+}
+# A password may appear neither as a field nor in a URL: results embed the resolved spec.
+_URL_PATTERN = r"^(rediss?://(?![^/?#]*:[^/?#]*@)|unix://)(?!.*[?&]password=)"
+
+
+class RedisBackend(StorageBackend):
+    """A tier on a Redis or Valkey server or cluster; entries are pipelined string parts."""
+
+    name = "redis"
+    requires: ClassVar[dict[str, str]] = {"redis": "pip install kvbench-redis"}
+    options_schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "additionalProperties": False,
+        "propertyNames": {
+            "not": {"enum": ["password", "pass", "requirepass", "auth", "secret"]},
+            "description": "never put a password in the spec: name an environment variable in password_env",
+        },
+        "properties": {
+            "host": {"type": "string", "minLength": 1, "default": "127.0.0.1",
+                     "description": "server host (the seed node for a cluster)"},
+            "port": {"type": "integer", "minimum": 1, "maximum": 65535, "default": 6379},
+            "unix_socket": {"type": "string", "minLength": 1, "description": "path of the server's unix socket"},
+            "url": {"type": "string", "pattern": _URL_PATTERN,
+                    "description": "a redis://, rediss:// or unix:// URL without a password (use password_env)"},
+            "db": {"type": "integer", "minimum": 0, "default": 0},
+            "username": {"type": "string", "minLength": 1, "description": "ACL user name"},
+            "password_env": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$",
+                             "description": "the name of an environment variable holding the password"},
+            "ssl": {"type": "boolean", "default": False, "description": "TLS to the server"},
+            "ssl_ca_file": {"type": "string", "minLength": 1, "description": "CA bundle that signed the server"},
+            "ssl_certfile": {"type": "string", "minLength": 1, "description": "client certificate (mutual TLS)"},
+            "ssl_keyfile": {"type": "string", "minLength": 1, "description": "client certificate's key"},
+            "ssl_check_hostname": {"type": "boolean", "default": True},
+            "cluster": {"type": "boolean", "default": False,
+                        "description": "the endpoint is a Redis Cluster node; entries spread over its shards"},
+            "part_size": {**_SIZE, "description": "largest value per key; default: the server's proto-max-bulk-len"},
+            "ttl": {**_DURATION, "description": "expire entries after this long (0: never)"},
+            "shared_namespace": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$",
+                                 "description": "a fixed key namespace shared by every process that names it"},
+            "connect_timeout": {**_DURATION, "default": "5s"},
+            "socket_timeout": {**_DURATION, "default": "30s"},
+        },
+    }
+
+    def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
+        super().__init__(options, context)
+        self.endpoint = Endpoint.from_options(options, where=f"tier '{context.tier_name}': options")
+        self.cluster = bool(options.get("cluster", False))
+        self.namespace = options.get("shared_namespace")
+        self.key_prefix = f"kvbench:shared:{self.namespace}:" if self.namespace else f"kvbench:{context.run_id}:"
+        self.pool_size = max(1, context.concurrency)
+        self._requested_part_size = parse_size(options["part_size"]) if "part_size" in options else None
+        self.ttl = parse_duration(options.get("ttl", 0))
+        self._expiry: tuple[Any, ...] = ("PX", max(1, round(self.ttl * 1000))) if self.ttl > 0 else ()
+        self.part_size = self._requested_part_size or DEFAULT_PROTO_MAX_BULK_LEN  # final value from the server
+        self.server = "unknown"
+        self.nodes = 0
+        # Part counts of the entries this process wrote: deletes know what to unlink, overwrites drop
+        # stale tail parts, and a shared namespace cleans up exactly these entries.
+        self._parts: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._client: Any = None
+        self._redirects: tuple[type[BaseException], ...] = ()
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def open(self) -> None:
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.exceptions import AuthenticationError, MovedError, RedisClusterException, RedisError, ResponseError
+        from redis.retry import Retry
+
+        where = f"tier '{self.context.tier_name}' (redis)"
+        password = None
+        if "password_env" in self.options:
+            password = os.environ.get(self.options["password_env"])
+            if password is None:
+                raise BackendUnavailable(
+                    f"{where}: environment variable {self.options['password_env']} (password_env) is not set")
+        common: dict[str, Any] = {
+            "username": self.endpoint.username,
+            "password": password,
+            "socket_connect_timeout": parse_duration(self.options.get("connect_timeout", "5s")),
+            "socket_timeout": parse_duration(self.options.get("socket_timeout", "30s")),
+            # A benchmark must see a failure when it happens, not after retries with backoff.
+            "retry": Retry(NoBackoff(), 0),
+            "client_name": "kvbench",
+        }
+        if self.endpoint.tls:
+            common.update(ssl_ca_certs=self.options.get("ssl_ca_file"), ssl_certfile=self.options.get("ssl_certfile"),
+                          ssl_keyfile=self.options.get("ssl_keyfile"),
+                          ssl_check_hostname=self.options.get("ssl_check_hostname", True))
+        try:
+            if self.cluster:
+                self._client = redis.RedisCluster(
+                    host=self.endpoint.host, port=self.endpoint.port, ssl=self.endpoint.tls,
+                    max_connections=self.pool_size, connection_pool_class=redis.BlockingConnectionPool, **common)
+                self._redirects = (MovedError,)
+            else:
+                self._client = redis.Redis.from_pool(redis.BlockingConnectionPool(
+                    max_connections=self.pool_size, **self._standalone_kwargs(redis), **common))
+            self._client.ping()
+            self.server = self._server_version()
+        except AuthenticationError as error:
+            self._drop_client()
+            raise BackendUnavailable(f"{where}: authentication to {self.endpoint} failed: {error}") from None
+        except (RedisError, RedisClusterException, OSError) as error:
+            self._drop_client()
+            raise BackendUnavailable(f"{where}: cannot use the server at {self.endpoint}: {error}") from None
+        self.nodes = len(self._servers())
+        try:
+            limit = min(self._config_ints("proto-max-bulk-len") or [DEFAULT_PROTO_MAX_BULK_LEN])
+        except ResponseError:  # CONFIG is often renamed or denied by ACLs on managed services
+            limit = DEFAULT_PROTO_MAX_BULK_LEN
+        self.part_size = min(self._requested_part_size or limit, limit)
+        self.transfer_size = min(self.part_size, PIECE)
+
+    def _standalone_kwargs(self, redis: Any) -> dict[str, Any]:
+        if self.endpoint.unix_socket:
+            return {"connection_class": redis.UnixDomainSocketConnection, "path": self.endpoint.unix_socket,
+                    "db": self.endpoint.db}
+        return {"connection_class": redis.SSLConnection if self.endpoint.tls else redis.Connection,
+                "host": self.endpoint.host, "port": self.endpoint.port, "db": self.endpoint.db}
+
+    def close(self) -> None:
+        if self._client is None:
+            return
+        try:
+            if not self.context.keep:
+                self._cleanup()
+        finally:
+            self._drop_client()
+
+    def _drop_client(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # -- data path -----------------------------------------------------------------------------
+
+    def write(self, key: str, source: ByteSource) -> IOTiming:
+        return self._rerouted(self._write, key, source)
+
+    def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
+        return self._rerouted(self._read, key, size, sink)
+
+    def read_range(self, key: str, offset: int, out: memoryview) -> None:
+        if len(out):
+            self._rerouted(self._read_range, key, offset, out)
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            known = self._parts.pop(key, None)
+        batch, first = known or PROBE_PARTS, 0
+        while True:
+            removed = self._client.unlink(*(self._part_key(key, i) for i in range(first, first + batch)))
+            if known is not None or removed < batch:
+                return
+            first += batch
+
+    def _write(self, key: str, source: ByteSource) -> IOTiming:
+        start = time.perf_counter()
+        size, part = source.size, self.part_size
+        count = self._part_count(size)
+        with self._lock:
+            previous = self._parts.get(key, 0)
+            self._parts[key] = max(previous, count)  # a write that fails half way is still cleaned up
+        stale = [self._part_key(key, i) for i in range(count, previous)]
+        buffer = self._buffer(min(size, part))
+        host = device = 0.0
+        with self._connection(key) as connection:
+            for index in range(count):
+                t0 = time.perf_counter()
+                offset = index * part
+                view = buffer[: min(part, size - offset)]
+                for at in range(0, len(view), PIECE):
+                    source.fill(offset + at, view[at:at + PIECE])
+                command = connection.pack_command("SET", self._part_key(key, index), view, *self._expiry)
+                t1 = time.perf_counter()
+                connection.send_packed_command(command)
+                host += t1 - t0
+                device += time.perf_counter() - t1
+            t0 = time.perf_counter()
+            if stale:
+                connection.send_command("UNLINK", *stale)
+            replies = count + bool(stale)
+            for _ in range(replies):
+                connection.read_response()
+            device += time.perf_counter() - t0
+        with self._lock:
+            self._parts[key] = count
+        return IOTiming(time.perf_counter() - start, host, device, size, replies)
+
+    def _read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
+        start = time.perf_counter()
+        part = self.part_size
+        count = self._part_count(size)
+        ahead = max(2, READ_AHEAD // part)
+        host = device = 0.0
+        with self._connection(key) as connection:
+            t0 = time.perf_counter()
+            for index in range(min(ahead, count)):
+                connection.send_command("GET", self._part_key(key, index))
+            for index in range(count):
+                data = connection.read_response()
+                if index + ahead < count:
+                    connection.send_command("GET", self._part_key(key, index + ahead))
+                t1 = time.perf_counter()
+                device += t1 - t0
+                offset = index * part
+                self._check_part(key, index, data, min(part, size - offset))
+                view = memoryview(data)
+                for at in range(0, len(view), PIECE):
+                    sink.consume(offset + at, view[at:at + PIECE])
+                t0 = time.perf_counter()
+                host += t0 - t1
+        return IOTiming(time.perf_counter() - start, host, device, size, count)
+
+    def _read_range(self, key: str, offset: int, out: memoryview) -> None:
+        part, end = self.part_size, offset + len(out)
+        spans = [(index, max(offset, index * part) - index * part, min(end, (index + 1) * part) - index * part)
+                 for index in range(offset // part, (end - 1) // part + 1)]
+        with self._connection(key) as connection:
+            for index, lo, hi in spans:
+                connection.send_command("GETRANGE", self._part_key(key, index), lo, hi - 1)
+            at = 0
+            for index, lo, hi in spans:
+                data = connection.read_response()
+                self._check_part(key, index, data, hi - lo)
+                out[at:at + len(data)] = data
+                at += len(data)
+
+    def _check_part(self, key: str, index: int, data: bytes | None, expected: int) -> None:
+        if data is None or (not data and expected):  # GET says None, GETRANGE says b"" for a missing key
+            raise KeyError(f"no entry {key!r} (part {index}) in tier {self.context.tier_name!r}")
+        if len(data) != expected:
+            raise OSError(f"tier {self.context.tier_name!r}: part {index} of {key!r} holds {len(data)} bytes, "
+                          f"expected {expected} (rewritten with another size or part_size?)")
+
+    def _rerouted(self, operation: Callable[..., Any], *args: Any) -> Any:
+        """Run a data-path operation; when a cluster slot has moved, refresh the slot map and run it again.
+
+        Every part of an entry is in one slot, so a MOVED reply arrives before any part was stored
+        or consumed and the operation can simply be repeated.
+        """
+        try:
+            return operation(*args)
+        except self._redirects:
+            self._client.nodes_manager.initialize()
+            return operation(*args)
+
+    @contextmanager
+    def _connection(self, key: str) -> Iterator[Any]:
+        """A pooled connection to the node holding the entry; dropped instead of reused if interrupted."""
+        if self.cluster:
+            pool = self._client.get_node_from_key(self._part_key(key, 0)).redis_connection.connection_pool
+        else:
+            pool = self._client.connection_pool
+        connection = pool.get_connection()
+        try:
+            yield connection
+        except BaseException:
+            connection.disconnect()  # replies may still be in flight: never give this socket to the next user
+            raise
+        finally:
+            pool.release(connection)
+
+    def _buffer(self, size: int) -> memoryview:
+        """This thread's reusable part buffer, grown on demand up to the part size."""
+        view: memoryview | None = getattr(self._local, "buffer", None)
+        if view is None or len(view) < size:
+            view = memoryview(bytearray(size))
+            self._local.buffer = view
+        return view
+
+    def _part_key(self, key: str, index: int) -> str:
+        return f"{self.key_prefix}{{{key}}}:p{index}"
+
+    def _part_count(self, size: int) -> int:
+        return max(1, -(-size // self.part_size))
+
+    # -- server facts, cleanup -----------------------------------------------------------------
+
+    def _servers(self) -> list[Any]:
+        """One client per primary: the server itself, or every primary node of the cluster."""
+        if self.cluster:
+            return [node.redis_connection for node in self._client.get_primaries()]
+        return [self._client]
+
+    def _server_version(self) -> str:
+        info = self._servers()[0].info("server")
+        name = info.get("server_name", "redis")  # Valkey reports server_name and valkey_version
+        return f"{name} {info.get(f'{name}_version', info.get('redis_version', 'unknown'))}"
+
+    def _config_ints(self, name: str) -> list[int]:
+        """A numeric CONFIG parameter on every primary (raises ResponseError when CONFIG is denied)."""
+        values = []
+        for server in self._servers():
+            reply = server.config_get(name)
+            values.append(int(reply.get(name, reply.get(name.encode(), 0))))
+        return values
+
+    def capacity_bytes(self) -> int | None:
+        """The sum of the primaries' maxmemory; None when any is unlimited (0) or CONFIG is denied."""
+        from redis.exceptions import ResponseError
+
+        try:
+            limits = self._config_ints("maxmemory")
+        except ResponseError:
+            return None
+        return None if not limits or 0 in limits else sum(limits)
+
+    def describe(self) -> dict[str, Any]:
+        login = "acl user" if self.endpoint.username else "password" if "password_env" in self.options else "none"
+        return {
+            "backend": self.name,
+            "access_mechanism": f"Redis protocol (RESP) over {self.endpoint.transport} via redis-py; "
+                                "parts of an entry pipelined on one connection",
+            "endpoint": str(self.endpoint),
+            "server": self.server,
+            "cluster": self.cluster,
+            "primaries": self.nodes,
+            "tls": self.endpoint.tls,
+            "login": login,  # not "auth": the result redactor masks credential-looking keys
+            "username": self.endpoint.username,
+            "part_size": self.part_size,
+            "pool_size": self.pool_size,
+            "ttl_s": self.ttl or None,
+            "namespace": f"shared:{self.namespace}" if self.namespace else "per-run",
+            "key_prefix": self.key_prefix,
+        }
+
+    def _cleanup(self) -> None:
+        """Unlink this run's keys, or in a shared namespace the entries this process wrote; never FLUSH."""
+        if self.namespace:
+            with self._lock:
+                owned = list(self._parts.items())
+                self._parts.clear()
+            keys: Iterable[Any] = (self._part_key(key, i) for key, count in owned for i in range(count))
+        else:
+            keys = self._client.scan_iter(match=_glob_escape(self.key_prefix) + "*", count=1000)
+        for batch in _batches(keys, UNLINK_BATCH):
+            self._client.unlink(*batch)
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` as a literal inside a SCAN MATCH pattern."""
+    return "".join("\\" + char if char in "*?[]\\" else char for char in text)
+
+
+def _batches(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    iterator = iter(items)
+    while batch := list(islice(iterator, size)):
+        yield batch

@@ -1,0 +1,17 @@
+"""Registers the ``redis`` backend under the ``kvbench`` entry-point group.
+
+Importing this module must stay cheap and must not import redis-py: the core
+lists plugins without their heavy dependencies and checks ``requires`` only
+when a spec selects the backend.
+"""
+
+from __future__ import annotations
+
+from kvbench_core.plugins import hookimpl
+
+
+@hookimpl
+def kvbench_storage_backends() -> dict[str, type]:
+    from kvbench_redis.backend import RedisBackend
+
+    return {"redis": RedisBackend}

@@ -1,0 +1,122 @@
+"""Fixtures for the redis tier tests: real redis-server processes on 127.0.0.1, opened backends.
+
+Session-scoped servers are shared (every backend uses its own run id, so tests
+never see each other's keys); tests that change server settings or kill the
+server start their own.  Everything skips with the install line when
+redis-server is missing.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from kvbench_redis.backend import RedisBackend
+from redis_servers import REDIS_CLI, REDIS_SERVER, RedisCluster, RedisServer, free_port, start_redis
+
+from kvbench_core.backend import BackendContext
+from kvbench_core.payload import NoisePool, VerifySink
+
+MISSING = "redis-server is not installed (apt-get install -y redis-server)"
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """The shared standalone server (TCP and unix socket, no maxmemory)."""
+    if REDIS_SERVER is None:
+        pytest.skip(MISSING)
+    server = start_redis(tmp_path_factory.mktemp("redis"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def start_server(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
+    """Start a private redis-server with extra arguments (stopped after the test)."""
+    if REDIS_SERVER is None:
+        pytest.skip(MISSING)
+    started: list[RedisServer] = []
+
+    def start(*args: str, **kwargs: Any) -> RedisServer:
+        server = start_redis(tmp_path / f"redis{len(started)}", *args, **kwargs)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    """Three primaries, no replicas, all 16384 slots assigned by ``redis-cli --cluster create``."""
+    if REDIS_SERVER is None or REDIS_CLI is None:
+        pytest.skip(MISSING)
+    root = tmp_path_factory.mktemp("cluster")
+    nodes: list[RedisServer] = []
+    try:
+        for index in range(3):
+            nodes.append(start_redis(root / f"node{index}", "--cluster-enabled", "yes", "--cluster-config-file",
+                                     "nodes.conf", "--cluster-node-timeout", "5000",
+                                     port=free_port(with_bus=True)))
+        subprocess.run([REDIS_CLI, "--cluster", "create", *(f"127.0.0.1:{node.port}" for node in nodes),
+                        "--cluster-replicas", "0", "--cluster-yes"], check=True, capture_output=True, timeout=60)
+        deadline = time.monotonic() + 30
+        while not all(node.client().cluster("info").get("cluster_state") == "ok" for node in nodes):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the test cluster did not reach cluster_state:ok")
+            time.sleep(0.05)
+        yield RedisCluster(nodes)
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+@pytest.fixture(scope="session")
+def pool() -> NoisePool:
+    return NoisePool(seed=11, pool_bytes=1 << 20, max_piece=1 << 20)
+
+
+@pytest.fixture
+def open_backend() -> Iterator[Callable[..., RedisBackend]]:
+    """Build and open a RedisBackend (``run_id`` unique unless given); closed after the test."""
+    opened: list[RedisBackend] = []
+
+    def make(options: dict[str, Any], *, run_id: str | None = None, keep: bool = False,
+             concurrency: int = 2) -> RedisBackend:
+        context = BackendContext(tier_name="redis0", run_id=run_id or f"t{uuid.uuid4().hex[:8]}", keep=keep,
+                                 concurrency=concurrency)
+        backend = RedisBackend(options, context)
+        backend.open()
+        opened.append(backend)
+        return backend
+
+    yield make
+    for backend in opened:
+        if backend._client is not None:
+            backend.close()
+
+
+@pytest.fixture
+def verify(pool: NoisePool) -> Callable[[RedisBackend, str, int], None]:
+    """Read ``key`` back through a VerifySink and demand the exact payload bytes."""
+
+    def check(backend: RedisBackend, key: str, size: int) -> None:
+        sink = VerifySink(pool, key, np.empty(pool.max_piece, dtype=np.uint8))
+        timing = backend.read(key, size, sink)
+        assert (sink.mismatches, sink.first_bad_offset) == (0, None), f"{key} ({size} B) came back wrong"
+        assert timing.nbytes == size
+
+    return check
+
+
+@pytest.fixture
+def unused_port() -> int:
+    """A port nothing listens on: the endpoint of a server that is down."""
+    return free_port()

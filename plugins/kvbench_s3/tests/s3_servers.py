@@ -1,0 +1,74 @@
+"""Starting and stopping moto's standalone S3 server on 127.0.0.1, as its own process.
+
+boto3 then talks real HTTP to a real S3-protocol server, as against MinIO or
+AWS.  A module of its own (not conftest) so tests can import it by a name no
+other plugin's tests use.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+HAS_MOTO_SERVER = importlib.util.find_spec("moto") is not None and importlib.util.find_spec("flask") is not None
+MISSING = "moto's S3 server is not installed (pip install 'moto[server]')"
+#: moto enforces AWS's 5 MiB minimum part size unless told otherwise; small parts keep tests fast.
+MIN_PART_SIZE = 1024
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@dataclass
+class MotoServer:
+    port: int
+    process: subprocess.Popen[bytes]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def kill(self) -> None:
+        """SIGKILL: the endpoint vanishes mid-use."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def start_moto(log: Path) -> MotoServer:
+    """``python -m moto.server`` on a free port; returns once it answers HTTP."""
+    port = free_port()
+    env = {**os.environ, "S3_UPLOAD_PART_MIN_SIZE": str(MIN_PART_SIZE)}
+    with open(log, "wb") as output:
+        process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                   stdout=output, stderr=subprocess.STDOUT, env=env)
+    server = MotoServer(port, process)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"{server.url}/moto-api/", timeout=2):
+                return server
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                server.stop()
+                raise RuntimeError(f"moto server did not start: {log.read_text()[-2000:]}") from None
+            time.sleep(0.1)
