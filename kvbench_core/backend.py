@@ -121,6 +121,11 @@ class StorageBackend(abc.ABC):
     def delete(self, key: str) -> None:
         """Remove the entry; deleting a missing key is not an error."""
 
+    def lookup(self, key: str) -> int | None:
+        """Size of an entry *another process* stored under ``key`` in a shared tier (a Redis namespace
+        several clients name), so a local miss can still hit; None when absent or the tier is private."""
+        return None
+
     def capacity_bytes(self) -> int | None:
         """Capacity for ``capacity: auto`` (free disk, server maxmemory); None if unknown."""
         return None

@@ -216,6 +216,18 @@ class RedisBackend(StorageBackend):
                 return
             first += batch
 
+    def lookup(self, key: str) -> int | None:
+        """In a shared namespace, the size of an entry another client stored (sum of its parts)."""
+        if not self.namespace:
+            return None
+        total = index = 0
+        while True:
+            length = int(self._client.strlen(self._part_key(key, index)))
+            total += length
+            index += 1
+            if length < self.part_size:  # a short (or missing) part is the last one
+                return total or None
+
     def _write(self, key: str, source: ByteSource) -> IOTiming:
         start = time.perf_counter()
         size, part = source.size, self.part_size
