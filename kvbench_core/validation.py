@@ -14,6 +14,7 @@ import jsonschema
 from jsonschema.exceptions import ValidationError
 
 from kvbench_core.errors import SpecError
+from kvbench_core.redact import redact_text
 
 
 def json_path(parts: Iterable[Any], root: str = "") -> str:
@@ -27,7 +28,8 @@ def json_path(parts: Iterable[Any], root: str = "") -> str:
 
 
 def _shown(value: Any) -> str:
-    text = json.dumps(value, default=str)
+    """The offending value as the message quotes it, credentials (URL passwords, keys) masked."""
+    text = redact_text(json.dumps(value, default=str))
     return text if len(text) <= 60 else text[:57] + "..."
 
 

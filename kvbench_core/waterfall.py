@@ -66,6 +66,8 @@ class Entry:
     tier: Tier | None = field(default=None, repr=False)
     last_access: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Stored by another process in a shared tier: readable here, but not ours to evict, count or delete.
+    foreign: bool = False
 
 
 class TierSource:
@@ -142,6 +144,8 @@ class MultiTierCache:
         with self._lock:
             entry = self._entries.get(key)
         if entry is None:
+            entry = self._adopt_shared(key)
+        if entry is None:
             self.telemetry.record_read_outcome(None)
             return None
         with entry.lock:
@@ -155,9 +159,22 @@ class MultiTierCache:
                 if tier.lru.get(key) is entry:
                     tier.lru.move_to_end(key)
             self.telemetry.record_read_outcome(tier.name)
-            if self.promotion == "on_read" and tier is not self.tiers[0]:
+            if self.promotion == "on_read" and tier is not self.tiers[0] and not entry.foreign:
                 self._promote(entry)
             return tier.name
+
+    def _adopt_shared(self, key: str) -> Entry | None:
+        """A local miss may be a hit in a shared tier (another client's system prompt, seed §11.5)."""
+        for tier in self.tiers:
+            size = tier.backend.lookup(key)
+            if size:
+                entry = Entry(key=key, size=size, tier=tier, last_access=self.clock(), foreign=True)
+                with self._lock:
+                    entry = self._entries.setdefault(key, entry)
+                if entry.foreign:
+                    self.telemetry.count("shared_tier_hits")
+                return entry
+        return None
 
     def delete(self, key: str) -> None:
         with self._lock:
@@ -366,6 +383,12 @@ class MultiTierCache:
         """Delete the entry from its tier and the index (entry lock held)."""
         tier = entry.tier
         if tier is None:
+            return
+        if entry.foreign:  # another client's entry: forget it here, leave it in the shared tier
+            with self._lock:
+                entry.tier = None
+                if self._entries.get(entry.key) is entry:
+                    del self._entries[entry.key]
             return
         self._delete_from(tier, entry)
         with self._lock:
