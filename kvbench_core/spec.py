@@ -360,7 +360,8 @@ def _check_cross_fields(raw: dict[str, Any]) -> None:
                             f"installed: {', '.join(sorted(scalers))}")
     if not raw.get("model", {}).get("name") and not raw.get("model", {}).get("config"):
         raise SpecError("model: give a catalog name (model.name) or a config.json path (model.config)")
-    if not any(tier.get("capacity", "auto") not in (0, "0") for tier in cache["tiers"]):
+    # Compare parsed sizes: "0GiB" disables a tier as surely as 0 does.
+    if not any(tier.get("capacity", "auto") == "auto" or parse_size(tier["capacity"]) > 0 for tier in cache["tiers"]):
         raise SpecError("cache.tiers: every tier has capacity 0; enable at least one")
 
 
