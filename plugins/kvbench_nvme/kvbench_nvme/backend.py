@@ -12,7 +12,9 @@ while the others write, or lets the sink consume the last one while the others
 read), so host work overlaps the device even at ``queue_depth: 1`` as it does
 in fio, where the buffer is ready before the next command.  The calling thread
 is one of these workers; the rest come from a pool sized ``concurrency ×
-queue_depth``.
+queue_depth``.  Buffered writes issue one ``pwrite`` at a time per file
+(the kernel serialises them on the inode lock anyway, and the device sees
+writeback, not these calls), with the fills still running ahead in parallel.
 
 Durability and cache.  ``fsync: true`` ends every write with ``fsync`` (the
 entry is on the device when ``write`` returns).  ``drop_cache: true`` calls
@@ -216,7 +218,10 @@ class NVMeBackend(StorageBackend):
     def write(self, key: str, source: ByteSource) -> IOTiming:
         path = self.path_of(key)
         size = source.size
-        phase = Phase(self.queue_depth)
+        # Buffered writes to one file are serialised by the kernel (the inode lock, in ext4 and xfs alike),
+        # and the device sees writeback, not these calls: one pwrite at a time, fills still run ahead in
+        # parallel (io_uring likewise funnels buffered writes to one file through one worker).
+        phase = Phase(self.queue_depth if self.direct else 1)
         start = time.perf_counter()
         with self._files_lock:
             self._files.add(path)

@@ -3,6 +3,7 @@ per-command logging, and buffers that are reused rather than allocated per opera
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 from typing import Any
@@ -142,3 +143,13 @@ def test_buffers_are_per_thread_and_reused(make_backend: Any, pool: NoisePool, m
         backend.read(key, 4 * TS, DISCARD)
     assert backend._buffer() is first
     assert len(allocations) <= backend.queue_depth + PREPARE_AHEAD - 1  # one per pool thread, whatever the ops
+
+
+def test_buffered_writes_keep_one_pwrite_in_flight_per_file(make_backend: Any, pool: NoisePool) -> None:
+    """The inode lock serialises them anyway; queue_depth applies to O_DIRECT writes and to reads."""
+    log = RecordingLog()
+    backend = make_backend(io_log=log, queue_depth=4, fsync=False)
+    backend.write("k", pool.payload("k", 16 * TS))
+    spans = sorted((start, end) for _, op, _, _, start, end in log.calls if op == "write")
+    assert len(spans) == 16
+    assert all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(spans))
