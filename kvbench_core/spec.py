@@ -352,6 +352,10 @@ def _check_cross_fields(raw: dict[str, Any]) -> None:
     sources = registry("source")
     if source not in sources:
         raise SpecError(f"workload.source: unknown source {source!r}; installed: {', '.join(sorted(sources))}")
+    # An implementation may check what its schema fragment cannot say (raises SpecError naming the path).
+    check_options = getattr(sources[source], "check_options", None)
+    if callable(check_options):
+        check_options((raw.get("workload") or {}).get("options") or {}, "workload.options")
     autoscaler = raw.get("autoscaler")
     if autoscaler:
         scalers = registry("autoscaler")

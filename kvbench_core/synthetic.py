@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from kvbench_core.errors import SpecError
 from kvbench_core.workload import Phase, Read, Request, WorkloadContext, WorkloadSource, Write
 
 DEFAULT_PROFILES: dict[str, dict[str, list[float]]] = {
@@ -69,6 +70,14 @@ OPTIONS_SCHEMA: dict[str, Any] = _section({
 })
 
 
+def merged_profiles(options: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
+    """The seed's profiles with the spec's overrides; a partial override keeps the other default ranges."""
+    profiles = {name: dict(ranges) for name, ranges in DEFAULT_PROFILES.items()}
+    for name, ranges in (options.get("profiles") or {}).items():
+        profiles[name] = {**profiles.get(name, {}), **ranges}
+    return profiles
+
+
 @dataclass
 class _Conversation:
     conv_id: str
@@ -86,7 +95,8 @@ class SyntheticSource(WorkloadSource):
 
     def __init__(self, options: dict[str, Any], context: WorkloadContext) -> None:
         super().__init__(options, context)
-        self.profiles = {**DEFAULT_PROFILES, **options.get("profiles", {})}
+        self.check_options(options)
+        self.profiles = merged_profiles(options)
         mix = options.get("profile_mix") or {name: 1.0 for name in DEFAULT_PROFILES}
         self.profile_names = [name for name in mix if mix[name] > 0]
         weights = np.array([mix[name] for name in self.profile_names], dtype=float)
@@ -114,6 +124,37 @@ class SyntheticSource(WorkloadSource):
         self._users: dict[int, _UserState] = {}
         self._conversations: OrderedDict[int, _Conversation] = OrderedDict()
         self._prefix_prompts = self._make_prefix_prompts()
+
+    @staticmethod
+    def check_options(options: dict[str, Any], path: str = "workload.options") -> None:
+        """What the JSON Schema cannot say: known profiles, non-zero mixes, ranges with low <= high.
+
+        The spec validation calls this too, so ``kvbench spec validate`` reports these before a run.
+        """
+        profiles = merged_profiles(options)
+        for name in options.get("profiles") or {}:
+            for field in ("context", "generate", "think_s"):
+                if field not in profiles[name]:
+                    raise SpecError(f"{path}.profiles.{name}.{field}: required field is missing "
+                                    f"(a new profile needs context, generate and think_s)")
+        ranges_at = [(f"{path}.profiles.{name}.{field}", bounds) for name, profile in profiles.items()
+                     for field, bounds in profile.items()]
+        for section, field in (("multi_turn", "turn_tokens"), ("prefix_caching", "prefix_tokens")):
+            if field in (options.get(section) or {}):
+                ranges_at.append((f"{path}.{section}.{field}", options[section][field]))
+        for where, (low, high) in ranges_at:
+            if low > high:
+                raise SpecError(f"{where}: expected [low, high] with low <= high, got [{low}, {high}]")
+        mix = options.get("profile_mix")
+        if mix is not None:
+            unknown = sorted(set(mix) - set(profiles))
+            if unknown:
+                raise SpecError(f"{path}.profile_mix.{unknown[0]}: no such profile; "
+                                f"known: {', '.join(sorted(profiles))}")
+            if not any(weight > 0 for weight in mix.values()):
+                raise SpecError(f"{path}.profile_mix: every weight is 0; give at least one profile a weight")
+        if not any(weight > 0 for weight in {**DEFAULT_QOS_MIX, **(options.get("qos_mix") or {})}.values()):
+            raise SpecError(f"{path}.qos_mix: every share is 0; give at least one QoS class a share")
 
     # -- set-up ----------------------------------------------------------------------------------------
     def _make_prefix_prompts(self) -> list[tuple[str, int]]:
