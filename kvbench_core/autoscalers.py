@@ -20,7 +20,8 @@ class QoSAutoscaler(Autoscaler):
 
     Saturation is the worst class's interval p95 divided by its p95 target
     (1.0 = exactly at the SLA).  Below ``low`` add users, between ``low`` and
-    ``high`` hold, above ``high`` remove users and cool down.  After
+    ``high`` hold, above ``high`` remove users and cool down; the band defaults
+    to ``target_saturation`` (0.8) +- 0.1.  After
     ``stable_intervals`` consecutive holds the count is reported as stabilised.
     """
 
@@ -36,8 +37,10 @@ class QoSAutoscaler(Autoscaler):
 
     def __init__(self, options: dict[str, Any], *, initial_users: int, max_users: int) -> None:
         super().__init__(options, initial_users=initial_users, max_users=max_users)
-        self.low = float(options.get("low", 0.7))
-        self.high = float(options.get("high", 0.9))
+        # The seed: compare saturation with the target (0.8) and hold within +-0.1 of it.
+        target = float(options.get("target_saturation", 0.8))
+        self.low = float(options.get("low", round(target - 0.1, 9)))
+        self.high = float(options.get("high", round(target + 0.1, 9)))
         self.step_up = float(options.get("step_up", 0.15))
         self.step_down = float(options.get("step_down", 0.10))
         self.cooldown_s = float(options.get("cooldown_s", 30.0))
