@@ -1,0 +1,37 @@
+"""``kvbench fio RESULT > job.fio``: an fio job that reproduces a run's I/O pattern (see docs/fio.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kvbench_core.errors import SpecError
+from kvbench_core.fio import SOURCES, distill
+from kvbench_core.results import read_result
+from kvbench_core.units import parse_duration, parse_size
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "fio", help="write an fio job reproducing a result's I/O (block trace if present, else kvbench's record)")
+    parser.add_argument("result", help="kvbench result JSON")
+    parser.add_argument("--size", help="bytes the job spreads its I/O over, all jobs together (e.g. 64GiB; "
+                                       "default: what the run moved, at most the tier's capacity)")
+    parser.add_argument("--directory", help="where fio creates its files (default: the run's cache directory)")
+    parser.add_argument("--runtime", help="run time, e.g. 300s (default: the run's measured window)")
+    parser.add_argument("--source", choices=SOURCES, default="auto",
+                        help="trace: the block_trace section; record: kvbench's per-tier I/O record; "
+                             "auto (default): the trace when the run has one")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    try:
+        size = parse_size(args.size) if args.size is not None else None
+        runtime = parse_duration(args.runtime) if args.runtime is not None else None
+    except ValueError as error:
+        raise SpecError(f"kvbench fio: {error}") from None
+    job = distill(read_result(args.result), source=args.source, size=size, directory=args.directory,
+                  runtime_s=None if runtime is None else max(1, round(runtime)))
+    sys.stdout.write(job)
+    return 0
