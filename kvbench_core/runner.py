@@ -302,11 +302,16 @@ class Runner:
         while True:
             now = time.perf_counter()
             if not measuring and now >= measure_at:
+                try:  # a hook may block (a tracer attaching): the window opens when it returns
+                    get_plugin_manager().hook.kvbench_measurement_started(run=state)
+                except UserError as error:
+                    self.request_stop(str(error), status="failed", error=error)
+                    break
+                now = time.perf_counter()
                 measuring = True
                 telemetry.start_measuring()
                 state.measure_start = now
                 state.measure_start_wall = time.time()
-                get_plugin_manager().hook.kvbench_measurement_started(run=state)
                 next_scale = now + autoscaler.interval_s if autoscaler else None
             if measuring and duration is not None and now >= state.measure_start + duration:
                 self.request_stop("duration reached")

@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "replay_cmd",
     "validate_cmd",
     "trace_cmd",
+    "fio_cmd",
 ]
 
 
