@@ -120,6 +120,11 @@ def installed_plugins() -> list[PluginInfo]:
             impl = getattr(plugin, hook_name, None)
             if impl is not None:
                 provides[kind] = sorted(impl() or {})
+        # Plugins that act through lifecycle/schema hooks only (block tracing, say) list those hooks.
+        other_hooks = sorted(caller.name for caller in manager.get_hookcallers(plugin) or []
+                             if caller.name not in KINDS.values())
+        if other_hooks:
+            provides["hooks"] = other_hooks
         dist = PLUGIN_DISTRIBUTIONS.get(name)
         dist_name = dist.metadata["Name"] if dist else name
         version = dist.version if dist else _version_of(dist_name)

@@ -3,9 +3,10 @@
 #   redis-server  - the Redis tier's tests start real servers (standalone and a 3-node cluster)
 #   fio           - the NVMe benchmark compares against fio; the fio distiller checks jobs with --parse-only
 #   openmpi-bin, libopenmpi-dev - `mpirun -np 2 kvbench run` (mpi4py builds against it)
+#   bpftrace      - block-layer tracing (tracing: block) and its live test
 #   python3-venv  - Debian's python3 has no venv module without it
 set -euo pipefail
-packages=(redis-server redis-tools fio openmpi-bin libopenmpi-dev python3-venv)
+packages=(redis-server redis-tools fio openmpi-bin libopenmpi-dev bpftrace python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
