@@ -301,7 +301,31 @@ def _parse_json_or_yaml(text: str) -> Any:
             return json.loads(text)
         except json.JSONDecodeError:
             pass  # a YAML flow mapping, or broken JSON: YAML names the line
-    return yaml.safe_load(text)
+    return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader that also refuses duplicate keys
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader, except that a key given twice in one mapping is an error, not "last one wins"."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    first_line: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            seen = first_line.get(key)
+        except TypeError:  # an unhashable key: SafeLoader reports it below
+            continue
+        if seen is not None:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r} (first given on line {seen})",
+                                                    key_node.start_mark)
+        first_line[key] = key_node.start_mark.line + 1
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
 def read_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -311,6 +335,8 @@ def read_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         text = file.read_text()
     except FileNotFoundError:
         raise InputFileError(f"{file}: spec file not found") from None
+    except UnicodeDecodeError as error:
+        raise InputFileError(f"{file}: not a text file (byte {error.start} is not UTF-8); a run spec is YAML") from None
     except OSError as error:
         raise InputFileError(f"{file}: cannot read spec: {error.strerror}") from None
     try:
@@ -320,6 +346,10 @@ def read_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         problem = getattr(error, "problem", None) or str(error).splitlines()[0]
         raise SpecError(f"{file}{where}: malformed YAML: {problem}") from None
+    except RecursionError:
+        raise SpecError(f"{file}: malformed spec: values nested too deeply to parse") from None
+    if data is None:
+        raise SpecError(f"{file}: the spec is empty; a run spec is a YAML mapping (see specs/quickstart.yaml)")
     if isinstance(data, dict) and "kvbench_result" in data:
         embedded = (data.get("spec") or {}).get("as_written") if isinstance(data.get("spec"), dict) else None
         if not isinstance(embedded, dict):
