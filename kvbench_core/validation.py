@@ -7,6 +7,7 @@ raw wording; the path is dotted with ``[i]`` for list items.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -115,11 +116,27 @@ def _describe_alternatives(error: ValidationError, root: str) -> str:
     return describe_error(best, root)
 
 
+def non_finite_numbers(instance: Any, root: str = "") -> list[str]:
+    """NaN and infinity, wherever they are: JSON Schema cannot refuse them (every comparison with NaN is
+    false, so ``minimum`` lets it through; ``.inf`` passes any lower bound), yet YAML accepts both."""
+    found: list[tuple[list[Any], str]] = []
+    stack: list[tuple[list[Any], Any]] = [([], instance)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            found.append((path, f"{json_path(path, root)}: expected a finite number, got {value}"))
+        elif isinstance(value, dict):
+            stack.extend(([*path, key], item) for key, item in value.items())
+        elif isinstance(value, list):
+            stack.extend(([*path, index], item) for index, item in enumerate(value))
+    return [message for _, message in sorted(found, key=lambda item: str(item[0]))]
+
+
 def schema_errors(instance: Any, schema: dict[str, Any], root: str = "") -> list[str]:
     """Every violation, most specific first, as one-line messages."""
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(instance), key=lambda e: (list(e.absolute_path), e.validator))
-    messages: list[str] = []
+    messages: list[str] = non_finite_numbers(instance, root)
     for error in errors:
         message = describe_error(error, root)
         if message not in messages:
