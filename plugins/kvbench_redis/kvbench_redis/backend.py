@@ -32,6 +32,7 @@ from itertools import islice
 from typing import Any, ClassVar
 
 from kvbench_core.backend import BackendContext, ByteSink, ByteSource, IOTiming, StorageBackend
+from kvbench_core.buffers import ThreadBuffers, consume_pieces, fill_pieces
 from kvbench_core.errors import BackendUnavailable
 from kvbench_core.units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
 from kvbench_redis.endpoint import Endpoint
@@ -116,7 +117,7 @@ class RedisBackend(StorageBackend):
         # stale tail parts, and a shared namespace cleans up exactly these entries.
         self._parts: dict[str, int] = {}
         self._lock = threading.Lock()
-        self._local = threading.local()
+        self._buffers = ThreadBuffers()  # one part-sized buffer per thread, reused by every write
         self._client: Any = None
         self._redirects: tuple[type[BaseException], ...] = ()
 
@@ -236,15 +237,14 @@ class RedisBackend(StorageBackend):
             previous = self._parts.get(key, 0)
             self._parts[key] = max(previous, count)  # a write that fails half way is still cleaned up
         stale = [self._part_key(key, i) for i in range(count, previous)]
-        buffer = self._buffer(min(size, part))
+        buffer = self._buffers.get(min(size, part))
         host = device = 0.0
         with self._connection(key) as connection:
             for index in range(count):
                 t0 = time.perf_counter()
                 offset = index * part
                 view = buffer[: min(part, size - offset)]
-                for at in range(0, len(view), PIECE):
-                    source.fill(offset + at, view[at:at + PIECE])
+                fill_pieces(source, offset, view, PIECE)
                 command = connection.pack_command("SET", self._part_key(key, index), view, *self._expiry)
                 t1 = time.perf_counter()
                 connection.send_packed_command(command)
@@ -279,9 +279,7 @@ class RedisBackend(StorageBackend):
                 device += t1 - t0
                 offset = index * part
                 self._check_part(key, index, data, min(part, size - offset))
-                view = memoryview(data)
-                for at in range(0, len(view), PIECE):
-                    sink.consume(offset + at, view[at:at + PIECE])
+                consume_pieces(sink, offset, memoryview(data), PIECE)
                 t0 = time.perf_counter()
                 host += t0 - t1
         return IOTiming(time.perf_counter() - start, host, device, size, count)
@@ -334,14 +332,6 @@ class RedisBackend(StorageBackend):
             raise
         finally:
             pool.release(connection)
-
-    def _buffer(self, size: int) -> memoryview:
-        """This thread's reusable part buffer, grown on demand up to the part size."""
-        view: memoryview | None = getattr(self._local, "buffer", None)
-        if view is None or len(view) < size:
-            view = memoryview(bytearray(size))
-            self._local.buffer = view
-        return view
 
     def _part_key(self, key: str, index: int) -> str:
         return f"{self.key_prefix}{{{key}}}:p{index}"

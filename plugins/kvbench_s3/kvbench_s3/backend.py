@@ -40,6 +40,7 @@ from contextlib import suppress
 from typing import Any, ClassVar
 
 from kvbench_core.backend import BackendContext, ByteSink, ByteSource, IOTiming, StorageBackend, check_key
+from kvbench_core.buffers import ThreadBuffers, consume_pieces, fill_pieces
 from kvbench_core.errors import BackendUnavailable
 from kvbench_core.units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
 
@@ -112,7 +113,8 @@ class S3Backend(StorageBackend):
         self.identity_source = "none"
         self._client: Any = None
         self._helpers: ThreadPoolExecutor | None = None
-        self._local = threading.local()
+        self._local = threading.local()  # the send time of this thread's request in flight
+        self._buffers = ThreadBuffers()  # one part-sized buffer per thread, reused by every request
         self._requests: Counter[str] = Counter()
         self._http_attempts = 0
         self._count_lock = threading.Lock()
@@ -244,11 +246,10 @@ class S3Backend(StorageBackend):
     def _send_filled(self, source: ByteSource, offset: int, length: int, turn: threading.Lock,
                      send: Callable[[_ViewReader], tuple[Any, float, float]]) -> tuple[Any, float, float]:
         """Fill ``length`` bytes at ``offset`` into this thread's buffer, then ``send`` them as one request."""
-        view = self._buffer(length)
+        view = self._buffers.get(length)
         with turn:
             t0 = time.perf_counter()
-            for at in range(0, length, PIECE):
-                source.fill(offset + at, view[at:min(at + PIECE, length)])
+            fill_pieces(source, offset, view, PIECE)
             filled = time.perf_counter() - t0
         reply, host, device = send(_ViewReader(view))
         return reply, filled + host, device
@@ -271,15 +272,14 @@ class S3Backend(StorageBackend):
     def _get(self, key: str, name: str, offset: int, length: int, sink: ByteSink, turn: threading.Lock, *,
              ranged: bool) -> tuple[float, float]:
         """GET ``length`` bytes at ``offset`` into this thread's buffer and hand them to the sink."""
-        view = self._buffer(length)
+        view = self._buffers.get(length)
         body, host, device = self._fetch(key, name, offset, length, ranged=ranged)
         t0 = time.perf_counter()
         self._drain(body, view, name)
         device += time.perf_counter() - t0
         with turn:
             t0 = time.perf_counter()
-            for at in range(0, length, PIECE):
-                sink.consume(offset + at, view[at:min(at + PIECE, length)])
+            consume_pieces(sink, offset, view, PIECE)
             host += time.perf_counter() - t0
         return host, device
 
@@ -372,14 +372,6 @@ class S3Backend(StorageBackend):
             self._local.sent = time.perf_counter()
         with self._count_lock:
             self._http_attempts += 1
-
-    def _buffer(self, size: int) -> memoryview:
-        """A ``size``-byte view of this thread's reusable buffer, grown on demand up to the part size."""
-        view: memoryview | None = getattr(self._local, "buffer", None)
-        if view is None or len(view) < size:
-            view = memoryview(bytearray(size))
-            self._local.buffer = view
-        return view[:size]
 
     def _object(self, key: str) -> str:
         return self.key_prefix + check_key(key)
