@@ -43,20 +43,29 @@ Without pytest::
     harness = BackendHarness(factory=lambda ctx: MyBackend({...}, ctx))
     for result in run_checks(harness):
         print(result.name, result.status, result.detail)
+
+A tier's own tests beyond the conformance checks share the helpers at the end
+of this module: ``backend_fixtures`` (the ``open_backend`` and ``verify``
+fixtures of a conftest), ``backend_opener``, ``verify_read``, ``free_port`` and
+``ServerProcess`` (a test server the tests start, crash and stop).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
+import signal
+import socket
+import subprocess
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
@@ -498,3 +507,112 @@ class BackendConformance:
             CHECKS[conformance_check](self.conformance_harness(tmp_path))
         except CheckSkipped as skipped:
             pytest.skip(str(skipped))
+
+
+# --- helpers for a tier's own tests -----------------------------------------------------------
+
+B = TypeVar("B", bound=StorageBackend)
+
+
+@contextmanager
+def backend_opener(cls: Callable[[dict[str, Any], BackendContext], B], tier_name: str) -> Iterator[Callable[..., B]]:
+    """``make(options, *, run_id=None, keep=False, concurrency=2)``: build and open a ``cls`` backend.
+
+    Each backend gets a unique run id unless the test names one (two backends
+    sharing a run id see each other's entries), so tests against one shared
+    server never collide.  Every backend ``make`` opened is closed on exit,
+    also one the test closed itself: its ``close()`` must then do nothing.
+    """
+    opened: list[B] = []
+
+    def make(options: dict[str, Any], *, run_id: str | None = None, keep: bool = False,
+             concurrency: int = 2) -> B:
+        context = BackendContext(tier_name=tier_name, run_id=run_id or f"t{uuid.uuid4().hex[:8]}", keep=keep,
+                                 concurrency=concurrency)
+        backend = cls(options, context)
+        backend.open()
+        opened.append(backend)
+        return backend
+
+    try:
+        yield make
+    finally:
+        for backend in opened:
+            backend.close()
+
+
+def verify_read(pool: NoisePool, backend: StorageBackend, key: str, size: int) -> None:
+    """Read ``key`` back through a ``VerifySink`` and fail unless it returns exactly the payload's ``size`` bytes."""
+    sink = VerifySink(pool, key, np.empty(pool.max_piece, dtype=np.uint8))
+    timing = backend.read(key, size, sink)
+    if (sink.mismatches, sink.first_bad_offset) != (0, None):
+        raise AssertionError(f"{key} ({size} B) came back wrong ({sink.mismatches} bad pieces, "
+                             f"first at offset {sink.first_bad_offset})")
+    if timing.nbytes != size:
+        raise AssertionError(f"read of {key} ({size} B): IOTiming.nbytes is {timing.nbytes}")
+
+
+def backend_fixtures(cls: Callable[[dict[str, Any], BackendContext], B], tier_name: str) -> tuple[Any, Any]:
+    """The pytest fixtures ``open_backend`` (``backend_opener``) and ``verify`` (``verify_read``), for a conftest::
+
+        open_backend, verify = backend_fixtures(MyBackend, "mytier")
+
+    ``verify(backend, key, size)`` uses the conftest's ``pool`` fixture: the
+    ``NoisePool`` the test's writes were generated from.
+    """
+    import pytest
+
+    @pytest.fixture
+    def open_backend() -> Iterator[Callable[..., B]]:
+        """Build and open a backend (``run_id`` unique unless given); closed after the test."""
+        with backend_opener(cls, tier_name) as make:
+            yield make
+
+    @pytest.fixture
+    def verify(pool: NoisePool) -> Callable[[StorageBackend, str, int], None]:
+        """Read ``key`` back through a VerifySink and demand the exact payload bytes."""
+        return functools.partial(verify_read, pool)
+
+    return open_backend, verify
+
+
+def free_port(*, paired_offset: int | None = None) -> int:
+    """A TCP port on 127.0.0.1 nobody listens on: for a test server, or an endpoint that is down.
+
+    With ``paired_offset``, port + offset is free too (a Redis Cluster node
+    also listens on its port + 10000, the cluster bus).
+    """
+    while True:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        if paired_offset is None:
+            return port
+        if port + paired_offset < 65536:
+            with socket.socket() as paired:
+                try:
+                    paired.bind(("127.0.0.1", port + paired_offset))
+                except OSError:
+                    continue
+            return port
+
+
+class ServerProcess:
+    """A server child process the tests started (redis-server, moto's S3 server): subclasses set ``process``."""
+
+    process: subprocess.Popen[bytes]
+
+    def kill(self) -> None:
+        """SIGKILL: the server vanishes mid-use, as in a crash."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self) -> None:
+        """SIGTERM, and SIGKILL when the server has not exited within 10 s."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()

@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import subprocess
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from kvbench_redis.backend import RedisBackend
 from redis_servers import REDIS_CLI, REDIS_SERVER, RedisCluster, RedisServer, free_port, start_redis
 
-from kvbench_core.backend import BackendContext
-from kvbench_core.payload import NoisePool, VerifySink
+from kvbench_core.payload import NoisePool
+from kvbench_core.testing import backend_fixtures
 
 MISSING = "redis-server is not installed (apt-get install -y redis-server)"
 
@@ -83,37 +81,9 @@ def pool() -> NoisePool:
     return NoisePool(seed=11, pool_bytes=1 << 20, max_piece=1 << 20)
 
 
-@pytest.fixture
-def open_backend() -> Iterator[Callable[..., RedisBackend]]:
-    """Build and open a RedisBackend (``run_id`` unique unless given); closed after the test."""
-    opened: list[RedisBackend] = []
-
-    def make(options: dict[str, Any], *, run_id: str | None = None, keep: bool = False,
-             concurrency: int = 2) -> RedisBackend:
-        context = BackendContext(tier_name="redis0", run_id=run_id or f"t{uuid.uuid4().hex[:8]}", keep=keep,
-                                 concurrency=concurrency)
-        backend = RedisBackend(options, context)
-        backend.open()
-        opened.append(backend)
-        return backend
-
-    yield make
-    for backend in opened:
-        if backend._client is not None:
-            backend.close()
-
-
-@pytest.fixture
-def verify(pool: NoisePool) -> Callable[[RedisBackend, str, int], None]:
-    """Read ``key`` back through a VerifySink and demand the exact payload bytes."""
-
-    def check(backend: RedisBackend, key: str, size: int) -> None:
-        sink = VerifySink(pool, key, np.empty(pool.max_piece, dtype=np.uint8))
-        timing = backend.read(key, size, sink)
-        assert (sink.mismatches, sink.first_bad_offset) == (0, None), f"{key} ({size} B) came back wrong"
-        assert timing.nbytes == size
-
-    return check
+#: ``open_backend(options, *, run_id=None, keep=False, concurrency=2)``: an opened RedisBackend, closed after
+#: the test; ``verify(backend, key, size)``: the entry reads back as exactly the ``pool`` payload.
+open_backend, verify = backend_fixtures(RedisBackend, "redis0")
 
 
 @pytest.fixture

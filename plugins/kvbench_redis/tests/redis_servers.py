@@ -8,8 +8,6 @@ by a name no other plugin's tests use.
 from __future__ import annotations
 
 import shutil
-import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -18,29 +16,22 @@ from typing import Any
 
 import redis
 
+from kvbench_core import testing
+from kvbench_core.testing import ServerProcess
+
 REDIS_SERVER = shutil.which("redis-server")
 REDIS_CLI = shutil.which("redis-cli")
+#: A cluster node also listens on its port + this (the cluster bus).
+CLUSTER_BUS_OFFSET = 10000
 
 
 def free_port(*, with_bus: bool = False) -> int:
     """A TCP port nobody listens on; ``with_bus`` also needs port + 10000 (the cluster bus) free."""
-    while True:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        if not with_bus:
-            return port
-        if port + 10000 < 65536:
-            with socket.socket() as bus:
-                try:
-                    bus.bind(("127.0.0.1", port + 10000))
-                except OSError:
-                    continue
-            return port
+    return testing.free_port(paired_offset=CLUSTER_BUS_OFFSET if with_bus else None)
 
 
 @dataclass
-class RedisServer:
+class RedisServer(ServerProcess):
     """One redis-server child process."""
 
     port: int
@@ -54,20 +45,6 @@ class RedisServer:
 
     def client(self) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.port, **self.client_kwargs)
-
-    def kill(self) -> None:
-        """SIGKILL: the server vanishes mid-use, as in a crash."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(10)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
 
 def start_redis(directory: Path, *args: str, port: int | None = None, tls: bool = False,

@@ -12,13 +12,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from kvbench_s3.backend import S3Backend
 from s3_servers import HAS_MOTO_SERVER, MISSING, MotoServer, start_moto
 
-from kvbench_core.backend import BackendContext
-from kvbench_core.payload import NoisePool, VerifySink
+from kvbench_core.payload import NoisePool
+from kvbench_core.testing import backend_fixtures
 
 #: The fake credentials every test runs with (the secrets test uses its own, distinctive ones).
 FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
@@ -74,34 +73,6 @@ def s3_options(moto_server: MotoServer) -> dict[str, Any]:
             "region": "us-east-1", "addressing_style": "path", "part_size": 4096, "max_attempts": 1}
 
 
-@pytest.fixture
-def open_backend() -> Iterator[Callable[..., S3Backend]]:
-    """Build and open an S3Backend (``run_id`` unique unless given); closed after the test."""
-    opened: list[S3Backend] = []
-
-    def make(options: dict[str, Any], *, run_id: str | None = None, keep: bool = False,
-             concurrency: int = 2) -> S3Backend:
-        context = BackendContext(tier_name="s3", run_id=run_id or f"t{uuid.uuid4().hex[:8]}", keep=keep,
-                                 concurrency=concurrency)
-        backend = S3Backend(options, context)
-        backend.open()
-        opened.append(backend)
-        return backend
-
-    yield make
-    for backend in opened:
-        if backend._client is not None:
-            backend.close()
-
-
-@pytest.fixture
-def verify(pool: NoisePool) -> Callable[[S3Backend, str, int], None]:
-    """Read ``key`` back through a VerifySink and demand the exact payload bytes."""
-
-    def check(backend: S3Backend, key: str, size: int) -> None:
-        sink = VerifySink(pool, key, np.empty(pool.max_piece, dtype=np.uint8))
-        timing = backend.read(key, size, sink)
-        assert (sink.mismatches, sink.first_bad_offset) == (0, None), f"{key} ({size} B) came back wrong"
-        assert timing.nbytes == size
-
-    return check
+#: ``open_backend(options, *, run_id=None, keep=False, concurrency=2)``: an opened S3Backend, closed after
+#: the test; ``verify(backend, key, size)``: the entry reads back as exactly the ``pool`` payload.
+open_backend, verify = backend_fixtures(S3Backend, "s3")

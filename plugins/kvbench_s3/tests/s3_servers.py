@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,40 +16,22 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvbench_core.testing import ServerProcess, free_port
+
 HAS_MOTO_SERVER = importlib.util.find_spec("moto") is not None and importlib.util.find_spec("flask") is not None
 MISSING = "moto's S3 server is not installed (pip install 'moto[server]')"
 #: moto enforces AWS's 5 MiB minimum part size unless told otherwise; small parts keep tests fast.
 MIN_PART_SIZE = 1024
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @dataclass
-class MotoServer:
+class MotoServer(ServerProcess):
     port: int
     process: subprocess.Popen[bytes]
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-    def kill(self) -> None:
-        """SIGKILL: the endpoint vanishes mid-use."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(10)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
 
 def start_moto(log: Path) -> MotoServer:
