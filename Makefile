@@ -12,7 +12,7 @@ $(VENV)/.installed: pyproject.toml $(wildcard plugins/*/pyproject.toml)
 	scripts/ensure-python-venv.sh $(PYTHON)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[test,reports]' $(foreach p,$(PLUGINS),-e $(p)) 'moto[server]'
+	$(PIP) install -q -e '.[test,reports,mpi]' $(foreach p,$(PLUGINS),-e $(p)) 'moto[server]'
 	touch $@
 
 venv: $(VENV)/.installed

@@ -21,6 +21,7 @@ import numpy as np
 from kvbench_core import __version__
 from kvbench_core.declaration import merge_declaration
 from kvbench_core.environment import detect_environment
+from kvbench_core.histogram import LatencyHistogram
 from kvbench_core.plugins import plugin_versions
 from kvbench_core.redact import environment_secrets, redact
 from kvbench_core.runner import RunState
@@ -60,42 +61,49 @@ def _tier_metrics(state: RunState) -> dict[str, Any]:
     return out
 
 
-def _persistent_tier(state: RunState) -> str | None:
+def persistent_tier(tiers: dict[str, Any]) -> str | None:
     """The first non-volatile tier: what MLPerf's ``nvme_*`` metrics refer to."""
-    for tier in state.tiers:
-        if not tier.backend.volatile:
-            return tier.name
+    for name, tier in tiers.items():
+        if not tier["volatile"]:
+            return name
     return None
 
 
-def _headline(state: RunState, tiers: dict[str, Any], window_s: float, storage_s: float) -> dict[str, Any]:
-    telemetry = state.telemetry
-    generated = telemetry.generated_tokens
-    reads_total = sum(telemetry.read_hits.values()) + telemetry.read_misses
-    fast_reads = sum(n for name, n in telemetry.read_hits.items() if tiers.get(name, {}).get("volatile"))
-    persistent = _persistent_tier(state)
-    device = tiers[persistent] if persistent else None
+def headline(metrics: dict[str, Any], bytes_per_token: int) -> dict[str, Any]:
+    """The MLPerf KV-cache v3.0 headline, computed from the other metric sections.
+
+    Works on dicts, not on live telemetry, so a merged multi-client result gets
+    its headline from the merged sections by the very same formulas.
+    """
+    requests, tiers, cache = metrics["requests"], metrics["tiers"], metrics["cache"]
+    window_s = metrics["window"]["measured_s"]
+    storage_s = metrics["histograms"]["storage"]["total"]
+    generated = requests["generated_tokens"]
+    served = cache["reads_served_by_tier"]
+    reads_total = sum(served.values()) + cache["read_misses"]
+    fast_reads = sum(n for name, n in served.items() if tiers.get(name, {}).get("volatile"))
+    persistent = persistent_tier(tiers)
 
     def device_p95(op: str) -> float | None:
-        return device[op]["latency_ms"]["device"]["p95"] if device else None
+        return tiers[persistent][op]["latency_ms"]["device"]["p95"] if persistent else None
 
-    e2e = telemetry.e2e_all.summary()
     return {
-        "decode_bytes_read_gb": round(telemetry.decode_tokens_read * state.bytes_per_token / GB, 6),
+        "decode_bytes_read_gb": round(requests["decode_tokens_read"] * bytes_per_token / GB, 6),
         "avg_throughput_tokens_per_sec": round(generated / window_s, 3) if window_s > 0 else None,
         "storage_throughput_tokens_per_sec": round(generated / storage_s, 3) if storage_s > 0 else None,
         "nvme_read_device_p95_ms": device_p95("read"),
         "nvme_write_device_p95_ms": device_p95("write"),
-        "end_to_end_latency_p95_ms": e2e["p95"],
+        "end_to_end_latency_p95_ms": metrics["latency_ms"]["end_to_end"]["p95"],
         "cache_hit_rate": round(fast_reads / reads_total, 6) if reads_total else None,
-        "requests_completed": telemetry.requests,
+        "requests_completed": requests["completed"],
         "persistent_tier": persistent,
     }
 
 
-def _qos(state: RunState) -> dict[str, Any]:
+def qos_section(e2e: dict[str, LatencyHistogram]) -> dict[str, Any]:
+    """Per QoS class: end-to-end latency against its SLA (from histograms, so merged results reuse it)."""
     out = {}
-    for name, hist in state.telemetry.e2e.items():
+    for name, hist in e2e.items():
         summary = hist.summary()
         target = DEFAULT_QOS[name]
         p95, p99 = summary["p95"], summary["p99"]
@@ -109,10 +117,17 @@ def _qos(state: RunState) -> dict[str, Any]:
     return out
 
 
+def hit_rates(counters: dict[str, int]) -> dict[str, float | None]:
+    """Prefix and multi-turn hit rates from the cache counters."""
+    prefix_reads = counters.get("prefix_reads", 0)
+    turn_reads = counters.get("turn_reads", 0)
+    return {"prefix_hit_rate": round(counters.get("prefix_hits", 0) / prefix_reads, 6) if prefix_reads else None,
+            "multi_turn_hit_rate": round(counters.get("turn_hits", 0) / turn_reads, 6) if turn_reads else None}
+
+
 def _cache_stats(state: RunState) -> dict[str, Any]:
     telemetry = state.telemetry
     counters = dict(telemetry.counters)
-    prefix_reads = counters.get("prefix_reads", 0)
     return {
         "reads_served_by_tier": dict(telemetry.read_hits),
         "read_misses": telemetry.read_misses,
@@ -120,11 +135,9 @@ def _cache_stats(state: RunState) -> dict[str, Any]:
         "demotions_count": dict(telemetry.demotion_count),
         "evictions_deleted": telemetry.evictions_deleted,
         "promotions": telemetry.promotions,
-        "system_prompt_reuse": prefix_reads,
+        "system_prompt_reuse": counters.get("prefix_reads", 0),
         "system_prompt_hits": counters.get("prefix_hits", 0),
-        "prefix_hit_rate": round(counters.get("prefix_hits", 0) / prefix_reads, 6) if prefix_reads else None,
-        "multi_turn_hit_rate": (round(counters.get("turn_hits", 0) / counters["turn_reads"], 6)
-                                if counters.get("turn_reads") else None),
+        **hit_rates(counters),
         "rag_chunk_reads": counters.get("rag_reads", 0),
         "counters": counters,
         "occupancy_at_end": {t.name: {"entries": len(t.lru), "bytes": t.usage} for t in state.tiers},
@@ -175,6 +188,14 @@ def _detected_declaration(state: RunState, spec: dict[str, Any], tiers: dict[str
     }
 
 
+def spec_section(spec: dict[str, Any], as_written: dict[str, Any]) -> dict[str, Any]:
+    """The spec as written and resolved (secrets redacted) with its hash: what re-runs the result."""
+    secrets = environment_secrets()
+    return {"as_written": redact(as_written, secrets),
+            "resolved": redact({k: v for k, v in spec.items() if k != "spec_dir"}, secrets),
+            "sha256": spec_sha256(as_written)}
+
+
 def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,
                  started_at: float | None = None) -> dict[str, Any]:
     """The complete result document for one run (one trial of one client)."""
@@ -183,7 +204,6 @@ def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,
     secrets = environment_secrets()
     window_s = ((state.measure_end or 0) - (state.measure_start or 0)) if state.measure_start else 0.0
     io_window = telemetry.io_window() if telemetry else None
-    storage_s = telemetry.storage.total if telemetry else 0.0
     tiers = _tier_metrics(state) if telemetry else {}
     workload = _workload_stats(state) if telemetry else {}
     describe = redact(state.source.describe(), secrets) if state.source else {}
@@ -194,10 +214,10 @@ def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,
     metrics: dict[str, Any] = {}
     if telemetry:
         metrics = {
-            "headline": _headline(state, tiers, window_s, storage_s),
             "window": {"measured_s": round(window_s, 6),
                        "io_active_s": round(io_window[1] - io_window[0], 6) if io_window else None,
-                       "started_at": state.measure_start_wall, "ended_at": state.measure_end_wall},
+                       "started_at": state.measure_start_wall, "ended_at": state.measure_end_wall,
+                       "monotonic_start": state.measure_start},
             "requests": {"completed": telemetry.requests, "failed": telemetry.requests_failed,
                          "unfinished": state.unfinished_requests, "context_tokens": telemetry.context_tokens,
                          "generated_tokens": telemetry.generated_tokens,
@@ -207,7 +227,7 @@ def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,
             "histograms": {"end_to_end": telemetry.e2e_all.to_dict(), "queue_wait": telemetry.queue_wait.to_dict(),
                            "storage": telemetry.storage.to_dict(),
                            "end_to_end_by_qos": {q: h.to_dict() for q, h in telemetry.e2e.items()}},
-            "qos": _qos(state),
+            "qos": qos_section(telemetry.e2e),
             "tiers": tiers,
             "cache": _cache_stats(state),
             "verify": {"enabled": spec["verify"], "bytes_verified": telemetry.verified_bytes,
@@ -216,8 +236,9 @@ def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,
                        "mismatches": telemetry.integrity_errors},
             "cpu": {"process_cpu_s": round(cpu_s, 3), "peak_rss_bytes": usage.ru_maxrss * 1024,
                     "cpu_s_per_gb_moved": round(cpu_s / (moved / GB), 4) if moved else None,
-                    "host_share_of_tier_time": _host_share(tiers)},
+                    "host_share_of_tier_time": host_share(tiers)},
         }
+        metrics = {"headline": headline(metrics, state.bytes_per_token), **metrics}
     declaration = merge_declaration(spec.get("declaration") or {},
                                     _detected_declaration(state, spec, tiers, workload, describe) if telemetry else {})
     return {
@@ -230,9 +251,7 @@ def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,
                 "trial": trial, "client_index": state.client_index,
                 "started_at": started_at, "finished_at": time.time(),
                 "traced": bool(state.plugin_sections.get("block_trace"))},
-        "spec": {"as_written": redact(as_written, secrets),
-                 "resolved": redact({k: v for k, v in spec.items() if k != "spec_dir"}, secrets),
-                 "sha256": spec_sha256(as_written)},
+        "spec": spec_section(spec, as_written),
         "model": state.model.to_dict() if state.model is not None else None,
         "environment": detect_environment(paths),
         "declaration": declaration,
@@ -247,7 +266,7 @@ def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,
     }
 
 
-def _host_share(tiers: dict[str, Any]) -> dict[str, float | None]:
+def host_share(tiers: dict[str, Any]) -> dict[str, float | None]:
     shares = {}
     for name, info in tiers.items():
         host = sum(info[op]["histograms"]["host"]["total"] for op in ("read", "write"))

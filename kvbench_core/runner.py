@@ -74,7 +74,7 @@ class Runner:
                  on_progress: Callable[[dict[str, Any]], None] | None = None,
                  barrier: Callable[[], None] | None = None) -> None:
         self.spec = spec
-        self.state = RunState(run_id=run_id or _new_run_id(spec), spec=spec, client_index=client_index)
+        self.state = RunState(run_id=run_id or new_run_id(spec), spec=spec, client_index=client_index)
         self.on_progress = on_progress
         self.barrier = barrier
         self._stop = threading.Event()
@@ -95,6 +95,11 @@ class Runner:
                     self.state.error = error
             self._stop.set()
         self._events.wake() if hasattr(self, "_events") else None
+
+    @property
+    def stopped(self) -> bool:
+        """Whether a stop was requested (signal, error, duration, convergence)."""
+        return self._stop.is_set()
 
     # -- set-up ------------------------------------------------------------------------------------------
     def _build_tiers(self, workers: int) -> list[Tier]:
@@ -146,13 +151,7 @@ class Runner:
         return cls(workload["options"], context)
 
     def _users(self) -> int:
-        workload = self.spec["workload"]
-        users = workload["users"]
-        clients = self.spec.get("clients_total", 1)
-        if workload["users_scope"] == "split" and clients > 1:
-            base, extra = divmod(users, clients)
-            users = base + (1 if self.state.client_index < extra else 0)
-        return max(1, users)
+        return users_for_client(self.spec["workload"], self.spec.get("clients_total", 1), self.state.client_index)
 
     def _build_autoscaler(self) -> Autoscaler | None:
         config = self.spec.get("autoscaler")
@@ -456,6 +455,15 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def _new_run_id(spec: dict[str, Any]) -> str:
+def users_for_client(workload: dict[str, Any], clients_total: int, client_index: int) -> int:
+    """Users one client (process or MPI rank) drives: all of ``workload.users``, or its share under ``split``."""
+    users = workload["users"]
+    if workload["users_scope"] == "split" and clients_total > 1:
+        base, extra = divmod(users, clients_total)
+        users = base + (1 if client_index < extra else 0)
+    return max(1, users)
+
+
+def new_run_id(spec: dict[str, Any]) -> str:
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     return f"{stamp}-{secrets.token_hex(3)}"

@@ -1,100 +1,110 @@
-"""A session runs a spec end to end: trials, signal handling, result files, the summary.
+"""A session runs a spec end to end: its trials, on one process, N local client processes or N MPI
+ranks; signal handling; each trial's result file and reports; the trials summary.
 
 Kept apart from the runner so trial/multi-client orchestration and output
-formats grow here without the runner knowing them.
+formats grow here without the runner knowing them.  Which launcher runs the
+clients is decided once: under ``mpirun`` each rank is a client
+(``kvbench_core.mpi``), else ``clients: N > 1`` starts local processes
+(``kvbench_core.multiclient``), else the trial is one ``Runner`` here.
 """
 
 from __future__ import annotations
 
-import signal
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvbench_core.errors import Interrupted, UserError
+from kvbench_core.errors import IntegrityError, Interrupted, UserError
 from kvbench_core.progress import ProgressPrinter
-from kvbench_core.results import build_result, write_result
-from kvbench_core.runner import Runner
+from kvbench_core.reports import require_formats, write_reports
+from kvbench_core.reports.aggregate import summarize_trials
+from kvbench_core.results import write_result
+from kvbench_core.runner import new_run_id
+from kvbench_core.trial import InProcess, Launcher, stop_on_signals
 
 
 @dataclass
 class SessionOutcome:
     results: list[dict[str, Any]] = field(default_factory=list)
     paths: list[Path] = field(default_factory=list)
+    summary: dict[str, Any] | None = None  # the trials summary (trials > 1)
+    summary_path: Path | None = None
+    reports: list[Path] = field(default_factory=list)  # xlsx/png written next to the results
     exit_code: int = 0
     error: UserError | None = None
+    writer: bool = True  # false on MPI ranks other than 0: they print and write nothing
 
 
-@contextmanager
-def stop_on_signals(runner_ref: list[Runner], received: list[int]) -> Iterator[None]:
-    """SIGINT/SIGTERM stop the current run cleanly (partial result, cleanup) instead of killing it."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+def launcher_for(spec: dict[str, Any]) -> Launcher:
+    """MPI ranks when started by mpirun, local processes for ``clients > 1``, else this process."""
+    from kvbench_core.mpi import detect_world
 
-    def handler(signum: int, _frame: Any) -> None:
-        received.append(signum)
-        for runner in runner_ref:
-            runner.request_stop(f"signal {signal.Signals(signum).name}", status="interrupted")
+    comm = detect_world()
+    if comm is not None:
+        from kvbench_core.mpi import MpiRanks
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+        return MpiRanks(comm, spec)
+    if spec["clients"] > 1:
+        from kvbench_core.multiclient import LocalClients
+
+        return LocalClients(spec)
+    return InProcess()
 
 
-def result_path(spec: dict[str, Any], run_id: str, trial: int, trials: int) -> Path:
+def result_path(spec: dict[str, Any], session_id: str, suffix: str = "") -> Path:
+    """``<directory>/<name>-<session id><suffix>.json``; suffix ``-trial<n>`` or ``-summary`` with trials."""
     directory = Path(spec["output"]["directory"])
     if not directory.is_absolute():
         directory = Path.cwd() / directory
-    name = spec.get("name") or "run"
-    suffix = f"-trial{trial}" if trials > 1 else ""
-    return directory / f"{name}-{run_id}{suffix}.json"
+    return directory / f"{spec.get('name') or 'run'}-{session_id}{suffix}.json"
 
 
 def run_session(as_written: dict[str, Any], spec: dict[str, Any], *, quiet: bool = False) -> SessionOutcome:
     """Run every trial of ``spec``; each trial writes its own result, even when it fails or is stopped."""
-    outcome = SessionOutcome()
+    formats = spec["output"]["formats"]
+    require_formats(formats)  # a missing reports extra fails now, not after a 300 s run
+    launcher = launcher_for(spec)
+    outcome = SessionOutcome(writer=launcher.writer)
     trials = spec["trials"]
     received: list[int] = []
-    runners: list[Runner] = []
-    with stop_on_signals(runners, received):
+    session_id = launcher.agree(new_run_id(spec))
+    with stop_on_signals(launcher.stop, received):
         for trial in range(1, trials + 1):
-            printer = ProgressPrinter("off" if quiet else spec["output"]["progress"],
+            printer = ProgressPrinter("off" if quiet or not launcher.writer else spec["output"]["progress"],
                                       prefix=f"trial {trial}/{trials} " if trials > 1 else "")
-            runner = Runner(spec, on_progress=printer)
-            runners[:] = [runner]
-            started = time.time()
-            state = runner.run()
-            printer.finish()
-            result = build_result(state, as_written, trial=trial, started_at=started)
-            path = write_result(result, result_path(spec, state.run_id, trial, trials))
-            outcome.results.append(result)
-            outcome.paths.append(path)
-            if state.crash is not None:
-                raise state.crash
-            if state.error is not None:
-                outcome.error = state.error
-                outcome.exit_code = state.error.exit_code
+            run = launcher.run_trial(as_written, spec, run_id=session_id if trials == 1 else f"{session_id}-t{trial}",
+                                     trial=trial, printer=printer)
+            if run.result is not None:
+                path = result_path(spec, session_id, f"-trial{trial}" if trials > 1 else "")
+                outcome.results.append(run.result)
+                outcome.paths.append(write_result(run.result, path))
+                outcome.reports += write_reports(run.result, path, formats)
+            if run.crash is not None:
+                raise run.crash
+            if run.error is not None:
+                outcome.error = run.error
                 break
-            if received:
+            if trial < trials and (launcher.agree_stop(bool(received))
+                                   or launcher.agree_stop(_pause(spec["trial_pause"], received))):
                 break
-            if trial < trials and spec.get("trial_pause"):
-                time.sleep(spec["trial_pause"])
+    if trials > 1 and outcome.results:
+        outcome.summary = summarize_trials(outcome.results, outcome.paths, session_id=session_id, requested=trials)
+        outcome.summary_path = write_result(outcome.summary, result_path(spec, session_id, "-summary"))
+        outcome.reports += write_reports(outcome.summary, outcome.summary_path, formats)
     if received:
         outcome.error = Interrupted(received[0])
-        outcome.exit_code = outcome.error.exit_code
     if spec["verify"] and not outcome.error:
         errors = sum(r["metrics"].get("verify", {}).get("integrity_errors", 0) for r in outcome.results if r["metrics"])
         if errors:
-            from kvbench_core.errors import IntegrityError
-
             outcome.error = IntegrityError(f"{errors} verified reads returned bytes different from what was written")
-            outcome.exit_code = outcome.error.exit_code
+    outcome.exit_code = outcome.error.exit_code if outcome.error else 0
     return outcome
+
+
+def _pause(seconds: float, received: list[int]) -> bool:
+    """Sleep ``trial_pause`` seconds, cut short by a signal; true when a signal arrived."""
+    deadline = time.monotonic() + seconds
+    while not received and time.monotonic() < deadline:
+        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+    return bool(received)

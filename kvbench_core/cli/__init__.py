@@ -16,6 +16,9 @@ from kvbench_core.errors import UserError
 #: Command modules under kvbench_core.cli, in the order ``--help`` lists them.
 COMMAND_MODULES = [
     "run_cmd",
+    "report_cmd",
+    "compare_cmd",
+    "check_cmd",
     "spec_cmd",
     "plugins_cmd",
     "models_cmd",

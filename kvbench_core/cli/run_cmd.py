@@ -1,4 +1,10 @@
-"""``kvbench run SPEC``: run a spec (or re-run the spec a result carries) and write its result."""
+"""``kvbench run SPEC``: run a spec (or re-run the spec a result carries) and write its result.
+
+With ``trials: N`` every trial writes its own result and a ``-summary.json``
+holds the medians; with ``clients: N`` (or under ``mpirun``) one merged
+result covers every client.  ``output.formats`` adds xlsx/png next to each
+JSON.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
                         help="override a spec field, e.g. --set workload.users=20 --set duration=10s")
     parser.add_argument("--trials", type=int, help="shorthand for --set trials=N")
+    parser.add_argument("--clients", type=int, help="shorthand for --set clients=N (N local client processes)")
     parser.add_argument("--output", help="shorthand for --set output.directory=DIR")
     parser.add_argument("--quiet", action="store_true", help="no progress line")
     parser.set_defaults(handler=handle)
@@ -23,15 +30,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     overrides = list(args.overrides)
-    if args.trials is not None:
-        overrides.append(f"trials={args.trials}")
-    if args.output is not None:
-        overrides.append(f"output.directory={args.output}")
+    for field, value in (("trials", args.trials), ("clients", args.clients), ("output.directory", args.output)):
+        if value is not None:
+            overrides.append(f"{field}={value}")
     as_written, spec = load_spec(args.spec, overrides)
     outcome = run_session(as_written, spec, quiet=args.quiet)
+    if not outcome.writer:  # an MPI rank other than 0: rank 0 reports for everyone
+        return outcome.exit_code
     for result, path in zip(outcome.results, outcome.paths, strict=True):
         print(summarize(result))
         print(f"result: {path}")
+    if outcome.summary is not None:
+        print(summarize_trials(outcome.summary))
+        print(f"summary: {outcome.summary_path}")
+    for path in outcome.reports:
+        print(f"report: {path}")
     if outcome.error is not None:
         print(f"kvbench: error: {outcome.error}", file=sys.stderr)
     return outcome.exit_code
@@ -43,6 +56,10 @@ def summarize(result: dict[str, Any]) -> str:
     metrics = result.get("metrics") or {}
     head = metrics.get("headline") or {}
     lines = [f"{run['name'] or 'run'} [{run['status']}] {run['stop_reason']}"]
+    scale = result.get("scale_out")
+    if scale:
+        lines.append(f"  {scale['clients']} {scale['label']}s ({scale['mode']}), users {scale['users_scope']}: "
+                     f"{scale['users_per_client']} = {scale['users_total']}; clock skew {scale['clock_skew_s']:.6f} s")
     if head:
         window = metrics["window"]["measured_s"]
         lines.append(f"  requests {head['requests_completed']} in {window:.1f}s; "
@@ -58,6 +75,20 @@ def summarize(result: dict[str, Any]) -> str:
                 f"(device {_fmt(read['latency_ms']['device']['p95'])})  "
                 f"write p95 {_fmt(write['latency_ms']['total']['p95'])} ms "
                 f"(device {_fmt(write['latency_ms']['device']['p95'])})")
+    return "\n".join(lines)
+
+
+def summarize_trials(summary: dict[str, Any]) -> str:
+    """The trials summary: the headline figures' median, range and CV."""
+    trials = summary["trials"]
+    lines = [f"{summary['run']['name'] or 'run'} trials summary [{summary['run']['status']}]: "
+             f"{trials['count']} of {trials['requested']} trials counted; headline = median"]
+    for key in summary["metrics"]["headline"]:
+        stats = trials["metrics"].get(key)
+        if stats and stats["median"] is not None:
+            cv = "-" if stats["cv"] is None else f"{stats['cv']:.1%}"
+            lines.append(f"  {stats['label']:<28} median {_fmt(stats['median'])} {stats['unit']}  "
+                         f"[{_fmt(stats['min'])} .. {_fmt(stats['max'])}]  CV {cv}")
     return "\n".join(lines)
 
 

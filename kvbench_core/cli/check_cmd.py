@@ -1,0 +1,43 @@
+"""``kvbench check RESULT --rules mlperf-v3``: a result against a submission checklist.
+
+Every rule is listed as pass or fail with its reason; the exit status is 1
+when any rule fails, so CI can gate on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+
+from rich.table import Table
+
+from kvbench_core.cli.console import console
+from kvbench_core.reports.rules import RULESETS, check
+from kvbench_core.results import read_result
+
+FAILED_EXIT = 1
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("check", help="check a result against submission rules (exit 1 on a failure)")
+    parser.add_argument("result", metavar="RESULT", help="a result, best the trials -summary.json")
+    parser.add_argument("--rules", required=True, choices=sorted(RULESETS), help="the rule set")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    outcomes = check(read_result(args.result), args.rules)
+    failed = sum(not o.passed for o in outcomes)
+    if args.json:
+        print(json.dumps({"rules": args.rules, "passed": not failed, "checks": [asdict(o) for o in outcomes]},
+                         indent=2))
+    else:
+        table = Table("rule", "result", "reason", title=f"kvbench check --rules {args.rules}: {args.result}")
+        for outcome in outcomes:
+            table.add_row(outcome.rule, "[green]pass[/green]" if outcome.passed else "[red]FAIL[/red]",
+                          outcome.reason)
+        console().print(table)
+        console().print(f"{len(outcomes) - failed} passed, {failed} failed")
+    return FAILED_EXIT if failed else 0

@@ -1,0 +1,57 @@
+"""What a storage engineer does with results: workbooks, plots, comparisons, submission checks.
+
+``xlsx`` and ``png`` output need the ``reports`` extra (xlsxwriter,
+matplotlib); they are imported only when asked for, and a missing one is a
+``MissingDependency`` with the install hint, raised before a run starts.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from kvbench_core.errors import MissingDependency
+
+#: output format -> the module it needs
+FORMAT_MODULES = {"xlsx": "xlsxwriter", "png": "matplotlib"}
+INSTALL_HINT = "pip install 'kvbench-core[reports]'"
+
+
+def require(module: str, what: str) -> ModuleType:
+    """Import an optional reporting dependency, or say how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingDependency(f"{what} needs {module}, which is not installed; "
+                                f"install it with: {INSTALL_HINT}") from None
+
+
+def require_formats(formats: list[str]) -> None:
+    for fmt in formats:
+        if fmt in FORMAT_MODULES:
+            require(FORMAT_MODULES[fmt], f"output format '{fmt}'")
+
+
+def write_reports(result: dict[str, Any], json_path: Path, formats: list[str]) -> list[Path]:
+    """The xlsx workbook and/or png plots of one result, next to its JSON (same stem)."""
+    written: list[Path] = []
+    if "xlsx" in formats:
+        from kvbench_core.reports.xlsx import write_workbook
+
+        written.append(write_workbook(result, json_path.with_suffix(".xlsx")))
+    if "png" in formats:
+        from kvbench_core.reports.plots import plot_result
+
+        written += plot_result(result, json_path.parent, json_path.stem)
+    return written
+
+
+def autoscaler_trajectories(result: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(who, steps): the run's own trajectory, or each client's in a scaled-out run."""
+    own = (result.get("autoscaling") or {}).get("trajectory") or []
+    label = (result.get("scale_out") or {}).get("label", "client")
+    clients = [(f"{label} {c['index']}", (c.get("autoscaling") or {}).get("trajectory") or [])
+               for c in result.get("clients") or []]
+    return [(label, steps) for label, steps in [("run", own), *clients] if steps]

@@ -1,0 +1,75 @@
+"""Side-by-side comparison of results with ratios against the first (seed §5.2, "fast vs slow").
+
+Each key figure (``reports.metrics``) gets one row: its value in every
+result and, for the second result on, the ratio to the first.  When both
+results are trials summaries, a figure whose trial ranges (min..max)
+overlap is flagged: with the trial-to-trial variation the seed reports
+(CV 50-125 %), such a ratio is not a real difference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvbench_core.reports.metrics import Figure, FigureValue, figure_values
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One result's entry in a row; ratio and overlap are relative to the first result."""
+
+    value: FigureValue | None
+    ratio: float | None = None
+    overlap: bool | None = None  # None: no trial ranges to judge by
+
+
+@dataclass(frozen=True)
+class Row:
+    figure: Figure
+    cells: list[Cell]
+
+
+def ranges_overlap(a: FigureValue, b: FigureValue) -> bool | None:
+    """Whether the two trial ranges overlap; None unless both come from several trials."""
+    if a.trials < 2 or b.trials < 2 or None in (a.low, a.high, b.low, b.high):
+        return None
+    return a.low <= b.high and b.low <= a.high
+
+
+def compare(results: list[dict[str, Any]]) -> list[Row]:
+    """Rows of key figures present in any result, in the order of the first result that has them."""
+    values = [figure_values(result) for result in results]
+    keys = list(dict.fromkeys(key for v in values for key in v))
+    rows = []
+    for key in keys:
+        cells = [v.get(key) for v in values]
+        if all(c is None or c.value is None for c in cells):
+            continue
+        base = cells[0]
+        row_cells = [Cell(base)]
+        for cell in cells[1:]:
+            if cell is None or base is None or cell.value is None or base.value is None:
+                row_cells.append(Cell(cell))
+                continue
+            ratio = cell.value / base.value if base.value else None
+            row_cells.append(Cell(cell, ratio, ranges_overlap(base, cell)))
+        figure = next(c.figure for c in cells if c is not None)
+        rows.append(Row(figure, row_cells))
+    return rows
+
+
+def rows_as_json(rows: list[Row], labels: list[str]) -> list[dict[str, Any]]:
+    """Machine-readable form of ``compare``: one dict per figure."""
+    out = []
+    for row in rows:
+        entries = []
+        for label, cell in zip(labels, row.cells, strict=True):
+            value = cell.value
+            entries.append({"result": label, "value": None if value is None else value.value,
+                            "min": None if value is None else value.low, "max": None if value is None else value.high,
+                            "trials": 0 if value is None else value.trials,
+                            "ratio_to_first": cell.ratio, "trial_ranges_overlap": cell.overlap})
+        out.append({"metric": row.figure.key, "label": row.figure.label, "unit": row.figure.unit,
+                    "better": row.figure.better, "results": entries})
+    return out

@@ -1,0 +1,74 @@
+"""``kvbench compare``: key figures side by side, ratios vs the first, overlapping trial ranges flagged."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvbench_core.cli import main
+from kvbench_core.reports.compare import compare
+from kvbench_core.reports.metrics import HEADLINE
+
+
+def _run(name: str, **headline: float) -> dict[str, Any]:
+    """A minimal single-run result carrying the given headline figures."""
+    return {"kvbench_result": 1, "run": {"id": name, "name": name, "status": "completed"},
+            "metrics": {"headline": {f.key: headline.get(f.key) for f in HEADLINE},
+                        "latency_ms": {"storage": {"p95": headline.get("storage_p95")}}}}
+
+
+def _summary(name: str, **ranges: tuple[float, float, float]) -> dict[str, Any]:
+    """A minimal trials summary: figure -> (min, median, max) over three trials."""
+    metrics = {key: {"label": key, "unit": "", "better": "higher", "median": mid, "min": low, "max": high,
+                     "cv": 0.1, "values": [low, mid, high]} for key, (low, mid, high) in ranges.items()}
+    return {"kvbench_result": 1, "run": {"id": name, "name": name, "status": "completed", "kind": "trials-summary"},
+            "metrics": {"headline": {key: mid for key, (_, mid, _) in ranges.items()}},
+            "trials": {"requested": 3, "count": 3, "statistic": "median", "runs": [], "metrics": metrics}}
+
+
+def test_ratios_are_against_the_first_result() -> None:
+    fast = _run("fast", decode_bytes_read_gb=1195.0, avg_throughput_tokens_per_sec=610.36, storage_p95=36504.0)
+    slow = _run("slow", decode_bytes_read_gb=447.0, avg_throughput_tokens_per_sec=290.02, storage_p95=45091.0)
+    rows = {row.figure.key: row for row in compare([slow, fast])}
+    assert rows["avg_throughput_tokens_per_sec"].cells[1].ratio == pytest.approx(2.1046, rel=1e-3)
+    assert rows["decode_bytes_read_gb"].cells[1].ratio == pytest.approx(2.673, rel=1e-3)
+    assert rows["storage_latency_p95_ms"].cells[1].ratio == pytest.approx(36504 / 45091)
+    assert rows["decode_bytes_read_gb"].cells[0].ratio is None  # the baseline
+    assert rows["decode_bytes_read_gb"].cells[1].overlap is None  # single runs: nothing to judge by
+    assert "cache_hit_rate" not in rows  # no result has it
+
+
+def test_overlapping_trial_ranges_are_flagged_as_no_real_difference() -> None:
+    a = _summary("a", decode_bytes_read_gb=(100.0, 110.0, 120.0), avg_throughput_tokens_per_sec=(50.0, 55.0, 60.0))
+    b = _summary("b", decode_bytes_read_gb=(115.0, 130.0, 150.0), avg_throughput_tokens_per_sec=(70.0, 80.0, 90.0))
+    rows = {row.figure.key: row for row in compare([a, b])}
+    assert rows["decode_bytes_read_gb"].cells[1].overlap is True
+    assert rows["avg_throughput_tokens_per_sec"].cells[1].overlap is False
+    assert rows["avg_throughput_tokens_per_sec"].cells[1].ratio == pytest.approx(80 / 55)
+
+
+def test_compare_command_prints_the_table_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    paths = []
+    for doc in (_summary("base", decode_bytes_read_gb=(100.0, 110.0, 120.0)),
+                _summary("new", decode_bytes_read_gb=(115.0, 130.0, 150.0))):
+        path = tmp_path / f"{doc['run']['name']}.json"
+        path.write_text(json.dumps(doc))
+        paths.append(str(path))
+    assert main(["compare", *paths]) == 0
+    out = capsys.readouterr().out
+    assert "(1.18x)" in out and "overlap" in out and "not a real difference" in out
+    assert main(["compare", *paths, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    entry = rows[0]["results"][1]
+    assert (rows[0]["metric"], entry["result"], entry["trial_ranges_overlap"]) == ("decode_bytes_read_gb", "new", True)
+    assert entry["ratio_to_first"] == pytest.approx(130 / 110)
+
+
+def test_compare_needs_two_results(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps(_run("one", decode_bytes_read_gb=1.0)))
+    assert main(["compare", str(path)]) == 2
+    assert "at least two results" in capsys.readouterr().err

@@ -1,0 +1,222 @@
+"""Local multi-client: per-client specs, exact percentile merging, a 2-client run, a client killed mid-run."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from tiny_spec import assert_valid_result, tiny_spec
+
+from kvbench_core.clients import ClientLayout, DirectorySnapshot, client_seed, client_spec, tier_directories
+from kvbench_core.histogram import DEFAULT_ACCURACY, LatencyHistogram
+from kvbench_core.merge import ClientReport, merge_results
+from kvbench_core.runner import users_for_client
+from kvbench_core.session import run_session
+from kvbench_core.spec import load_spec
+
+PYTHON = sys.executable
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(as_written, resolved spec, result) of one real tiny run, the template for crafted client results."""
+    tmp = tmp_path_factory.mktemp("single")
+    as_written, spec = load_spec(tiny_spec(tmp, duration="1s"))
+    outcome = run_session(as_written, spec, quiet=True)
+    assert outcome.exit_code == 0
+    return as_written, spec, outcome.results[0]
+
+
+def test_each_client_gets_its_own_directory_seed_and_share_of_users(tmp_path: Path) -> None:
+    _, spec = load_spec(tiny_spec(tmp_path, workload={"users": 5, "users_scope": "split"}))
+    layout = ClientLayout("client", 3)
+    specs = [client_spec(spec, layout, i) for i in range(3)]
+    assert [tier_directories(s) for s in specs] == [[str(tmp_path / "cache" / f"client{i}")] for i in range(3)]
+    assert specs[0]["seed"] == 42 and len({s["seed"] for s in specs}) == 3
+    assert client_seed(42, 2) == specs[2]["seed"]  # reproducible
+    assert [users_for_client(s["workload"], 3, i) for i, s in enumerate(specs)] == [2, 2, 1]
+    assert spec["cache"]["tiers"][1]["options"]["path"] == str(tmp_path / "cache")  # the original is untouched
+    per_client = dict(spec, workload=dict(spec["workload"], users_scope="per_client"))
+    assert [users_for_client(per_client["workload"], 3, i) for i in range(3)] == [5, 5, 5]
+
+
+def test_dead_client_leftovers_are_removed_without_touching_what_was_there(tmp_path: Path) -> None:
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    (existing / "someone-elses.dat").write_text("keep")
+    created = tmp_path / "new" / "client1"
+    snapshot = DirectorySnapshot([str(existing), str(created)])
+    (existing / "RUN-c1-u0.kv").write_text("x")
+    (existing / ".RUN-c1-probe").write_text("x")
+    created.mkdir(parents=True)
+    (created / "RUN-c1-u1.kv").write_text("x")
+    snapshot.remove_leftovers(str(existing), "RUN-c1")
+    snapshot.remove_leftovers(str(created), "RUN-c1")
+    snapshot.remove_empty()
+    assert sorted(p.name for p in existing.iterdir()) == ["someone-elses.dat"]
+    assert not (tmp_path / "new").exists()
+
+
+def _with_samples(result: dict[str, Any], samples: np.ndarray, wall_start: float, io: tuple[float, float],
+                  nbytes: int) -> dict[str, Any]:
+    """A copy of ``result`` whose latency histograms hold ``samples`` and whose nvme write I/O spans ``io``
+    (wall clock) with ``nbytes``: a client result with known raw data."""
+    crafted = copy.deepcopy(result)
+    hist = LatencyHistogram()
+    for value in samples:
+        hist.add(float(value))
+    metrics = crafted["metrics"]
+    for name in ("end_to_end", "queue_wait", "storage"):
+        metrics["histograms"][name] = hist.to_dict()
+    metrics["histograms"]["end_to_end_by_qos"] = {q: hist.to_dict() for q in metrics["histograms"]["end_to_end_by_qos"]}
+    write = metrics["tiers"]["nvme"]["write"]
+    write["histograms"] = {layer: hist.to_dict() for layer in ("total", "host", "device")}
+    monotonic_start = 1000.0  # this client's perf_counter at measurement start
+    metrics["window"].update(started_at=wall_start, ended_at=io[1], monotonic_start=monotonic_start)
+    write.update(bytes=nbytes, ops=len(samples), first_start=monotonic_start + io[0] - wall_start,
+                 last_end=monotonic_start + io[1] - wall_start)
+    return crafted
+
+
+def test_merged_percentiles_equal_the_pooled_samples_within_the_sketch_error(single: Any) -> None:
+    as_written, spec, result = single
+    rng = np.random.default_rng(7)
+    # Three clients with very different latency distributions: averaging their p95s would be far off.
+    samples = [rng.lognormal(-6, 0.5, 4000), rng.lognormal(-3, 1.0, 1500), rng.exponential(0.2, 700)]
+    windows = [(100.0, 110.0), (101.0, 112.0), (100.5, 111.0)]
+    clients = [ClientReport(index=i, run_id=f"r-c{i}", seed=client_seed(42, i), users=3, directories=[],
+                            result=_with_samples(result, s, 100.0, w, 1_000_000 * (i + 1)), released_at=100.0 + i / 1e3)
+               for i, (s, w) in enumerate(zip(samples, windows, strict=True))]
+    merged = merge_results(clients, mode="local", label="client", run_id="r", trial=1, as_written=as_written,
+                           spec=dict(spec, clients=3), started_at=99.0)
+    pooled = np.sort(np.concatenate(samples))
+    for p in (50, 95, 99, 99.9):
+        exact = float(np.percentile(pooled, p, method="lower")) * 1000
+        for got in (merged["metrics"]["latency_ms"]["end_to_end"][f"p{p:g}"],
+                    merged["metrics"]["tiers"]["nvme"]["write"]["latency_ms"]["device"][f"p{p:g}"],
+                    merged["metrics"]["qos"]["batch"]["latency_ms"][f"p{p:g}"]):
+            assert abs(got - exact) <= DEFAULT_ACCURACY * exact + 1e-9, (p, got, exact)
+    averaged_p95 = np.mean([np.percentile(s, 95) for s in samples]) * 1000
+    assert abs(averaged_p95 - merged["metrics"]["latency_ms"]["end_to_end"]["p95"]) > 0.05 * averaged_p95
+    write = merged["metrics"]["tiers"]["nvme"]["write"]
+    assert write["ops"] == sum(len(s) for s in samples)
+    assert write["bytes"] == 6_000_000
+    assert write["active_window_s"] == pytest.approx(12.0)  # the union 100..112 on the wall clock
+    assert write["bandwidth_bytes_per_s"] == pytest.approx(6_000_000 / 12.0)
+    assert merged["metrics"]["headline"]["nvme_write_device_p95_ms"] == write["latency_ms"]["device"]["p95"]
+    assert merged["scale_out"]["clock_skew_s"] == pytest.approx(0.002)
+    assert_valid_result(merged)
+
+
+def _run_cli(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PYTHON, "-m", "kvbench_core.cli", *args], capture_output=True, text=True, timeout=240,
+                          **kwargs)
+
+
+def _only_result(tmp_path: Path) -> dict[str, Any]:
+    files = list((tmp_path / "out").glob("*.json"))
+    assert len(files) == 1, files
+    return json.loads(files[0].read_text())
+
+
+@pytest.mark.slow
+def test_two_local_clients_give_one_merged_result(tmp_path: Path) -> None:
+    spec = tiny_spec(tmp_path, workload={"users": 3, "users_scope": "split", "max_inflight": 2})
+    done = _run_cli(["run", str(spec), "--clients", "2"])
+    assert done.returncode == 0, done.stderr
+    result = _only_result(tmp_path)
+    assert_valid_result(result)
+    scale = result["scale_out"]
+    assert (scale["mode"], scale["clients"], scale["users_scope"]) == ("local", 2, "split")
+    assert scale["users_per_client"] == [2, 1] and scale["users_total"] == 3
+    assert 0 <= scale["clock_skew_s"] < 1.0
+    clients = result["clients"]
+    assert [c["status"] for c in clients] == ["completed", "completed"]
+    assert [c["directories"] for c in clients] == [[str(tmp_path / "cache" / f"client{i}")] for i in range(2)]
+    metrics = result["metrics"]
+    assert metrics["headline"]["requests_completed"] == sum(c["metrics"]["headline"]["requests_completed"]
+                                                            for c in clients) > 0
+    for op in ("read", "write"):
+        merged = metrics["tiers"]["nvme"][op]
+        assert merged["bytes"] == sum(c["metrics"]["tiers"]["nvme"][op]["bytes"] for c in clients)
+        assert merged["histograms"]["total"]["count"] == merged["ops"]
+    assert metrics["latency_ms"]["end_to_end"]["count"] == sum(
+        c["metrics"]["latency_ms"]["end_to_end"]["count"] for c in clients)
+    assert "2 clients (local), users split: [2, 1] = 3" in done.stdout
+    assert not (tmp_path / "cache").exists()  # every client cleaned up, and the shared parent is gone
+
+
+def _client_pids(parent: int) -> list[int]:
+    """The parent's spawned client processes (not multiprocessing's resource tracker)."""
+    pids = []
+    for task in Path(f"/proc/{parent}/task").iterdir():
+        for pid in (task / "children").read_text().split():
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"spawn_main" in cmdline and b"resource_tracker" not in cmdline:
+                pids.append(int(pid))
+    return pids
+
+
+def _start_and_wait_for_measurement(tmp_path: Path, duration: str) -> subprocess.Popen[str]:
+    """Start a 2-client run and return once its aggregate progress shows the measurement phase."""
+    spec = tiny_spec(tmp_path, duration=duration, output={"directory": str(tmp_path / "out"), "interval": 0.5,
+                                                          "progress": "on"})
+    process = subprocess.Popen([PYTHON, "-m", "kvbench_core.cli", "run", str(spec), "--clients", "2"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    seen = ""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([process.stderr], [], [], 1.0)
+        if ready:
+            line = process.stderr.readline()
+            seen += line
+            if line.startswith("2 clients [") and "warm-up" not in line:
+                return process
+        assert process.poll() is None, seen
+    process.kill()
+    pytest.fail(f"no measurement progress within 120 s:\n{seen}")
+
+
+@pytest.mark.slow
+def test_a_killed_client_stops_the_run_with_a_clear_error_and_no_leftovers(tmp_path: Path) -> None:
+    process = _start_and_wait_for_measurement(tmp_path, "60s")
+    pids = _client_pids(process.pid)
+    assert len(pids) == 2
+    os.kill(pids[1], signal.SIGKILL)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 6, stderr
+    result = _only_result(tmp_path)
+    assert_valid_result(result)
+    killed = next(c for c in result["clients"] if c["pid"] == pids[1])
+    survivor = next(c for c in result["clients"] if c["pid"] == pids[0])
+    assert killed["ended"] == "was killed by SIGKILL" and killed["status"] == "failed"
+    assert f"client {killed['index']} (pid {pids[1]}" in stderr and "was killed by SIGKILL" in stderr
+    assert result["run"]["status"] == "failed"
+    assert survivor["status"] == "interrupted" and f"client {killed['index']}" in survivor["stop_reason"]
+    assert result["metrics"]["headline"]["requests_completed"] > 0  # the partial, merged result
+    assert result["metrics"]["window"]["measured_s"] < 60
+    assert not (tmp_path / "cache").exists()
+    assert not any(Path(f"/proc/{pid}").exists() for pid in pids)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_every_client_and_keeps_the_partial_result(tmp_path: Path) -> None:
+    process = _start_and_wait_for_measurement(tmp_path, "60s")
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGTERM, stderr
+    result = _only_result(tmp_path)
+    assert result["run"]["status"] == "interrupted"
+    assert {c["status"] for c in result["clients"]} == {"interrupted"}
+    assert result["metrics"]["window"]["measured_s"] < 60
+    assert not (tmp_path / "cache").exists()

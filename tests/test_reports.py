@@ -1,0 +1,128 @@
+"""Reports: the result schema, xlsx workbooks (sheets), png plots (valid images), ``kvbench report``."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import struct
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from tiny_spec import assert_valid_result, result_validator, tiny_spec
+
+import kvbench_core.reports as reports
+from kvbench_core.cli import main
+from kvbench_core.clients import client_seed
+from kvbench_core.errors import MissingDependency
+from kvbench_core.histogram import DEFAULT_ACCURACY, LatencyHistogram
+from kvbench_core.merge import ClientReport, merge_results
+from kvbench_core.reports.aggregate import summarize_trials
+from kvbench_core.reports.plots import cdf_points, plot_result
+from kvbench_core.reports.xlsx import write_workbook
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """One real tiny run that asked for every output format: (its JSON path, the result)."""
+    tmp = tmp_path_factory.mktemp("reports")
+    spec = tiny_spec(tmp, output={"directory": str(tmp / "out"), "interval": 0.3, "progress": "off",
+                                  "formats": ["json", "xlsx", "png"]})
+    assert main(["run", str(spec), "--quiet"]) == 0
+    path = next((tmp / "out").glob("*.json"))
+    return path, json.loads(path.read_text())
+
+
+def sheet_names(path: Path) -> list[str]:
+    with zipfile.ZipFile(path) as book:
+        workbook = book.read("xl/workbook.xml").decode()
+    return re.findall(r'<sheet name="([^"]+)"', workbook)
+
+
+def sheet_rows(path: Path, index: int) -> int:
+    with zipfile.ZipFile(path) as book:
+        return book.read(f"xl/worksheets/sheet{index}.xml").decode().count("<row ")
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """Width and height from a PNG's IHDR chunk (checks it really is a PNG)."""
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC and data[12:16] == b"IHDR", path
+    return struct.unpack(">II", data[16:24])
+
+
+def test_a_result_matches_the_published_schema(run: tuple[Path, dict[str, Any]]) -> None:
+    _, result = run
+    assert_valid_result(result)
+    broken = copy.deepcopy(result)
+    del broken["metrics"]["headline"]["cache_hit_rate"]
+    broken["metrics"]["tiers"]["nvme"]["read"]["ops"] = -1
+    assert len(list(result_validator().iter_errors(broken))) == 2
+
+
+def test_output_formats_write_the_workbook_and_plots_next_to_the_json(run: tuple[Path, dict[str, Any]]) -> None:
+    path, _ = run
+    assert sheet_names(path.with_suffix(".xlsx")) == [
+        "Summary", "Tiers", "QoS", "Timeseries", "Autoscaler", "Spec", "Declaration", "Environment"]
+    assert sheet_rows(path.with_suffix(".xlsx"), 2) == 1 + 2 * 2  # header + (dram, nvme) x (read, write)
+    for name in ("throughput", "latency-cdf", "occupancy"):
+        width, height = png_size(path.with_name(f"{path.stem}-{name}.png"))
+        assert width >= 800 and height >= 250
+    assert not path.with_name(f"{path.stem}-autoscaler.png").exists()  # no autoscaler, no empty plot
+
+
+def test_latency_cdf_comes_from_the_serialized_histogram() -> None:
+    samples = np.random.default_rng(3).lognormal(-5, 1, 5000)
+    hist = LatencyHistogram()
+    for value in samples:
+        hist.add(float(value))
+    values_ms, fractions = cdf_points(json.loads(json.dumps(hist.to_dict())), points=101)
+    assert fractions[0] == 0 and fractions[-1] == 1 and np.all(np.diff(values_ms) >= 0)
+    median = float(np.percentile(samples, 50, method="lower")) * 1000
+    assert values_ms[50] == pytest.approx(median, rel=DEFAULT_ACCURACY)
+
+
+def test_merged_and_trials_results_get_their_own_sheets_and_plots(run: tuple[Path, dict[str, Any]],
+                                                                   tmp_path: Path) -> None:
+    path, result = run
+    spec = dict(result["spec"]["resolved"], clients=2)
+    clients = [ClientReport(index=i, run_id=f"x-c{i}", seed=client_seed(42, i), users=3, directories=[],
+                            result=copy.deepcopy(result)) for i in range(2)]
+    merged = merge_results(clients, mode="local", label="client", run_id="x", trial=1,
+                           as_written=result["spec"]["as_written"], spec=spec, started_at=0.0)
+    assert "Clients" in sheet_names(write_workbook(merged, tmp_path / "merged.xlsx"))
+    summary = summarize_trials([result, result], [path, path], session_id="s", requested=2)
+    assert_valid_result(summary)
+    assert sheet_names(write_workbook(summary, tmp_path / "summary.xlsx")) == [
+        "Summary", "Trials", "Spec", "Declaration", "Environment"]
+    assert [p.name for p in plot_result(summary, tmp_path, "summary")] == ["summary-trials.png"]
+
+
+def test_report_command_makes_a_comparison_workbook_and_plots(run: tuple[Path, dict[str, Any]], tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    path, result = run
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(result))
+    out = tmp_path / "compare.xlsx"
+    assert main(["report", str(path), str(other), "--xlsx", str(out)]) == 0
+    assert sheet_names(out) == ["Comparison"]
+    assert sheet_rows(out, 1) == 2 + 2  # title, header, one row per result
+    assert capsys.readouterr().out.split() == [str(out)]
+    assert main(["report", str(other), "--png", str(tmp_path / "png")]) == 0
+    assert capsys.readouterr().out.split() == [str(tmp_path / "png" / f"other-{name}.png")
+                                               for name in ("throughput", "latency-cdf", "occupancy")]
+
+
+def test_missing_reports_extra_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_xlsxwriter(name: str) -> Any:
+        raise ImportError(name)
+
+    monkeypatch.setattr(reports.importlib, "import_module", no_xlsxwriter)
+    with pytest.raises(MissingDependency, match=r"xlsxwriter.*pip install 'kvbench-core\[reports\]'"):
+        reports.require_formats(["json", "xlsx"])
+    reports.require_formats(["json"])  # json alone needs nothing

@@ -1,0 +1,54 @@
+"""A tiny, fast run spec for tests of whole runs (sessions, trials, clients, MPI, reports).
+
+Entries of 16-64 tokens of llama3.2-1b (0.5-2 MiB), a small DRAM tier in front
+of a directory tier without fsync, so a 1-2 s run moves a few hundred MiB on
+two shared cores and still exercises reads, writes, demotion and both tiers.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def tiny_spec(tmp_path: Path, **overrides: Any) -> Path:
+    """Write the spec under ``tmp_path`` (cache in ``tmp_path/cache``, results in ``tmp_path/out``)."""
+    spec: dict[str, Any] = {
+        "version": 1, "name": "tiny", "seed": 42,
+        "model": {"name": "llama3.2-1b", "dtype": "bf16"},
+        "duration": "1500ms",
+        "workload": {
+            "users": 3, "max_inflight": 2, "generation": "none",
+            "options": {"profiles": {"tiny": {"context": [16, 64], "generate": [4, 16], "think_s": [0.01, 0.05]}},
+                        "profile_mix": {"tiny": 1}, "prefix_caching": {"prefix_tokens": [8, 32]},
+                        "multi_turn": {"turn_tokens": [8, 32]}},
+        },
+        "cache": {"tiers": [
+            {"name": "dram", "backend": "cpu", "capacity": "8MiB"},
+            {"name": "nvme", "backend": "nvme", "capacity": "64MiB",
+             "options": {"path": str(tmp_path / "cache"), "fsync": False, "drop_cache": False}},
+        ]},
+        "output": {"directory": str(tmp_path / "out"), "interval": 0.5, "progress": "off"},
+    }
+    for key, value in overrides.items():
+        spec[key] = value
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def result_validator() -> Any:
+    """A JSON Schema validator for result documents (kvbench_core/schemas/result.schema.json)."""
+    import jsonschema
+
+    schema = json.loads((files("kvbench_core") / "schemas/result.schema.json").read_text())
+    return jsonschema.Draft202012Validator(schema)
+
+
+def assert_valid_result(result: dict[str, Any]) -> None:
+    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in result_validator().iter_errors(result)]
+    assert not errors, "\n".join(errors[:10])
