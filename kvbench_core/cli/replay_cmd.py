@@ -7,8 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
-from kvbench_core.cli.console import console
-from kvbench_core.jsonfile import write_json
+from kvbench_core.cli.console import console, set_report_handler
 from kvbench_core.kvio.manifest import Manifest
 from kvbench_core.kvio.replay import ReplaySettings, replay, tier_from_argument
 from kvbench_core.units import format_bytes
@@ -30,21 +29,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="compare the plan with the device's /proc/diskstats deltas")
     parser.add_argument("--prefill-tokens-per-sec", type=float,
                         help="prefill rate R: say whether the measured loads beat recomputing")
-    parser.add_argument("--json", metavar="OUT", help="write the full report as JSON here")
-    parser.set_defaults(handler=handle)
+    set_report_handler(parser, build, render, "replay report")
 
 
-def handle(args: argparse.Namespace) -> int:
+def build(args: argparse.Namespace) -> dict[str, Any]:
     manifest = Manifest.read(args.manifest)
     tier, where = tier_from_argument(args.tier)
     settings = ReplaySettings(iters=args.iters, warmup=args.warmup, concurrency=args.concurrency, seed=args.seed,
                               io_log=args.io_log, diskstats=args.diskstats,
                               prefill_tokens_per_sec=args.prefill_tokens_per_sec)
-    report = replay(manifest, tier, settings, where=where)
-    if args.json:
-        write_json(args.json, report, "replay report")
-    render(report)
-    return 0
+    return replay(manifest, tier, settings, where=where)
 
 
 def _rate(value: float | None) -> str:

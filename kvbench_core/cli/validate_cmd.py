@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from kvbench_core.cli.console import console
-from kvbench_core.jsonfile import write_json
+from kvbench_core.cli.console import console, set_report_handler
 from kvbench_core.kvio.manifest import Manifest
 from kvbench_core.kvio.validate import MISMATCH_EXAMPLES, read_trace, validate
 
@@ -21,18 +20,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="JSONL trace: `kvbench replay --io-log` or the eBPF nvme_uring_cmd_monitor")
     parser.add_argument("--lba-bytes", type=int,
                         help="recompute tracer bytes as nlb × this (when the capture's --lba-size was wrong)")
-    parser.add_argument("--json", metavar="OUT", help="write the full report as JSON here")
-    parser.set_defaults(handler=handle)
+    set_report_handler(parser, build, render, "validation report")
 
 
-def handle(args: argparse.Namespace) -> int:
-    manifest = Manifest.read(args.plan)
-    report = validate(manifest, read_trace(args.measured, args.lba_bytes))
-    report = {"plan": args.plan, "measured": args.measured, **report}
-    if args.json:
-        write_json(args.json, report, "validation report")
-    render(report)
-    return 0
+def build(args: argparse.Namespace) -> dict[str, Any]:
+    report = validate(Manifest.read(args.plan), read_trace(args.measured, args.lba_bytes))
+    return {"plan": args.plan, "measured": args.measured, **report}
 
 
 def _line(label: str, scores: dict[str, Any]) -> str:
