@@ -82,7 +82,7 @@ def _unmeasured_read_p95(doc: dict[str, Any]) -> None:
     (_set("trials.count", 2), "3-5 trials", "2 completed trials"),
     (_set("metrics.headline.decode_bytes_read_gb", 1.0), "median reported", "decode_bytes_read_gb"),
     (_set("trials.runs.0.status", "interrupted"), "every trial completed", "trial 1: interrupted"),
-    (_tier_in_front("cpu", 8 * GIB), "metrics for the cpu tier setting", "8 GiB"),
+    (_tier_in_front("cpu", 8 * GIB), "metrics for the cpu tier setting", "8.00 GiB"),
     (_unmeasured_read_p95, "metrics for the cpu tier setting", "not measured: nvme_read_device_p95_ms"),
     (_set("trials.runs.1.traced", True), "not traced", "not scorable"),
     (_set("environment.cpu_model", None), "system info documented", "CPU model"),

@@ -100,4 +100,6 @@ def _bw(op: dict[str, Any]) -> str:
 def _fmt(value: Any) -> str:
     if value is None:
         return "-"
-    return f"{value:.3f}" if isinstance(value, float) else str(value)
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:.3f}"
+    return str(int(value)) if isinstance(value, float) else str(value)

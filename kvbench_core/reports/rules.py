@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kvbench_core.units import format_bytes
+
 GIB = 1 << 30
 MIN_DURATION_S = 300.0
 TRIALS_RANGE = (3, 5)
@@ -118,7 +120,7 @@ def cpu_setting_metrics(result: dict[str, Any]) -> RuleOutcome:
     total = sum(capacities)
     setting = next((gb for gb in CPU_SETTING_METRICS if total in (gb * GIB, gb * 10**9)), None)
     if setting is None:
-        return RuleOutcome(name, False, f"cpu tier capacity is {total / GIB:g} GiB; the rules use 0 or 4 GB")
+        return RuleOutcome(name, False, f"cpu tier capacity is {format_bytes(total)}; the rules use 0 or 4 GB")
     headline = result["metrics"].get("headline") or {}
     missing = [key for key in CPU_SETTING_METRICS[setting] if headline.get(key) is None]
     required = ", ".join(CPU_SETTING_METRICS[setting])
@@ -140,7 +142,7 @@ def system_documented(result: dict[str, Any]) -> RuleOutcome:
     missing = [label for label, key in (("CPU model", "cpu_model"), ("RAM size", "ram_bytes"), ("OS", "os"))
                if not environment.get(key)]
     ok = not missing
-    return RuleOutcome("system info documented", ok, "CPU, RAM, OS and kernel recorded" if ok
+    return RuleOutcome("system info documented", ok, "CPU model, RAM and OS recorded" if ok
                        else f"missing from the environment: {', '.join(missing)}")
 
 
