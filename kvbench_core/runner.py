@@ -169,7 +169,10 @@ class Runner:
         config = spec["model"].get("config")
         if config and not os.path.isabs(config):
             config = os.path.join(spec.get("spec_dir", "."), config)
-        model = resolve_model(config or spec["model"]["name"], spec["model"].get("dtype"), spec["model"].get("tp", 1))
+        name = spec["model"].get("name")
+        # A name plus a config picks that model from a multi-model file (the LMCache calculator's json).
+        model = resolve_model(name or config, spec["model"].get("dtype"), spec["model"].get("tp", 1),
+                              config=config if name else None)
         state.model = model
         # Every TP rank stores its own object, so the storage sees all ranks' bytes per token.
         state.bytes_per_token = model.bytes_per_token_all_ranks
