@@ -37,15 +37,14 @@ Page cache.  cuFile's DMA path is O_DIRECT.  On a fallback path with
 ``posix_fadvise(DONTNEED)`` and each read starts with the same drop, so reads
 reach the device; ``describe()`` states which applies.
 
-Safety and cleanup reuse the nvme tier's ``TierDirectory``: files are
-``<path>/<run_id>-<key>.kv``, ``close`` removes what this backend created.
+Safety and cleanup reuse the nvme tier's ``TierDirectory`` and ``EntryFilesBackend``: files
+are ``<path>/<run_id>-<key>.kv``, ``close`` removes what this backend created.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import threading
 import time
 from collections import Counter
@@ -53,17 +52,10 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from kvbench_nvme.directory import TierDirectory
+from kvbench_nvme.entry_files import EntryFilesBackend
 from kvbench_nvme.fsinfo import describe_location
 
-from kvbench_core.backend import (
-    BackendContext,
-    ByteSink,
-    ByteSource,
-    DiscardSink,
-    IOTiming,
-    StorageBackend,
-    check_key,
-)
+from kvbench_core.backend import BackendContext, ByteSink, ByteSource, DiscardSink, IOTiming, check_key
 from kvbench_core.errors import BackendUnavailable, SpecError
 from kvbench_core.payload import EntryPayload
 from kvbench_core.units import SIZE_PATTERN, parse_size
@@ -82,7 +74,7 @@ MAX_TRANSFER = 1 << 30
 _SIZE = {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_PATTERN}]}
 
 
-class GDSBackend(StorageBackend):
+class GDSBackend(EntryFilesBackend):
     """KV entries as files, moved between GPU memory and storage by kvikio (cuFile when GDS is there)."""
 
     name = "gds"
@@ -138,7 +130,6 @@ class GDSBackend(StorageBackend):
         self.status: KvikioStatus | None = None
         self.access: AccessPath | None = None
         self._staging = threading.local()
-        self._files: set[str] = set()
         self._lock = threading.Lock()
         self._noise: Any = None  # DeviceNoise of the run's pool, made on the first GPU-origin write
         self._writes: Counter[str] = Counter()
@@ -217,15 +208,9 @@ class GDSBackend(StorageBackend):
 
     def close(self) -> None:
         with self._lock:
-            paths, self._files = self._files, set()
             self._noise = None
         self._staging = threading.local()  # drop the staging buffers (GPU memory) of every thread
-        if self.context.keep:
-            return
-        for path in paths:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-        self.directory.close()
+        self._remove_files()
 
     # -- buffers ---------------------------------------------------------------------------------
 
@@ -270,10 +255,6 @@ class GDSBackend(StorageBackend):
             return self._noise
 
     # -- data path -------------------------------------------------------------------------------
-
-    def path_of(self, key: str) -> str:
-        """The entry's file; the key check keeps it inside the tier directory."""
-        return os.path.join(self.directory.path, f"{self.context.run_id}-{check_key(key)}.kv")
 
     def _tasks(self, nbytes: int) -> int:
         return max(1, -(-nbytes // self.task_size))
@@ -342,8 +323,7 @@ class GDSBackend(StorageBackend):
         drop cached pages as configured.  A failed write leaves no half-written file behind."""
         path = self.path_of(key)
         start = time.perf_counter()
-        with self._lock:
-            self._files.add(path)
+        self._created(path)
         try:
             with self._kvikio.CuFile(path, "w") as handle:
                 opened = time.perf_counter()
@@ -411,19 +391,7 @@ class GDSBackend(StorageBackend):
         if self.context.io_log is not None:
             self.context.io_log.record(key, op, offset, nbytes, started, time.perf_counter())
 
-    def delete(self, key: str) -> None:
-        self._forget(self.path_of(key))
-
-    def _forget(self, path: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        with self._lock:
-            self._files.discard(path)
-
     # -- declaration -----------------------------------------------------------------------------
-
-    def capacity_bytes(self) -> int | None:
-        return shutil.disk_usage(self.directory.path).free
 
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {

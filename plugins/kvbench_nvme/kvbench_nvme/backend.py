@@ -44,7 +44,7 @@ drop, sequential hint).
 ``commands`` = number of ``pwrite``/``preadv`` calls.  With ``queue_depth > 1``
 both are wall-clock, not summed over threads; see ``kvbench_nvme.accounting``.
 
-Safety and cleanup (``kvbench_nvme.directory``).  Files are
+Safety and cleanup (``kvbench_nvme.directory``, ``kvbench_nvme.entry_files``).  Files are
 ``<path>/<run_id>-<key>.kv``; keys are checked so none can leave the
 directory; ``close`` removes every file this backend created (unless
 ``context.keep``) and the directory if kvbench made it.  A failed write
@@ -56,21 +56,22 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import itertools
 import mmap
 import os
-import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ClassVar
 
-from kvbench_core.backend import BackendContext, ByteSink, ByteSource, IOTiming, StorageBackend, check_key
+from kvbench_core.backend import BackendContext, ByteSink, ByteSource, IOTiming, check_key
 from kvbench_core.errors import BackendUnavailable, SpecError
 from kvbench_core.units import SIZE_PATTERN, parse_size
 from kvbench_nvme.accounting import Phase
 from kvbench_nvme.directory import TierDirectory
+from kvbench_nvme.entry_files import EntryFilesBackend
 from kvbench_nvme.fsinfo import describe_location
 
 ALIGN = 4096
@@ -83,7 +84,7 @@ def _align_up(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
-class NVMeBackend(StorageBackend):
+class NVMeBackend(EntryFilesBackend):
     """A directory of files on a local filesystem, driven with raw POSIX I/O."""
 
     name = "nvme"
@@ -133,8 +134,6 @@ class NVMeBackend(StorageBackend):
             self._write_flags |= direct_flag
             self._read_flags |= direct_flag
         self._buffers = threading.local()
-        self._files: set[str] = set()
-        self._files_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
 
     def _transfer_size(self, value: int | str) -> int:
@@ -190,20 +189,9 @@ class NVMeBackend(StorageBackend):
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
-        if self.context.keep:
-            return
-        with self._files_lock:
-            paths, self._files = self._files, set()
-        for path in paths:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-        self.directory.close()
+        self._remove_files()
 
-    # -- paths and buffers -----------------------------------------------------------------------
-
-    def path_of(self, key: str) -> str:
-        """The entry's file; the key check keeps it inside the tier directory."""
-        return os.path.join(self.directory.path, f"{self.context.run_id}-{check_key(key)}.kv")
+    # -- buffers ---------------------------------------------------------------------------------
 
     def _buffer(self) -> memoryview:
         """This thread's reusable, page-aligned transfer buffer (created on the thread's first use)."""
@@ -223,12 +211,10 @@ class NVMeBackend(StorageBackend):
         # parallel (io_uring likewise funnels buffered writes to one file through one worker).
         phase = Phase(self.queue_depth if self.direct else 1)
         start = time.perf_counter()
-        with self._files_lock:
-            self._files.add(path)
+        self._created(path)
         fd = phase.timed_syscall(os.open, path, self._write_flags, 0o644)
         try:
-            pieces = itertools.count()
-            self._run(phase, size, lambda: self._write_pieces(key, fd, source, size, phase, pieces))
+            self._run(phase, size, functools.partial(self._write_piece, key, fd, source, phase))
             if self.direct and size % ALIGN:
                 phase.timed_syscall(os.ftruncate, fd, size)
             if self.fsync:
@@ -240,34 +226,28 @@ class NVMeBackend(StorageBackend):
         phase.timed_syscall(os.close, fd)
         return phase.timing(start, time.perf_counter(), size)
 
-    def _write_pieces(self, key: str, fd: int, source: ByteSource, size: int, phase: Phase,
-                      pieces: Iterator[int]) -> None:
-        view = self._buffer()
+    def _write_piece(self, key: str, fd: int, source: ByteSource, phase: Phase, view: memoryview, offset: int,
+                     n: int) -> None:
+        t0 = time.perf_counter()
+        source.fill(offset, view[:n])
+        length = n
+        if self.direct and n % ALIGN:
+            length = _align_up(n)
+            view[n:length] = _ZEROS[: length - n]
+        phase.host.append((t0, time.perf_counter()))
         log = self.context.io_log
-        for index in pieces:
-            offset = index * self.transfer_size
-            if offset >= size or phase.failed:
-                return
-            n = min(self.transfer_size, size - offset)
-            t0 = time.perf_counter()
-            source.fill(offset, view[:n])
-            length = n
-            if self.direct and n % ALIGN:
-                length = _align_up(n)
-                view[n:length] = _ZEROS[: length - n]
-            phase.host.append((t0, time.perf_counter()))
-            with phase.in_flight:
-                done = 0
-                while done < length:
-                    t1 = time.perf_counter()
-                    written = os.pwrite(fd, view[done:length], offset + done)
-                    t2 = time.perf_counter()
-                    phase.io.append((t1, t2))
-                    if log is not None:
-                        log.record(key, "write", offset + done, written, t1, t2)
-                    if written <= 0:
-                        raise OSError(errno.EIO, f"pwrite wrote nothing at offset {offset + done}")
-                    done += written
+        with phase.in_flight:
+            done = 0
+            while done < length:
+                t1 = time.perf_counter()
+                written = os.pwrite(fd, view[done:length], offset + done)
+                t2 = time.perf_counter()
+                phase.io.append((t1, t2))
+                if log is not None:
+                    log.record(key, "write", offset + done, written, t1, t2)
+                if written <= 0:
+                    raise OSError(errno.EIO, f"pwrite wrote nothing at offset {offset + done}")
+                done += written
 
     def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
         path = self.path_of(key)
@@ -282,42 +262,47 @@ class NVMeBackend(StorageBackend):
                 # An entry is read whole, front to back: say so, so readahead runs ahead as fio's does
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
                 phase.host.append((t0, time.perf_counter()))
-            pieces = itertools.count()
-            self._run(phase, size, lambda: self._read_pieces(key, fd, sink, size, phase, pieces))
+            self._run(phase, size, functools.partial(self._read_piece, key, fd, sink, size, phase))
         finally:
             phase.timed_syscall(os.close, fd)
         return phase.timing(start, time.perf_counter(), size)
 
-    def _read_pieces(self, key: str, fd: int, sink: ByteSink, size: int, phase: Phase,
-                     pieces: Iterator[int]) -> None:
-        view = self._buffer()
+    def _read_piece(self, key: str, fd: int, sink: ByteSink, size: int, phase: Phase, view: memoryview,
+                    offset: int, n: int) -> None:
+        length = _align_up(n) if self.direct else n
         log = self.context.io_log
-        for index in pieces:
-            offset = index * self.transfer_size
-            if offset >= size or phase.failed:
-                return
-            n = min(self.transfer_size, size - offset)
-            length = _align_up(n) if self.direct else n
-            with phase.in_flight:
-                got = 0
-                while got < n:
-                    t1 = time.perf_counter()
-                    count = os.preadv(fd, [view[got:length]], offset + got)
-                    t2 = time.perf_counter()
-                    phase.io.append((t1, t2))
-                    if log is not None:  # O_DIRECT: the device read whole blocks even where the file ends
-                        log.record(key, "read", offset + got, _align_up(count) if self.direct else count, t1, t2)
-                    if count <= 0:
-                        raise OSError(errno.EIO, f"entry file ends at byte {offset + got}, expected {size} bytes")
-                    got += count
-            with phase.consume_lock:
-                t0 = time.perf_counter()
-                sink.consume(offset, view[:n])
-                phase.host.append((t0, time.perf_counter()))
+        with phase.in_flight:
+            got = 0
+            while got < n:
+                t1 = time.perf_counter()
+                count = os.preadv(fd, [view[got:length]], offset + got)
+                t2 = time.perf_counter()
+                phase.io.append((t1, t2))
+                if log is not None:  # O_DIRECT: the device read whole blocks even where the file ends
+                    log.record(key, "read", offset + got, _align_up(count) if self.direct else count, t1, t2)
+                if count <= 0:
+                    raise OSError(errno.EIO, f"entry file ends at byte {offset + got}, expected {size} bytes")
+                got += count
+        with phase.consume_lock:
+            t0 = time.perf_counter()
+            sink.consume(offset, view[:n])
+            phase.host.append((t0, time.perf_counter()))
 
-    def _run(self, phase: Phase, size: int, worker: Callable[[], None]) -> None:
-        """Run ``worker`` on this thread and on up to ``queue_depth + PREPARE_AHEAD - 1`` pool threads;
-        they share the piece counter.  Returns when all have stopped; re-raises the first error."""
+    def _run(self, phase: Phase, size: int, move: Callable[[memoryview, int, int], None]) -> None:
+        """Move the entry piece by piece, ``move(view, offset, n)``, on this thread and on up to
+        ``queue_depth + PREPARE_AHEAD - 1`` pool threads, each with its own buffer; they claim pieces
+        from one shared counter until the entry is done or one of them failed.  Returns when all
+        have stopped; re-raises the first error."""
+        pieces = itertools.count()
+
+        def worker() -> None:
+            view = self._buffer()
+            for index in pieces:
+                offset = index * self.transfer_size
+                if offset >= size or phase.failed:
+                    return
+                move(view, offset, min(self.transfer_size, size - offset))
+
         helpers = min(self.queue_depth + PREPARE_AHEAD, -(-size // self.transfer_size)) - 1
         futures: list[Future[None]] = []
         if helpers > 0 and self._pool is not None:
@@ -360,19 +345,7 @@ class NVMeBackend(StorageBackend):
         finally:
             os.close(fd)
 
-    def delete(self, key: str) -> None:
-        self._forget(self.path_of(key))
-
-    def _forget(self, path: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        with self._files_lock:
-            self._files.discard(path)
-
     # -- declaration -----------------------------------------------------------------------------
-
-    def capacity_bytes(self) -> int | None:
-        return shutil.disk_usage(self.directory.path).free
 
     def describe(self) -> dict[str, Any]:
         if self.direct:

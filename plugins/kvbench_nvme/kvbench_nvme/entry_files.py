@@ -1,0 +1,68 @@
+"""Tiers that keep each entry as one file in a ``TierDirectory`` (nvme, gds): the bookkeeping they share.
+
+The directory may hold other files (a user-supplied one with
+``allow_nonempty``), so a backend deletes only the files it created.  It
+tracks each file from before it exists, so a write that fails half way is
+removed as well.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import threading
+from typing import Any
+
+from kvbench_core.backend import BackendContext, StorageBackend, check_key
+from kvbench_nvme.directory import TierDirectory
+
+
+class EntryFilesBackend(StorageBackend):
+    """Base of a backend whose entries are ``<directory>/<run_id>-<key>.kv``.
+
+    The subclass sets ``self.directory`` in ``__init__``, calls ``_created(path)``
+    before creating an entry's file and ``_remove_files()`` from ``close``; it
+    gets ``path_of``, ``delete`` and ``capacity_bytes``.
+    """
+
+    directory: TierDirectory
+
+    def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
+        super().__init__(options, context)
+        self._files: set[str] = set()
+        self._files_lock = threading.Lock()  # writers on many threads create and delete files
+
+    def path_of(self, key: str) -> str:
+        """The entry's file; the key check keeps it inside the tier directory."""
+        return os.path.join(self.directory.path, f"{self.context.run_id}-{check_key(key)}.kv")
+
+    def _created(self, path: str) -> None:
+        """Track ``path`` as this backend's, before the file is created."""
+        with self._files_lock:
+            self._files.add(path)
+
+    def delete(self, key: str) -> None:
+        self._forget(self.path_of(key))
+
+    def _forget(self, path: str) -> None:
+        """Delete one entry's file (already gone is fine) and stop tracking it."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        with self._files_lock:
+            self._files.discard(path)
+
+    def capacity_bytes(self) -> int | None:
+        return shutil.disk_usage(self.directory.path).free
+
+    def _remove_files(self) -> None:
+        """At close: unless ``context.keep``, delete every file this backend created, then the
+        directory if kvbench made it and nothing else is left in it."""
+        if self.context.keep:
+            return
+        with self._files_lock:
+            paths, self._files = self._files, set()
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        self.directory.close()
