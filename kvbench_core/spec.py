@@ -73,6 +73,9 @@ DEFAULTS: dict[str, Any] = {
     "declaration": {},
 }
 
+#: A run name becomes part of file names: no path separators, no hidden files, no name too long for a directory.
+NAME_PATTERN = r"^(?![ .])[A-Za-z0-9 _.+=@,()-]{1,100}$"
+
 GENERATION_MS_PER_TOKEN = {"none": 0.0, "fast": 2.0, "realistic": 30.0}
 
 
@@ -100,7 +103,9 @@ def core_schema() -> dict[str, Any]:
         "anyOf": [{"required": ["duration"]}, {"required": ["requests"]}],
         "properties": {
             "version": {"const": SPEC_VERSION},
-            "name": {"type": "string"},
+            "name": {"type": "string", "pattern": NAME_PATTERN,
+                     "description": "a run name (it names the result files): up to 100 letters, digits, spaces "
+                                    "and . _ + - = @ , ( ), not starting with a dot or a space"},
             "description": {"type": "string"},
             "seed": {"type": "integer", "minimum": 0},
             "model": {
