@@ -370,6 +370,11 @@ class Runner:
         for thread in threads:
             thread.join()
         now = time.perf_counter()
+        # Requests whose storage work finished in the drain (and need no more generation time) completed
+        # inside the window: count them.  Those still "generating" past its end are unfinished.
+        for kind, payload in events.pop_due(now):
+            if kind in ("complete", "failed"):
+                self._complete(kind, payload, now, measuring, set(), events)
         for kind, payload in events.pop_due(math.inf):
             if kind in ("complete", "failed") and payload is not None:
                 state.unfinished_requests += 1
