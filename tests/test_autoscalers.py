@@ -1,0 +1,175 @@
+"""The qos and capacity autoscalers (seed §3.12) on scripted telemetry, and the runner applying an
+autoscaler's decisions through the same hook a third-party plugin uses."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import pytest
+from conftest import small_spec
+
+from kvbench_core.autoscaler import Autoscaler, Decision, TelemetrySample
+from kvbench_core.autoscalers import CapacityAutoscaler, QoSAutoscaler
+from kvbench_core.plugins import get_plugin_manager, hookimpl, registry
+from kvbench_core.workload import DEFAULT_QOS
+
+SLA_P95 = {name: c.p95_target_s for name, c in DEFAULT_QOS.items()}
+SLA_P99 = {name: c.p99_target_s for name, c in DEFAULT_QOS.items()}
+
+
+def sample(t: float, users: int, *, saturation: float | None = None, p95: dict[str, float] | None = None,
+           throughput: float = 0.0) -> TelemetrySample:
+    """One interval; ``saturation`` sets the interactive class's p95 to that fraction of its target."""
+    if saturation is not None:
+        p95 = {"interactive": saturation * SLA_P95["interactive"], "batch": 0.1}
+    return TelemetrySample(t_s=t, users=users, requests=10, throughput_tokens_per_s=throughput, read_bytes_per_s=0.0,
+                           write_bytes_per_s=0.0, e2e_p95_s=p95 or {}, e2e_p99_s={}, sla_p95_s=SLA_P95,
+                           sla_p99_s=SLA_P99, storage_p95_s=0.0)
+
+
+def run_script(scaler: Autoscaler, script: list[TelemetrySample]) -> list[tuple[str, int, bool]]:
+    return [(d.action, d.users, d.converged) for d in map(scaler.decide, script)]
+
+
+# -- qos: the largest user count inside the SLAs -------------------------------------------------------------
+
+
+def test_qos_scales_up_holds_scales_down_cools_down_and_stabilises() -> None:
+    scaler = QoSAutoscaler({}, initial_users=20, max_users=1000)
+    decisions = run_script(scaler, [
+        sample(5, 20, saturation=0.4),    # < 0.7: +15%
+        sample(10, 23, saturation=0.5),   # still low
+        sample(15, 27, saturation=0.95),  # > 0.9: -10% and a 30 s cooldown
+        sample(20, 24, saturation=0.3),   # cooling down: no change however low it looks
+        sample(44, 24, saturation=0.3),
+        sample(45, 24, saturation=0.8),   # in the band: hold
+        sample(50, 24, saturation=0.85),
+        sample(55, 24, saturation=0.75),  # third hold in a row: stabilised
+    ])
+    assert decisions == [("scale_up", 23, False), ("scale_up", 27, False), ("scale_down", 24, False),
+                         ("cooldown", 24, False), ("cooldown", 24, False), ("hold", 24, False),
+                         ("hold", 24, False), ("stabilized", 24, True)]
+    assert scaler.summary() == {"final_users": 24, "max_users_within_sla": 24}
+
+
+def test_qos_saturation_is_the_worst_class_against_its_own_target() -> None:
+    # interactive at 20% of its 50 ms target, but batch at 95% of its 1 s target: too much load.
+    worst = sample(5, 10, p95={"interactive": 0.010, "batch": 0.950})
+    assert QoSAutoscaler.saturation(worst) == pytest.approx(0.95)
+    assert QoSAutoscaler({}, initial_users=10, max_users=100).decide(worst).action == "scale_down"
+
+
+def test_qos_holds_without_data_and_respects_its_bounds() -> None:
+    scaler = QoSAutoscaler({"min_users": 2}, initial_users=2, max_users=3)
+    assert run_script(scaler, [sample(5, 2)]) == [("hold", 2, False)]  # no completed request this interval
+    assert run_script(scaler, [sample(10, 2, saturation=2.0)]) == [("scale_down", 2, False)]  # not below min_users
+    assert run_script(scaler, [sample(50, 2, saturation=0.1), sample(55, 3, saturation=0.1)]) == [
+        ("scale_up", 3, False), ("hold", 3, False)]  # not above max_users
+
+
+def test_qos_options_change_the_band_and_the_steps() -> None:
+    scaler = QoSAutoscaler({"low": 0.2, "high": 0.4, "step_up": 1.0, "step_down": 0.5, "cooldown_s": 0,
+                            "stable_intervals": 1}, initial_users=10, max_users=100)
+    assert run_script(scaler, [sample(1, 10, saturation=0.1), sample(2, 20, saturation=0.5),
+                               sample(3, 10, saturation=0.3)]) == [
+        ("scale_up", 20, False), ("scale_down", 10, False), ("stabilized", 10, True)]
+
+
+def test_qos_band_follows_the_target_saturation() -> None:
+    # The seed compares saturation with a target (0.8) and holds within 0.1 of it; the option once did nothing.
+    scaler = QoSAutoscaler({"target_saturation": 0.5}, initial_users=10, max_users=100)
+    assert (scaler.low, scaler.high) == (0.4, 0.6)
+    assert run_script(scaler, [sample(1, 10, saturation=0.65)]) == [("scale_down", 9, False)]
+    default = QoSAutoscaler({}, initial_users=10, max_users=100)
+    assert (default.low, default.high) == (0.7, 0.9)
+
+
+# -- capacity: peak throughput regardless of latency ---------------------------------------------------------
+
+
+def test_capacity_doubles_then_fine_tunes_and_reports_the_peak() -> None:
+    scaler = CapacityAutoscaler({}, initial_users=10, max_users=1000)
+    decisions = [scaler.decide(s) for s in [
+        sample(10, 10, throughput=100.0),  # first stage: double
+        sample(20, 20, throughput=180.0),  # +80%: double again
+        sample(30, 40, throughput=200.0),  # +11% < 20%: x1.5
+        sample(40, 60, throughput=230.0),  # +15%: x1.5
+        sample(50, 90, throughput=220.0),  # falls: the peak was 230 at 60 users
+        sample(60, 60, throughput=225.0),
+    ]]
+    assert [(d.action, d.users, d.converged) for d in decisions] == [
+        ("scale_up", 20, False), ("scale_up", 40, False), ("fine_tune", 60, False), ("fine_tune", 90, False),
+        ("peak_found", 60, True), ("peak_found", 60, True)]
+    assert decisions[4].reason == "Peak capacity found"
+    assert decisions[4].extra == {"peak_throughput_tokens_per_s": 230.0, "peak_users": 60}
+    assert scaler.summary() == {"peak_throughput_tokens_per_s": 230.0, "peak_users": 60,
+                                "reason": "Peak capacity found"}
+
+
+def test_capacity_stops_at_max_users() -> None:
+    scaler = CapacityAutoscaler({}, initial_users=10, max_users=30)
+    decisions = [scaler.decide(s) for s in [sample(10, 10, throughput=100.0), sample(20, 20, throughput=190.0),
+                                            sample(30, 30, throughput=250.0)]]
+    assert [(d.action, d.users) for d in decisions] == [("scale_up", 20), ("scale_up", 30), ("peak_found", 30)]
+    assert decisions[-1].reason == "Reached max_users" and decisions[-1].converged
+
+
+def test_interval_defaults() -> None:
+    assert QoSAutoscaler({}, initial_users=1, max_users=2).interval_s == 5.0  # the seed samples every 5 s
+    assert CapacityAutoscaler({}, initial_users=1, max_users=2).interval_s == 10.0
+    assert QoSAutoscaler({"interval_s": 0.5}, initial_users=1, max_users=2).interval_s == 0.5
+
+
+# -- the runner applies decisions; a plugin autoscaler has the same powers --------------------------------------
+
+
+class Scripted(Autoscaler):
+    """A third-party autoscaler: records what it is shown, answers from a script."""
+
+    name = "scripted"
+    options_schema: ClassVar[dict[str, Any]] = {"type": "object", "additionalProperties": False,
+                                                "properties": {"interval_s": {"type": "number"}}}
+    script: ClassVar[list[Decision]] = [Decision(5, "scale_up"), Decision(2, "scale_down"),
+                                        Decision(3, "stabilized", converged=True, reason="scripted")]
+    seen: ClassVar[list[TelemetrySample]] = []
+
+    def decide(self, sample: TelemetrySample) -> Decision:
+        self.seen.append(sample)
+        return self.script[min(len(self.seen), len(self.script)) - 1]
+
+    def summary(self) -> dict[str, Any]:
+        return {"samples": len(self.seen)}
+
+
+class ScriptedPlugin:
+    @hookimpl
+    def kvbench_autoscalers(self) -> dict[str, type]:
+        return {"scripted": Scripted}
+
+
+@pytest.fixture
+def scripted_plugin() -> Iterator[None]:
+    manager = get_plugin_manager()
+    manager.register(ScriptedPlugin(), name="test-scripted-autoscaler")
+    registry.cache_clear()
+    Scripted.seen.clear()
+    yield
+    manager.unregister(name="test-scripted-autoscaler")
+    registry.cache_clear()
+
+
+def test_the_runner_applies_each_decision_and_stops_when_converged(scripted_plugin: None, run_spec: Any) -> None:
+    spec = small_spec(duration=60, workload={"users": 3},
+                      autoscaler={"name": "scripted", "stop_when_converged": True, "options": {"interval_s": 0.2}})
+    del spec["requests"]
+    state, result = run_spec(spec)
+    trajectory = result["autoscaling"]["trajectory"]
+    assert [(step["users_before"], step["users"], step["action"]) for step in trajectory] == [
+        (3, 5, "scale_up"), (5, 2, "scale_down"), (2, 3, "stabilized")]
+    assert [sample.users for sample in Scripted.seen] == [3, 5, 2]
+    assert state.stop_reason == "autoscaler converged: scripted"
+    assert result["autoscaling"]["summary"] == {"samples": 3}
+    assert result["workload"]["users_final"] == 3
+    first = Scripted.seen[0]
+    assert first.sla_p95_s == SLA_P95 and first.t_s > 0

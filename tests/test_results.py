@@ -1,0 +1,154 @@
+"""The result document: it restates the experiment (a re-runnable spec), carries the MLPerf headline
+names, computes bandwidth over the window in which I/O happened, counts every byte that reached a tier
+(demotions included) and never carries a credential."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import HAS_NVME, small_spec
+
+from kvbench_core.backend import IOTiming
+from kvbench_core.errors import InputFileError
+from kvbench_core.results import build_result, read_result, write_result
+from kvbench_core.runner import Runner
+from kvbench_core.spec import load_spec, resolve, spec_sha256, validate
+from kvbench_core.telemetry import OpStats, Telemetry
+
+SECRET = "hunter2-4f9c81d7e2"  # an environment credential's value
+URL_PASSWORD = "pa55w0rd-in-a-url"
+HEADLINE = ("decode_bytes_read_gb", "avg_throughput_tokens_per_sec", "storage_throughput_tokens_per_sec",
+            "nvme_read_device_p95_ms", "nvme_write_device_p95_ms", "end_to_end_latency_p95_ms", "cache_hit_rate")
+
+
+@pytest.fixture(scope="module")
+def two_tier_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Any], Path]:
+    """One run shared by the tests below: a 4 MiB DRAM tier spilling into a disk (or DRAM) tier, one
+    worker (so every new entry lands in DRAM first), a secret in the environment and in the spec text."""
+    tmp = tmp_path_factory.mktemp("results")
+    disk: dict[str, Any] = {"name": "disk", "backend": "cpu", "capacity": "256MiB"}
+    if HAS_NVME:
+        disk = {"name": "disk", "backend": "nvme", "capacity": "256MiB",
+                "options": {"path": str(tmp / "tier"), "fsync": False}}
+    raw = small_spec(requests=40, description=f"mirror https://bob:{URL_PASSWORD}@example.com/kv, key {SECRET}",
+                     workload={"users": 6, "max_inflight": 1},
+                     cache={"tiers": [{"name": "dram", "backend": "cpu", "capacity": "4MiB"}, disk]},
+                     output={"directory": str(tmp / "out")})
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("KVBENCH_TEST_PASSWORD", SECRET)
+        validate(raw)
+        state = Runner(resolve(raw, str(tmp))).run()
+        assert state.crash is None and state.status == "completed", state.stop_reason
+        result = build_result(state, raw)
+        path = write_result(result, tmp / "out" / "result.json")
+    return raw, result, path
+
+
+def test_a_result_survives_the_round_trip_and_its_spec_re_validates(two_tier_run: Any) -> None:
+    raw, result, path = two_tier_run
+    assert read_result(path) == json.loads(json.dumps(result))
+    embedded = read_result(path)["spec"]
+    validate(embedded["as_written"])
+    resolved = resolve(embedded["as_written"], ".")
+    del resolved["spec_dir"]
+    assert json.loads(json.dumps(resolved)) == embedded["resolved"]
+    assert embedded["sha256"] == spec_sha256(raw)
+    as_written, _ = load_spec(path)  # a result file is accepted wherever a spec is
+    assert as_written == embedded["as_written"]
+
+
+def test_the_mlperf_headline_metrics_are_offered_under_their_names(two_tier_run: Any) -> None:
+    _, result, _ = two_tier_run
+    metrics = result["metrics"]
+    headline = metrics["headline"]
+    assert set(HEADLINE) <= set(headline)
+    assert headline["requests_completed"] == metrics["requests"]["completed"] >= 40  # exactly 40: see test_runner
+    assert headline["avg_throughput_tokens_per_sec"] == pytest.approx(
+        metrics["requests"]["generated_tokens"] / metrics["window"]["measured_s"], abs=1e-3)
+    assert headline["decode_bytes_read_gb"] == pytest.approx(
+        metrics["requests"]["decode_tokens_read"] * result["model"]["bytes_per_token"] / 1e9, abs=1e-6)
+    served = metrics["cache"]["reads_served_by_tier"]
+    reads = sum(served.values()) + metrics["cache"]["read_misses"]
+    assert headline["cache_hit_rate"] == pytest.approx(served.get("dram", 0) / reads, abs=1e-6)
+    if HAS_NVME:
+        assert headline["persistent_tier"] == "disk"
+        assert headline["nvme_write_device_p95_ms"] == metrics["tiers"]["disk"]["write"]["latency_ms"]["device"]["p95"]
+        assert headline["nvme_write_device_p95_ms"] > 0
+
+
+def test_demotion_writes_are_counted_in_the_lower_tiers_write_bytes(two_tier_run: Any) -> None:
+    _, result, _ = two_tier_run
+    metrics = result["metrics"]
+    demoted = metrics["cache"]["demotions_bytes"]["dram->disk"]
+    assert demoted > 0
+    # One worker: every new entry went to DRAM, so everything the disk received came by demotion ...
+    assert metrics["tiers"]["disk"]["write"]["bytes"] == demoted
+    assert metrics["tiers"]["disk"]["write"]["ops"] == metrics["cache"]["demotions_count"]["dram->disk"]
+    # ... and the demotions' reads are DRAM traffic too.
+    assert metrics["tiers"]["dram"]["read"]["bytes"] >= demoted
+
+
+def test_tier_bandwidth_is_bytes_over_that_tiers_active_window(two_tier_run: Any) -> None:
+    _, result, _ = two_tier_run
+    for tier in result["metrics"]["tiers"].values():
+        for op in ("read", "write"):
+            stats = tier[op]
+            window = stats["last_end"] - stats["first_start"]
+            assert stats["active_window_s"] == pytest.approx(window, abs=1e-6)
+            assert stats["bandwidth_bytes_per_s"] == pytest.approx(stats["bytes"] / window)
+
+
+def test_no_secret_reaches_the_result_file(two_tier_run: Any) -> None:
+    _, result, path = two_tier_run
+    text = path.read_text()
+    assert SECRET not in text and URL_PASSWORD not in text
+    assert result["spec"]["as_written"]["description"] == "mirror https://***@example.com/kv, key ***"
+    assert result["spec"]["resolved"]["description"] == result["spec"]["as_written"]["description"]
+
+
+# -- the honest window -----------------------------------------------------------------------------------------
+
+
+def test_bandwidth_is_computed_over_the_active_io_window_not_the_nominal_duration() -> None:
+    now = [0.0]
+    telemetry = Telemetry(["batch"], clock=lambda: now[0])
+    telemetry.record_op("disk", "write", IOTiming(1.0, 0.1, 0.9, 999), 1.0, 2.0)  # before measuring: ignored
+    telemetry.start_measuring()
+    telemetry.record_op("disk", "write", IOTiming(1.0, 0.1, 0.9, 100), 10.0, 11.0)
+    telemetry.record_op("disk", "write", IOTiming(2.0, 0.2, 1.8, 300), 20.0, 22.0)
+    telemetry.record_op("dram", "read", IOTiming(0.5, 0.5, 0.0, 50), 12.0, 30.5)  # e.g. the drain
+    stats = telemetry.tiers["disk"]["write"].to_dict()
+    assert (stats["ops"], stats["bytes"], stats["active_window_s"]) == (2, 400, 12.0)
+    assert stats["bandwidth_bytes_per_s"] == 400 / 12.0
+    assert telemetry.io_window() == (10.0, 30.5)
+    assert telemetry.tiers["dram"]["write"].to_dict()["bandwidth_bytes_per_s"] is None  # no writes, no rate
+
+
+def test_per_client_op_stats_merge_into_one_window() -> None:
+    a, b = OpStats(), OpStats()
+    a.add(IOTiming(1.0, 0.5, 0.5, 100, commands=2), 5.0, 6.0)
+    b.add(IOTiming(3.0, 1.0, 2.0, 300, commands=3), 1.0, 4.0)
+    a.merge(OpStats.from_dict(json.loads(json.dumps(b.to_dict()))))
+    merged = a.to_dict()
+    assert (merged["ops"], merged["bytes"], merged["commands"]) == (2, 400, 5)
+    assert (merged["first_start"], merged["last_end"], merged["active_window_s"]) == (1.0, 6.0, 5.0)
+    assert merged["latency_ms"]["total"]["max"] == 3000.0
+
+
+# -- reading result files --------------------------------------------------------------------------------------
+
+
+def test_reading_a_result_reports_bad_files_clearly(tmp_path: Path) -> None:
+    with pytest.raises(InputFileError, match="result file not found"):
+        read_result(tmp_path / "missing.json")
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"kvbench_result": 1,\n  "metrics": }\n')
+    with pytest.raises(InputFileError, match=r"broken.json:2: not valid JSON"):
+        read_result(broken)
+    other = tmp_path / "other.json"
+    other.write_text("{}")
+    with pytest.raises(InputFileError, match=r"not a kvbench result"):
+        read_result(other)
