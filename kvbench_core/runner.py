@@ -391,12 +391,17 @@ class Runner:
 
     def _complete(self, kind: str, payload: Any, now: float, measuring: bool, active_users: set[int],
                   events: EventHeap) -> None:
-        if kind == "failed":
-            request = payload
-        else:
-            request, enqueued, queue_wait, outcome = payload
-            if measuring:
-                self._completed_in_window += 1
+        limit = self.spec.get("requests")
+        request = payload if kind == "failed" else payload[0]
+        if measuring:
+            if limit is not None and self._completed_in_window >= limit:
+                # Finished in the same scheduler pass as the one that hit the limit: past it, not counted.
+                self.state.unfinished_requests += 1
+                return
+            # A failed request (on_error: count) is finished too, so a failing tier cannot run forever.
+            self._completed_in_window += 1
+            if kind == "complete":
+                _, enqueued, queue_wait, outcome = payload
                 self.state.telemetry.record_request(
                     request.qos, now - enqueued, queue_wait, outcome.storage_s, request.context_tokens,
                     request.generate_tokens, outcome.decode_tokens_read)
