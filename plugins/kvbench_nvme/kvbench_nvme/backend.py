@@ -7,12 +7,12 @@ it, a read ``preadv``s into the buffer and hands the piece to
 ``sink.consume(offset, view)``.  No entry is materialised, no buffer is
 allocated per operation, nothing is serialised.  ``os.pwrite``/``os.preadv``
 release the GIL, so ``queue_depth`` threads keep that many commands in flight
-per entry, and one more thread prepares the next piece meanwhile (fills it
-while the others write, or lets the sink consume the last one while the others
-read), so host work overlaps the device even at ``queue_depth: 1`` as it does
-in fio, where the buffer is ready before the next command.  The calling thread
-is one of these workers; the rest come from a pool sized ``concurrency ×
-queue_depth``.  Buffered writes issue one ``pwrite`` at a time per file
+per entry.  A write has one more thread, which fills the next piece while the
+others write, so filling overlaps the device even at ``queue_depth: 1`` (in
+fio the buffer is ready before the next command too); a read does not, since
+consuming a piece is cheap next to a hand-over between threads on every
+command.  The calling thread is one of these workers; the rest come from a
+pool sized ``concurrency × queue_depth``.  Buffered writes issue one ``pwrite`` at a time per file
 (the kernel serialises them on the inode lock anyway, and the device sees
 writeback, not these calls), with the fills still running ahead in parallel.
 
@@ -75,7 +75,7 @@ from kvbench_nvme.entry_files import EntryFilesBackend
 from kvbench_nvme.fsinfo import describe_location
 
 ALIGN = 4096
-PREPARE_AHEAD = 1  # workers beyond queue_depth: prepare the next piece while queue_depth commands are in flight
+FILL_AHEAD = 1  # write workers beyond queue_depth: one fills the next piece while queue_depth pwrites are in flight
 MAX_TRANSFER = 1 << 30
 _ZEROS = memoryview(bytes(ALIGN))  # padding source for an unaligned O_DIRECT tail; never allocated per op
 
@@ -155,7 +155,7 @@ class NVMeBackend(EntryFilesBackend):
             raise BackendUnavailable(f"{self.label}: buffered reads need posix_fadvise, which this OS lacks")
         self.directory.open()
         self._probe()
-        helpers = max(1, self.context.concurrency) * (self.queue_depth + PREPARE_AHEAD - 1)
+        helpers = max(1, self.context.concurrency) * (self.queue_depth + FILL_AHEAD - 1)
         if helpers:
             self._pool = ThreadPoolExecutor(max_workers=helpers, thread_name_prefix=f"kvbench-{self.name}")
 
@@ -214,7 +214,8 @@ class NVMeBackend(EntryFilesBackend):
         self._created(path)
         fd = phase.timed_syscall(os.open, path, self._write_flags, 0o644)
         try:
-            self._run(phase, size, functools.partial(self._write_piece, key, fd, source, phase))
+            self._run(phase, size, functools.partial(self._write_piece, key, fd, source, phase),
+                      workers=self.queue_depth + FILL_AHEAD)
             if self.direct and size % ALIGN:
                 phase.timed_syscall(os.ftruncate, fd, size)
             if self.fsync:
@@ -262,7 +263,8 @@ class NVMeBackend(EntryFilesBackend):
                 # An entry is read whole, front to back: say so, so readahead runs ahead as fio's does
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
                 phase.host.append((t0, time.perf_counter()))
-            self._run(phase, size, functools.partial(self._read_piece, key, fd, sink, size, phase))
+            self._run(phase, size, functools.partial(self._read_piece, key, fd, sink, size, phase),
+                      workers=self.queue_depth)
         finally:
             phase.timed_syscall(os.close, fd)
         return phase.timing(start, time.perf_counter(), size)
@@ -288,9 +290,9 @@ class NVMeBackend(EntryFilesBackend):
             sink.consume(offset, view[:n])
             phase.host.append((t0, time.perf_counter()))
 
-    def _run(self, phase: Phase, size: int, move: Callable[[memoryview, int, int], None]) -> None:
+    def _run(self, phase: Phase, size: int, move: Callable[[memoryview, int, int], None], workers: int) -> None:
         """Move the entry piece by piece, ``move(view, offset, n)``, on this thread and on up to
-        ``queue_depth + PREPARE_AHEAD - 1`` pool threads, each with its own buffer; they claim pieces
+        ``workers - 1`` pool threads, each with its own buffer; they claim pieces
         from one shared counter until the entry is done or one of them failed.  Returns when all
         have stopped; re-raises the first error."""
         pieces = itertools.count()
@@ -303,7 +305,7 @@ class NVMeBackend(EntryFilesBackend):
                     return
                 move(view, offset, min(self.transfer_size, size - offset))
 
-        helpers = min(self.queue_depth + PREPARE_AHEAD, -(-size // self.transfer_size)) - 1
+        helpers = min(workers, -(-size // self.transfer_size)) - 1
         futures: list[Future[None]] = []
         if helpers > 0 and self._pool is not None:
             futures = [self._pool.submit(self._guarded, phase, worker) for _ in range(helpers)]

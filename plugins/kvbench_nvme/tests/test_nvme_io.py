@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from kvbench_nvme.backend import PREPARE_AHEAD
+from kvbench_nvme.backend import FILL_AHEAD
 
 from kvbench_core.backend import DISCARD
 from kvbench_core.payload import NoisePool
@@ -142,7 +142,7 @@ def test_buffers_are_per_thread_and_reused(make_backend: Any, pool: NoisePool, m
         backend.write(key, pool.payload(key, 4 * TS))
         backend.read(key, 4 * TS, DISCARD)
     assert backend._buffer() is first
-    assert len(allocations) <= backend.queue_depth + PREPARE_AHEAD - 1  # one per pool thread, whatever the ops
+    assert len(allocations) <= backend.queue_depth + FILL_AHEAD - 1  # one per pool thread, whatever the ops
 
 
 def test_buffered_writes_keep_one_pwrite_in_flight_per_file(make_backend: Any, pool: NoisePool) -> None:
