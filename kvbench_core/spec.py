@@ -10,6 +10,7 @@ trusts the resolved spec.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from kvbench_core.backend import BackendContext
 from kvbench_core.declaration import declaration_schema
 from kvbench_core.errors import InputFileError, SpecError
 from kvbench_core.plugins import extra_schema, registry
@@ -383,6 +385,7 @@ def _check_cross_fields(raw: dict[str, Any]) -> None:
         if tier["backend"] not in backends:
             raise SpecError(f"cache.tiers[{i}].backend: unknown backend {tier['backend']!r}; "
                             f"installed: {', '.join(sorted(backends))}")
+        _check_backend_options(tier, backends[tier["backend"]])
     source = (raw.get("workload") or {}).get("source", DEFAULTS["workload"]["source"])
     sources = registry("source")
     if source not in sources:
@@ -402,6 +405,14 @@ def _check_cross_fields(raw: dict[str, Any]) -> None:
     # Compare parsed sizes: "0GiB" disables a tier as surely as 0 does.
     if not any(tier.get("capacity", "auto") == "auto" or parse_size(tier["capacity"]) > 0 for tier in cache["tiers"]):
         raise SpecError("cache.tiers: every tier has capacity 0; enable at least one")
+
+
+def _check_backend_options(tier: dict[str, Any], cls: type) -> None:
+    """Build (never open) the tier's backend: its constructor checks what its schema fragment cannot
+    (the range of a size string, combinations of options), and must do so before any file is written."""
+    if any(importlib.util.find_spec(module) is None for module in getattr(cls, "requires", {})):
+        return  # the run stops at selection time with the install hint
+    cls(dict(tier.get("options") or {}), BackendContext(tier_name=tier["name"], run_id="validate"))
 
 
 def resolve(raw: dict[str, Any], spec_dir: str) -> dict[str, Any]:
