@@ -447,7 +447,24 @@ def load_spec(path: str | os.PathLike[str],
     """``(as_written, resolved)``: the spec with overrides applied, and its resolved form."""
     raw = apply_overrides(read_spec_file(path), overrides or [])
     validate(raw)
-    return raw, resolve(raw, str(Path(path).resolve().parent))
+    spec_dir = str(Path(path).resolve().parent)
+    check_model(raw["model"], spec_dir)
+    return raw, resolve(raw, spec_dir)
+
+
+def check_model(model: dict[str, Any], spec_dir: str) -> None:
+    """Resolve the model once at load time, so an unknown name, a broken config.json or an impossible
+    TP degree is an error naming its field before any tier is opened (the runner resolves it again)."""
+    from kvbench_core.geometry import resolve_model
+
+    name, config = model.get("name"), model.get("config")
+    if config and not os.path.isabs(config):
+        config = os.path.join(spec_dir, config)
+    for field, tp in (("model.config" if config else "model.name", 1), ("model.tp", model.get("tp", 1))):
+        try:
+            resolve_model(name or config, model.get("dtype"), tp, config=config if name else None)
+        except (SpecError, InputFileError) as error:
+            raise type(error)(f"{field}: {error}") from None
 
 
 def spec_sha256(as_written: dict[str, Any]) -> str:
