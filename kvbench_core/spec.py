@@ -449,7 +449,24 @@ def load_spec(path: str | os.PathLike[str],
     validate(raw)
     spec_dir = str(Path(path).resolve().parent)
     check_model(raw["model"], spec_dir)
+    check_output_paths(raw.get("output") or {})
     return raw, resolve(raw, spec_dir)
+
+
+def check_output_paths(output: dict[str, Any]) -> None:
+    """Results and the I/O log never go into the OS, a virtual filesystem or a home directory itself."""
+    from kvbench_core.safepaths import refusal_reason, resolved
+
+    wanted = (("output.directory", output.get("directory", DEFAULTS["output"]["directory"]), False),
+              ("output.io_log", output.get("io_log"), True))
+    for field, path, is_file in wanted:
+        if not path:
+            continue
+        target = resolved(path)
+        reason = refusal_reason(os.path.dirname(target) if is_file else target)
+        if reason is not None:
+            where = os.path.dirname(target) if is_file else target
+            raise SpecError(f"{field}: {path} ({where}) {reason}" if where != path else f"{field}: {path} {reason}")
 
 
 def check_model(model: dict[str, Any], spec_dir: str) -> None:
