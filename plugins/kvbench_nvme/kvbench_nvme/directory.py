@@ -4,7 +4,8 @@ A benchmark that writes and deletes thousands of files must never be pointed
 at the wrong place.  The rules:
 
 * system paths are refused outright (``/``, ``/etc``, ``/usr``, ``/proc``…, the
-  home directory itself), after resolving symlinks;
+  home directory itself), after resolving symlinks (``kvbench_core.safepaths``,
+  the list the result writer obeys too);
 * a directory kvbench creates gets a ``.kvbench-owner`` marker (JSON: run id,
   time, host, pid); a non-empty directory without the marker is refused unless
   the user says ``allow_nonempty: true``;
@@ -24,32 +25,9 @@ import socket
 import time
 
 from kvbench_core.errors import BackendUnavailable
+from kvbench_core.safepaths import refusal_reason
 
 MARKER = ".kvbench-owner"
-
-#: Never write here or anywhere below: the OS, virtual filesystems, device nodes.
-REFUSED_TREES = ("/etc", "/usr", "/boot", "/proc", "/sys", "/dev", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
-                 "/libx32")
-#: Shared-memory tmpfs is a legitimate RAM-disk tier even though it lives under /dev.
-ALLOWED_TREES = ("/dev/shm",)
-#: Never use these directories themselves (their subdirectories are fine).
-REFUSED_EXACT = ("/", "/var", "/home", "/root", "/run", "/mnt", "/media", "/srv", "/opt")
-
-
-def _within(path: str, tree: str) -> bool:
-    return path == tree or path.startswith(tree + "/")
-
-
-def refusal_reason(path: str) -> str | None:
-    """Why ``path`` (already resolved) must not hold a tier; None if it may."""
-    home = os.path.realpath(os.path.expanduser("~"))
-    if path in REFUSED_EXACT or path == home:
-        return "is a system or home directory; use a subdirectory dedicated to kvbench"
-    if any(_within(path, tree) for tree in ALLOWED_TREES):
-        return None
-    if any(_within(path, tree) for tree in REFUSED_TREES):
-        return "is inside a system directory"
-    return None
 
 
 class TierDirectory:
