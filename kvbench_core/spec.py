@@ -311,8 +311,9 @@ def _parse_json_or_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader that also refuses duplicate keys
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """PyYAML's SafeLoader, except that a key given twice in one mapping is an error, not "last one wins"."""
+class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """PyYAML's SafeLoader (on libyaml when present: 6x faster, and it refuses absurd nesting itself), except
+    that a key given twice in one mapping is an error, not "last one wins"."""
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
