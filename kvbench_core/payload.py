@@ -36,7 +36,7 @@ class NoisePool:
         self.max_piece = max_piece
         # The tail repeats the head so any piece up to max_piece is one contiguous slice.
         data = np.empty(pool_bytes + max_piece, dtype=np.uint8)
-        data[:pool_bytes] = rng.integers(0, 256, size=pool_bytes, dtype=np.uint8)
+        data[:pool_bytes] = np.frombuffer(rng.bytes(pool_bytes), dtype=np.uint8)  # ~10x faster than integers()
         head = min(max_piece, pool_bytes)
         data[pool_bytes:pool_bytes + head] = data[:head]
         for start in range(pool_bytes + head, pool_bytes + max_piece, pool_bytes):

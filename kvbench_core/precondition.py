@@ -29,16 +29,18 @@ def precondition_bottom_tier(tier: Tier, pool: NoisePool, options: dict[str, Any
     else:
         total = int(options["size"])
     ring = max(1, int(tier.capacity * 0.5) // entry_size) if not math.isinf(tier.capacity) else 64
-    ring = max(ring, int(options["threads"]))  # never two writers on one key
     count = -(-total // entry_size)
     keys = [f"precondition-{i}" for i in range(min(ring, count))]
     start = time.perf_counter()
+
+    locks = [threading.Lock() for _ in keys]
 
     def write(i: int) -> int:
         if stop.is_set():
             return 0
         key = keys[i % len(keys)]
-        tier.backend.write(key, pool.payload(f"{key}-{i}", entry_size))
+        with locks[i % len(keys)]:  # a fast thread may come round the ring while a slow one still writes
+            tier.backend.write(key, pool.payload(f"{key}-{i}", entry_size))
         return entry_size
 
     with ThreadPoolExecutor(max_workers=int(options["threads"])) as executor:

@@ -191,9 +191,11 @@ def _detected_declaration(state: RunState, spec: dict[str, Any], tiers: dict[str
 def spec_section(spec: dict[str, Any], as_written: dict[str, Any]) -> dict[str, Any]:
     """The spec as written and resolved (secrets redacted) with its hash: what re-runs the result."""
     secrets = environment_secrets()
-    return {"as_written": redact(as_written, secrets),
+    stored = redact(as_written, secrets)
+    # The hash is of the spec as stored, so re-running the result reproduces it.
+    return {"as_written": stored,
             "resolved": redact({k: v for k, v in spec.items() if k != "spec_dir"}, secrets),
-            "sha256": spec_sha256(as_written)}
+            "sha256": spec_sha256(stored), "spec_dir": spec.get("spec_dir")}
 
 
 def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,

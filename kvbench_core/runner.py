@@ -283,8 +283,9 @@ class Runner:
         def enqueue(request: Request, now: float) -> None:
             with self._lock:
                 self._inflight += 1
-            state.workload_samples["context"].append(request.context_tokens)
-            state.workload_samples["generate"].append(request.generate_tokens)
+            if telemetry.measuring:  # the declaration's workload statistics exclude warm-up
+                state.workload_samples["context"].append(request.context_tokens)
+                state.workload_samples["generate"].append(request.generate_tokens)
             queue.put((request, now), qos_priority.get(request.qos, 1), now)
 
         run_start = time.perf_counter()

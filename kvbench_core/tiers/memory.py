@@ -56,8 +56,9 @@ class BlockArena:
         return reused + [np.empty(self.block_bytes, dtype=np.uint8) for _ in range(count - len(reused))]
 
     def give(self, blocks: list[np.ndarray]) -> None:
+        """Return whole blocks to the free list (exact-size tails are simply dropped)."""
         with self._lock:
-            self._free.extend(blocks)
+            self._free.extend(block for block in blocks if block.shape[0] == self.block_bytes)
 
     def clear(self) -> None:
         with self._lock:
@@ -81,7 +82,10 @@ class CPUMemoryBackend(StorageBackend):
 
     def write(self, key: str, source: ByteSource) -> IOTiming:
         start = time.perf_counter()
-        blocks = self._arena.take(-(-source.size // BLOCK))
+        full, tail = divmod(source.size, BLOCK)
+        # Whole blocks come recycled from the arena; a tail gets an exact-size array, so a small entry
+        # costs its size, not a 4 MiB block.
+        blocks = self._arena.take(full) + ([np.empty(tail, dtype=np.uint8)] if tail else [])
         for index, block in enumerate(blocks):
             offset = index * BLOCK
             source.fill(offset, memoryview(block)[: min(BLOCK, source.size - offset)])
