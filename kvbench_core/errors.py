@@ -43,6 +43,12 @@ class StorageError(UserError):
         super().__init__(f"tier '{tier}': {op} of '{key}' failed: {cause}")
 
 
+class StorageErrorsCounted(UserError):
+    """``on_error: count`` let the run go on past failed storage operations; the exit code still says so."""
+
+    exit_code = 4
+
+
 class IntegrityError(UserError):
     """A verified read returned bytes different from what was written."""
 

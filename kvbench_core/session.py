@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvbench_core.errors import IntegrityError, Interrupted, UserError
+from kvbench_core.errors import IntegrityError, Interrupted, StorageErrorsCounted, UserError
 from kvbench_core.progress import ProgressPrinter
 from kvbench_core.reports import require_formats, write_reports
 from kvbench_core.reports.aggregate import summarize_trials
@@ -98,8 +98,20 @@ def run_session(as_written: dict[str, Any], spec: dict[str, Any], *, quiet: bool
         errors = sum(r["metrics"].get("verify", {}).get("integrity_errors", 0) for r in outcome.results if r["metrics"])
         if errors:
             outcome.error = IntegrityError(f"{errors} verified reads returned bytes different from what was written")
+    if not outcome.error:  # on_error: count ran on past storage errors; the exit code must not say "all fine"
+        outcome.error = counted_storage_errors(outcome.results)
     outcome.exit_code = outcome.error.exit_code if outcome.error else 0
     return outcome
+
+
+def counted_storage_errors(results: list[dict[str, Any]]) -> StorageErrorsCounted | None:
+    """The error for requests that failed on storage errors without stopping the run (on_error: count)."""
+    failed = sum(((r.get("metrics") or {}).get("requests") or {}).get("failed", 0) for r in results)
+    if not failed:
+        return None
+    first = next((error for r in results for error in r.get("errors") or []), None)
+    detail = f"; first: tier '{first['tier']}': {first['op']} of '{first['key']}': {first['error']}" if first else ""
+    return StorageErrorsCounted(f"{failed} requests failed on storage errors (on_error: count){detail}")
 
 
 def _pause(seconds: float, received: list[int]) -> bool:
