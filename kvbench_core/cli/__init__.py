@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
+from typing import Any
 
 from kvbench_core import __version__
 from kvbench_core.errors import UserError
@@ -42,7 +45,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Terminated(BaseException):
+    """SIGTERM before a run installs its own graceful handler (start-up, spec loading): leave as Ctrl-C does.
+
+    A ``BaseException``, like ``KeyboardInterrupt``, so no ``except Exception`` on the way swallows it."""
+
+
+def _raise_terminated(_signum: int, _frame: Any) -> None:
+    raise _Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
+    # From here on a signal never ends kvbench in a traceback or a bare kill: one line and 130/143.
+    sigterm = None
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        sigterm = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("kvbench: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
+    except _Terminated:
+        print("kvbench: terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    finally:
+        if sigterm is not None:
+            signal.signal(signal.SIGTERM, sigterm)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
@@ -53,9 +84,6 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as error:
         print(f"kvbench: error: {error}", file=sys.stderr)
         return error.exit_code
-    except KeyboardInterrupt:
-        print("kvbench: interrupted", file=sys.stderr)
-        return 130
     except BrokenPipeError:
         return 0
 
