@@ -138,7 +138,8 @@ class Telemetry:
 
     def record_op_error(self, tier: str, op: str, key: str, error: BaseException) -> None:
         with self._lock:
-            self.tiers[tier][op].errors += 1
+            if op in ("read", "write"):  # a failed delete (eviction, cleanup) is listed below, not in op stats
+                self.tiers[tier][op].errors += 1
             if len(self.errors) < 100:
                 self.errors.append({"tier": tier, "op": op, "key": key, "error": str(error)[:500]})
 
