@@ -8,15 +8,16 @@ The entries are deleted afterwards; telemetry is reset when measuring starts.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from kvbench_core.errors import SpecError
+from kvbench_core.errors import SpecError, StorageError
 from kvbench_core.payload import NoisePool
-from kvbench_core.waterfall import Tier
+from kvbench_core.waterfall import Tier, _describe
 
 
 def precondition_bottom_tier(tier: Tier, pool: NoisePool, options: dict[str, Any],
@@ -34,19 +35,33 @@ def precondition_bottom_tier(tier: Tier, pool: NoisePool, options: dict[str, Any
     start = time.perf_counter()
 
     locks = [threading.Lock() for _ in keys]
+    failed = threading.Event()
 
     def write(i: int) -> int:
-        if stop.is_set():
+        if stop.is_set() or failed.is_set():
             return 0
         key = keys[i % len(keys)]
         with locks[i % len(keys)]:  # a fast thread may come round the ring while a slow one still writes
-            tier.backend.write(key, pool.payload(f"{key}-{i}", entry_size))
+            try:
+                tier.backend.write(key, pool.payload(f"{key}-{i}", entry_size))
+            except Exception as error:  # a full disk, a dead server: the run's StorageError, and no more writes
+                failed.set()
+                raise StorageError(tier.name, "write", key, _describe(error)) from error
         return entry_size
 
-    with ThreadPoolExecutor(max_workers=int(options["threads"])) as executor:
-        written = sum(executor.map(write, range(count)))
+    try:
+        with ThreadPoolExecutor(max_workers=int(options["threads"])) as executor:
+            written = sum(executor.map(write, range(count)))
+    except StorageError:
+        for key in keys:
+            with contextlib.suppress(Exception):  # best effort; the backend's close() removes its files too
+                tier.backend.delete(key)
+        raise
     for key in keys:
-        tier.backend.delete(key)
+        try:
+            tier.backend.delete(key)
+        except Exception as error:
+            raise StorageError(tier.name, "delete", key, _describe(error)) from error
     seconds = time.perf_counter() - start
     return {"tier": tier.name, "bytes": written, "seconds": round(seconds, 3),
             "bandwidth_bytes_per_s": written / seconds if seconds > 0 else None}
