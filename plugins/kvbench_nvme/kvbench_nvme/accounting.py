@@ -52,7 +52,7 @@ class Phase:
     ``list.append`` is atomic under the GIL, so threads record without a lock.
     ``failed`` tells the other threads to stop after one of them raised.
     ``in_flight`` admits at most ``queue_depth`` pread/pwrite commands at once
-    (there may be more threads: one prepares the next piece meanwhile).
+    (a write has one more thread, filling the next piece meanwhile).
     ``consume_lock`` serialises ``sink.consume``: sinks keep state (a checksum,
     a verify scratch buffer) and are not required to be thread-safe.
     """
