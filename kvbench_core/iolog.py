@@ -15,10 +15,12 @@ a lock because many tier threads record at once; ``close`` flushes.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Mapping
 from types import TracebackType
 
+from kvbench_core.errors import InputFileError
 from kvbench_core.payload import entry_id_for
 
 TRACE_ID_BITS = 32
@@ -40,7 +42,11 @@ class IOLog:
         self.path = path
         self._trace_ids = trace_ids or {}
         self._lock = threading.Lock()
-        self._file = open(path, "w", encoding="utf-8", buffering=BUFFER_BYTES)  # noqa: SIM115 - closed by close()
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            self._file = open(path, "w", encoding="utf-8", buffering=BUFFER_BYTES)  # noqa: SIM115 - see close()
+        except OSError as error:
+            raise InputFileError(f"{path}: cannot write the I/O log: {error.strerror or error}") from None
 
     def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float) -> None:
         """Log one device command of ``op`` (``write``/``read``) on ``key``'s entry."""
