@@ -125,7 +125,8 @@ class Runner:
             return None
         from kvbench_core.iolog import IOLog
 
-        return IOLog(path)
+        self._log = IOLog(path)  # closed (flushed) in _cleanup, before the next trial reopens the path
+        return self._log
 
     @staticmethod
     def _capacity(tier_spec: dict[str, Any], backend: Any, index: int) -> float:
@@ -467,6 +468,9 @@ class Runner:
                 tier.backend.close()
             except Exception as error:  # cleanup must not hide the run's own outcome
                 self.state.plugin_sections.setdefault("cleanup_errors", []).append(f"{tier.name}: {error}")
+        log = getattr(self, "_log", None)
+        if log is not None:
+            log.close()
 
 
 def _mean(values: list[float]) -> float:
