@@ -121,10 +121,14 @@ def _fill_result(book: _Book, result: dict[str, Any]) -> None:
     book.pairs("Spec", [("as_written." + k, v) for k, v in _flatten(result["spec"]["as_written"])]
                + [("resolved." + k, v) for k, v in _flatten(result["spec"]["resolved"])]
                + [("sha256", result["spec"]["sha256"])], headers=("path", "value"))
+    declaration = result.get("declaration") or {}
     book.table("Declaration", ["section", "field", "value", "source"],
                [[section, name, entry.get("value"), entry.get("source")]
-                for section, fields in (result.get("declaration") or {}).items()
-                for name, entry in fields.items()])
+                for section, fields in declaration.items() if isinstance(fields, dict)
+                for name, entry in fields.items()]
+               # declaration.notes is free text, not a section of fields
+               + [[section, "", text, "declared"] for section, text in declaration.items()
+                  if not isinstance(text, dict)])
     book.pairs("Environment", _flatten(result.get("environment") or {}), headers=("field", "value"))
 
 
