@@ -241,8 +241,9 @@ def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,
                     "host_share_of_tier_time": host_share(tiers)},
         }
         metrics = {"headline": headline(metrics, state.bytes_per_token), **metrics}
-    declaration = merge_declaration(spec.get("declaration") or {},
-                                    _detected_declaration(state, spec, tiers, workload, describe) if telemetry else {})
+    # Declared free text (fabric, notes) may quote a dashboard URL with its token: masked like the spec.
+    declaration = redact(merge_declaration(spec.get("declaration") or {}, _detected_declaration(
+        state, spec, tiers, workload, describe) if telemetry else {}), secrets)
     return {
         "kvbench_result": RESULT_FORMAT,
         "kvbench_version": __version__,
