@@ -16,7 +16,9 @@ _SECRET_PARTS = {"password", "passwd", "pwd", "secret", "credential", "credentia
                  "passphrase", "signature"}
 #: ``*_key`` names that are credentials (``access_key``, ``api_key``, ``private_key``…).
 _SECRET_KEY_PREFIXES = {"access", "secret", "private", "api", "session", "sas", "auth", "signing"}
-_URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@")
+#: ``user:password@`` after a scheme; the password may hold a ``/`` (AWS secret keys do), so userinfo runs to
+#: the last ``@`` before any space, query or fragment.
+_URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^@\s?#]+)@")
 _QUERY_PARAM = re.compile(r"(?P<key>[?&](?P<name>[^=&\s#]+)=)[^&\s#]+")
 _QUERY_SECRET_NAME = re.compile(r"token|secret|password|signature|credential", re.IGNORECASE)
 #: Query parameters that carry a credential under a short name: Azure SAS ``sig``, Google ``key``.
@@ -34,6 +36,8 @@ def is_secret_key(key: str) -> bool:
         return True
     if parts[-1] == "token":  # auth_token, session_token, token; not bytes_per_token or token_rate
         return len(parts) == 1 or parts[-2] != "per"
+    if parts[-2:] == ["key", "id"]:  # aws_access_key_id: the half of a key pair that names it, still a credential
+        return len(parts) > 2 and parts[-3] in _SECRET_KEY_PREFIXES
     return parts[-1] == "key" and len(parts) > 1 and parts[-2] in _SECRET_KEY_PREFIXES
 
 
@@ -70,4 +74,9 @@ def environment_secrets() -> tuple[str, ...]:
     """Values of credential-like environment variables, so they can be scrubbed wherever they leak."""
     import os
 
-    return tuple(v for k, v in os.environ.items() if is_secret_key(k) and len(v) >= 8)
+    return tuple(value for name, value in os.environ.items()
+                 if is_secret_key(name) and name not in _NOT_SECRET_VARIABLES and len(value) >= 8)
+
+
+#: Variables whose names look like credentials but are not: the shell's working directories ("pwd").
+_NOT_SECRET_VARIABLES = frozenset({"PWD", "OLDPWD"})
