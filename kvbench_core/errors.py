@@ -9,9 +9,17 @@ from __future__ import annotations
 
 
 class UserError(Exception):
-    """A problem the user can fix; printed without a traceback."""
+    """A problem the user can fix; printed without a traceback.
+
+    Its text is what reaches stderr, the result and the logs, so credentials are masked in it whatever
+    the message quotes (a URL with a password, a driver's message echoing a key, a secret's value)."""
 
     exit_code = 2
+
+    def __str__(self) -> str:
+        from kvbench_core.redact import environment_secrets, redact_text
+
+        return redact_text(super().__str__(), environment_secrets())
 
 
 class SpecError(UserError):
