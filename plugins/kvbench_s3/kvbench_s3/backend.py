@@ -80,7 +80,7 @@ class S3Backend(StorageBackend):
         "properties": {
             "bucket": {"type": "string", "pattern": "^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$",
                        "description": "an S3 bucket name (3-63 lowercase letters, digits, dots, hyphens)"},
-            "endpoint_url": {"type": "string", "pattern": r"^https?://[^/@\s]+(/\S*)?$",
+            "endpoint_url": {"type": "string", "pattern": r"^https?://[^/@\s]+(/[^@\s]*)?$",  # no user:secret@
                              "description": "http(s)://host[:port] of an S3-compatible service, without user info"},
             "region": {"type": "string", "minLength": 1},
             "profile": {"type": "string", "minLength": 1, "description": "a profile of the AWS config files"},
