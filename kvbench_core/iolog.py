@@ -39,6 +39,7 @@ class IOLog:
     """Thread-safe JSONL writer of ``{trace_id, key, op, offset, bytes, start_s, end_s}`` records."""
 
     def __init__(self, path: str, trace_ids: Mapping[str, int] | None = None) -> None:
+        path = os.path.expanduser(path)
         self.path = path
         self._trace_ids = trace_ids or {}
         self._lock = threading.Lock()

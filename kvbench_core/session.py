@@ -54,7 +54,7 @@ def launcher_for(spec: dict[str, Any]) -> Launcher:
 
 def result_path(spec: dict[str, Any], session_id: str, suffix: str = "") -> Path:
     """``<directory>/<name>-<session id><suffix>.json``; suffix ``-trial<n>`` or ``-summary`` with trials."""
-    directory = Path(spec["output"]["directory"])
+    directory = Path(spec["output"]["directory"]).expanduser()
     if not directory.is_absolute():
         directory = Path.cwd() / directory
     return directory / f"{spec.get('name') or 'run'}-{session_id}{suffix}.json"

@@ -35,7 +35,7 @@ class TierDirectory:
 
     def __init__(self, path: str, run_id: str, *, allow_nonempty: bool, label: str) -> None:
         self.requested = path
-        self.path = os.path.realpath(os.path.abspath(path))
+        self.path = os.path.realpath(os.path.abspath(os.path.expanduser(path)))  # "~/kv" is the home, not ./~
         self.run_id = run_id
         self.allow_nonempty = allow_nonempty
         self.label = label  # "tier 'nvme0' (nvme)", prefixes every error
