@@ -29,14 +29,14 @@ import difflib
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
 
 from kvbench_core.errors import InputFileError, SpecError
-from kvbench_core.jsonfile import read_json
+from kvbench_core.jsonfile import json_line, read_json_text
 
 #: Bytes per element of each KV-cache dtype kvbench sizes.
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
@@ -169,53 +169,71 @@ class ResolvedModel:
         }
 
 
-def _positive_int(config: Mapping[str, Any], field: str, where: str, *, default: int | None = None) -> int:
+#: Where a config field lies in its file: ``locate(("text_config", "head_dim"))`` -> ``"config.json:12"``.
+Locate = Callable[[tuple[str, ...]], "str | None"]
+
+
+def _positive_int(config: Mapping[str, Any], field: str, where: str | Callable[[str], str], *,
+                  default: int | None = None) -> int:
     value = config.get(field)
     if value is None:
         if default is not None:
             return default
-        raise InputFileError(f"{where}: field '{field}' is missing")
+        raise InputFileError(f"{where(field) if callable(where) else where}: field '{field}' is missing")
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputFileError(f"{where}: field '{field}' must be an integer >= 1, got {value!r}")
+        raise InputFileError(f"{where(field) if callable(where) else where}: field '{field}' must be an integer "
+                             f">= 1, got {value!r}")
     return value
 
 
-def geometry_from_config(config: Mapping[str, Any], *, name: str, where: str, source: str = "") -> ModelGeometry:
-    """Geometry from Hugging Face ``config.json`` fields; errors name ``where`` and the field.
+def geometry_from_config(config: Mapping[str, Any], *, name: str, where: str, source: str = "",
+                         locate: Locate | None = None) -> ModelGeometry:
+    """Geometry from Hugging Face ``config.json`` fields; errors name ``where`` (with ``locate``: the file
+    and line of the offending field) and the field.
 
     Multimodal configs keep the language model under ``text_config``; its KV is what gets offloaded.
     """
+    base: tuple[str, ...] = ()
     if "num_hidden_layers" not in config and isinstance(config.get("text_config"), Mapping):
-        config, where = config["text_config"], f"{where}: text_config"
-    layers = _positive_int(config, "num_hidden_layers", where)
-    heads = _positive_int(config, "num_attention_heads", where)
-    hidden = _positive_int(config, "hidden_size", where)
+        config, where, base = config["text_config"], f"{where}: text_config", ("text_config",)
+    source = source or where
+
+    def at(field: str) -> str:
+        """``where``, or better the file and line of ``field`` when it is present."""
+        found = locate((*base, field)) if locate is not None and field in config else None
+        return found or where
+
+    layers = _positive_int(config, "num_hidden_layers", at)
+    heads = _positive_int(config, "num_attention_heads", at)
+    hidden = _positive_int(config, "hidden_size", at)
     # HF convention: a config without num_key_value_heads is plain multi-head attention.
-    kv_heads = _positive_int(config, "num_key_value_heads", where, default=heads)
+    kv_heads = _positive_int(config, "num_key_value_heads", at, default=heads)
     kv_lora_rank = qk_rope = 0
     head_dim: int | None = None
     if config.get("kv_lora_rank") is not None:
-        kv_lora_rank = _positive_int(config, "kv_lora_rank", where)
-        qk_rope = _positive_int(config, "qk_rope_head_dim", where)
+        kv_lora_rank = _positive_int(config, "kv_lora_rank", at)
+        qk_rope = _positive_int(config, "qk_rope_head_dim", at)
     elif config.get("head_dim") is not None:
-        head_dim = _positive_int(config, "head_dim", where)
+        head_dim = _positive_int(config, "head_dim", at)
     elif hidden % heads:
         raise InputFileError(
-            f"{where}: field 'head_dim' is missing and hidden_size {hidden} is not a multiple of "
+            f"{at('hidden_size')}: field 'head_dim' is missing and hidden_size {hidden} is not a multiple of "
             f"num_attention_heads {heads}, so it cannot be derived"
         )
     else:
         head_dim = hidden // heads
-    cla = _positive_int(config, "cla_share_factor", where, default=1) if config.get("use_cla", True) else 1
+    cla = _positive_int(config, "cla_share_factor", at, default=1) if config.get("use_cla", True) else 1
     torch_dtype = config.get("torch_dtype") or config.get("dtype")
     try:
         default_dtype = normalize_dtype(torch_dtype) if isinstance(torch_dtype, str) else DEFAULT_DTYPE
     except SpecError:
-        raise InputFileError(f"{where}: field 'torch_dtype' is not a KV dtype kvbench knows: {torch_dtype!r}") from None
+        field = "torch_dtype" if config.get("torch_dtype") else "dtype"
+        raise InputFileError(f"{at(field)}: field '{field}' is not a KV dtype kvbench knows: {torch_dtype!r}"
+                             ) from None
     return ModelGeometry(
         name=name, layers=layers, kv_heads=kv_heads, head_dim=head_dim, attention_heads=heads,
         hidden_size=hidden, kv_lora_rank=kv_lora_rank, qk_rope_head_dim=qk_rope, cla_share_factor=cla,
-        default_dtype=default_dtype, source=source or where,
+        default_dtype=default_dtype, source=source,
     )
 
 
@@ -255,12 +273,17 @@ def load_config_file(path: str, model: str | None = None) -> ModelGeometry:
     entry, chosen by ``model``, of a multi-model file such as the LMCache calculator's ``modelconfig.json``."""
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
-    data = read_json(path, "model config")
+    data, text = read_json_text(path, "model config")
     if not isinstance(data, dict):
         raise InputFileError(f"{path}: expected a JSON object, got {type(data).__name__}")
+
+    def locate(within: tuple[str | int, ...], label: str = "") -> str | None:
+        line = json_line(text, within)
+        return f"{path}:{line}{label}" if line else None
+
     if _is_single_config(data):
         label = model or data.get("_name_or_path") or os.path.splitext(os.path.basename(path))[0]
-        return geometry_from_config(data, name=label, where=path)
+        return geometry_from_config(data, name=label, where=path, locate=locate)
     if not data or not all(isinstance(entry, dict) for entry in data.values()):
         raise InputFileError(f"{path}: field 'num_hidden_layers' is missing (not a model config)")
     if model is None:
@@ -268,7 +291,9 @@ def load_config_file(path: str, model: str | None = None) -> ModelGeometry:
     matches = [key for key in data if key.lower() == model.lower()]
     if not matches:
         raise InputFileError(f"{path}: no model {model!r}; it holds: {', '.join(data)}")
-    return geometry_from_config(data[matches[0]], name=matches[0], where=f"{path}: {matches[0]}")
+    key = matches[0]
+    return geometry_from_config(data[key], name=key, where=f"{path}: {key}",
+                                locate=lambda within: locate((key, *within), f": {key}"))
 
 
 def resolve_model(name_or_path: str, dtype: str | None = None, tp: int = 1, *,
