@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 
 import pytest
@@ -71,8 +72,20 @@ def test_malformed_manifest_names_the_file_and_field(tmp_path, mutate, message):
     path = _broken(tmp_path, mutate)
     with pytest.raises(InputFileError) as error:
         Manifest.read(path)
-    assert str(error.value).startswith(f"{path}: ")
+    assert re.match(rf"{re.escape(path)}(:1)?: ", str(error.value))  # the line, where the field is (all on 1)
     assert message in str(error.value)
+
+
+def test_a_manifest_error_names_the_line_of_the_field(tmp_path):
+    text = _manifest().to_json()
+    lines = text.splitlines()
+    bad = next(i for i, line in enumerate(lines) if '"key":' in line and i > 2)  # the second object's line
+    lines[bad] = lines[bad].replace('"bytes":', '"bytes":-1,"was":')
+    path = tmp_path / "manifest.json"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputFileError) as error:
+        Manifest.read(str(path))
+    assert str(error.value).startswith(f"{path}:{bad + 1}: objects[")
 
 
 def test_unreadable_manifests_are_clear(tmp_path):

@@ -17,10 +17,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from jsonschema import Draft202012Validator
+
 from kvbench_core.backend import check_key
 from kvbench_core.errors import InputFileError, SpecError
 from kvbench_core.iolog import TRACE_ID_BITS, trace_id_for
-from kvbench_core.jsonfile import read_json, write_text
+from kvbench_core.jsonfile import json_line, read_json_text, write_text
 from kvbench_core.kvio.commands import TransferGeometry
 from kvbench_core.validation import schema_errors
 
@@ -123,16 +125,24 @@ class Manifest:
         write_text(path, self.to_json(), "manifest")
 
     @classmethod
-    def from_dict(cls, data: Any, where: str) -> Manifest:
-        """Parse a manifest (or the manifest inside a plan JSON); errors name ``where`` and the field."""
+    def from_dict(cls, data: Any, where: str, text: str | None = None) -> Manifest:
+        """Parse a manifest (or the manifest inside a plan JSON); errors name ``where`` and the field, and,
+        given the file's ``text``, the line the field is on."""
         if isinstance(data, dict) and data.get("format") == PLAN_FORMAT:
             data, root = data.get("manifest"), "manifest"
         else:
             root = ""
+
+        def at(*parts: str | int) -> str:
+            line = json_line(text, [root, *parts] if root else parts) if text is not None else None
+            return f"{where}:{line}" if line else where
+
         messages = schema_errors(data, SCHEMA, root)
         if messages:
             more = f" (and {len(messages) - 1} more)" if len(messages) > 1 else ""
-            raise InputFileError(f"{where}: {messages[0]}{more}")
+            first = min(Draft202012Validator(SCHEMA).iter_errors(data),  # the error messages[0] describes
+                        key=lambda e: (list(e.absolute_path), e.validator), default=None)
+            raise InputFileError(f"{at(*first.absolute_path) if first else where}: {messages[0]}{more}")
         objects, trace_ids, used = [], {}, set()
         prefix = f"{root}." if root else ""
         for index, item in enumerate(data["objects"]):
@@ -140,11 +150,12 @@ class Manifest:
             try:
                 key = check_key(item["key"])
             except ValueError as error:
-                raise InputFileError(f"{where}: {path}.key: {error}") from None
+                raise InputFileError(f"{at('objects', index, 'key')}: {path}.key: {error}") from None
             if key in trace_ids:
-                raise InputFileError(f"{where}: {path}.key: duplicate key {key!r}")
+                raise InputFileError(f"{at('objects', index, 'key')}: {path}.key: duplicate key {key!r}")
             if item["trace_id"] in used:
-                raise InputFileError(f"{where}: {path}.trace_id: {item['trace_id']} is used twice")
+                raise InputFileError(f"{at('objects', index, 'trace_id')}: {path}.trace_id: {item['trace_id']} "
+                                     "is used twice")
             trace_ids[key] = item["trace_id"]
             used.add(item["trace_id"])
             objects.append(KVObject(key, item["bytes"], item.get("chunk"), item.get("rank"), item.get("tokens")))
@@ -157,4 +168,5 @@ class Manifest:
     @classmethod
     def read(cls, path: str) -> Manifest:
         """A manifest file, or the manifest embedded in a ``kvbench plan --json`` output."""
-        return cls.from_dict(read_json(path, "manifest"), path)
+        data, text = read_json_text(path, "manifest")
+        return cls.from_dict(data, path, text)
