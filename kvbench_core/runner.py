@@ -187,14 +187,15 @@ class Runner:
         state.telemetry = telemetry
         self._events = EventHeap()
         try:
+            # The workload first: a malformed trace is reported before any tier is opened or written.
+            source = self._build_source(state.bytes_per_token)
+            state.source = source
             tiers = self._build_tiers(workers)
             max_piece = max(int(t.backend.transfer_size) for t in tiers)
             pool = NoisePool(spec["seed"], pool_bytes=32 << 20, max_piece=max(max_piece, 1 << 20))
             policy = EvictionPolicy(**spec["cache"]["eviction"])
             cache = MultiTierCache(tiers, telemetry, pool.payload, policy=policy, promotion=spec["cache"]["promotion"])
             self.cache = cache
-            source = self._build_source(state.bytes_per_token)
-            state.source = source
             executor = RequestExecutor(cache, telemetry, state.bytes_per_token, spec["workload"]["decode_batch"],
                                        pool=pool, verify=spec["verify"])
             self._preload(source, cache, workers)
