@@ -1,0 +1,258 @@
+"""kvbench writes only into its own directories and deletes only what it created.
+
+System paths (``/``, ``/etc``, ``/usr``, ``/boot``, ``/proc``, ``/sys``, ``/dev``,
+the home directory itself, and symlinks to them) are refused for tiers and for
+results; a non-empty directory kvbench did not create is refused unless the spec
+says ``allow_nonempty``, and then every foreign file survives byte for byte, as
+do a shared Redis server's and S3 bucket's foreign keys.  A whole run touches
+nothing outside its tier, output and I/O-log paths: not the working directory,
+not the home directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kvbench_core.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "plugins/kvbench_redis/tests"), str(REPO / "plugins/kvbench_s3/tests")]
+
+pytest.importorskip("kvbench_nvme", reason="the kvbench-nvme plugin is not installed")
+
+SYSTEM_PATHS = ["/", "/etc", "/usr", "/boot", "/proc", "/sys", "/dev", "/usr/lib/kvbench", "/etc/kvbench",
+                "/proc/self/kvbench", "/sys/kvbench", "/dev/kvbench", "/root", "/home", "/var"]
+
+
+def small_spec(root: Path, tier: dict[str, Any] | None = None, **top: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "version": 1, "name": "safety", "seed": 1,
+        "model": {"name": "tiny-1b"},
+        "requests": 16,
+        "workload": {"users": 2, "max_inflight": 2, "generation": "none", "options": {
+            "profiles": {"chatbot": {"context": [16, 48], "generate": [1, 64], "think_s": [0, 0]}},
+            "profile_mix": {"chatbot": 1}, "multi_turn": {"max_turns": 2, "turn_tokens": [4, 16]},
+            "prefix_caching": {"prefix_tokens": [4, 16]}}},
+        "cache": {"tiers": [
+            {"name": "dram", "backend": "cpu", "capacity": "1MiB"},
+            tier or nvme_tier(root / "tier"),
+        ]},
+        "output": {"directory": str(root / "out"), "progress": "off"},
+    }
+    spec.update(top)
+    return spec
+
+
+def nvme_tier(path: Path | str, **options: Any) -> dict[str, Any]:
+    return {"name": "nvme", "backend": "nvme", "capacity": "256MiB",
+            "options": {"path": str(path), "fsync": False, "drop_cache": False, **options}}
+
+
+def run(root: Path, spec: dict[str, Any]) -> tuple[int, str]:
+    path = root / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["run", str(path), "--quiet"])
+    assert "Traceback" not in err.getvalue()
+    return code, err.getvalue()
+
+
+def snapshot(directory: Path) -> dict[str, str]:
+    """Every file under ``directory`` with a digest of its content (directories as themselves)."""
+    found: dict[str, str] = {}
+    for path in sorted(directory.rglob("*")):
+        relative = str(path.relative_to(directory))
+        found[relative] = "dir" if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+def listing(path: str) -> list[str] | None:
+    with contextlib.suppress(OSError):
+        return sorted(os.listdir(path))
+    return None
+
+
+# -- refused places ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("target", [*SYSTEM_PATHS, "~"])
+def test_a_tier_in_a_system_path_or_the_home_directory_is_refused(tmp_path: Path, target: str) -> None:
+    resolved = os.path.realpath(os.path.expanduser(target))
+    existing = resolved if os.path.isdir(resolved) else os.path.dirname(resolved)
+    before = listing(existing)
+    code, stderr = run(tmp_path, small_spec(tmp_path, nvme_tier(target)))
+    assert code == 3, stderr
+    assert "tier 'nvme' (nvme): directory" in stderr
+    assert "is a system or home directory" in stderr or "is inside a system directory" in stderr, stderr
+    assert listing(existing) == before, f"{existing} changed"
+    assert not os.path.exists(resolved) or resolved == existing
+
+
+def test_a_symlink_to_a_system_directory_is_the_system_directory(tmp_path: Path) -> None:
+    (tmp_path / "innocent").symlink_to("/etc")
+    before = listing("/etc")
+    code, stderr = run(tmp_path, small_spec(tmp_path, nvme_tier(tmp_path / "innocent" / "kvbench")))
+    assert code == 3 and "-> /etc/kvbench) is inside a system directory" in stderr, stderr
+    assert listing("/etc") == before
+
+
+@pytest.mark.parametrize("target", [*SYSTEM_PATHS, "~"])
+def test_results_are_never_written_to_a_system_path(tmp_path: Path, target: str) -> None:
+    resolved = os.path.realpath(os.path.expanduser(target))
+    existing = resolved if os.path.isdir(resolved) else os.path.dirname(resolved)
+    before = listing(existing)
+    spec = small_spec(tmp_path)
+    spec["output"]["directory"] = target
+    code, stderr = run(tmp_path, spec)
+    assert code == 2 and stderr.startswith("kvbench: error: output.directory: "), stderr
+    assert listing(existing) == before
+    assert not (tmp_path / "tier").exists()
+
+
+def test_a_run_name_cannot_steer_the_result_out_of_its_directory(tmp_path: Path) -> None:
+    code, stderr = run(tmp_path, small_spec(tmp_path, name="../../escaped"))
+    assert code == 2 and stderr.startswith("kvbench: error: name: "), stderr
+    assert snapshot(tmp_path) == {"spec.yaml": snapshot(tmp_path)["spec.yaml"]}
+
+
+# -- other people's files -------------------------------------------------------------------------------
+
+FOREIGN = {"notes.txt": b"someone's notes\n", "data.kv": b"not kvbench's\n",
+           "20260101T000000-abcdef-u0_c1_turn_1.kv": b"an older run's entry, kept on purpose\n",
+           "sub/deep.bin": bytes(range(256))}
+
+
+def seed_foreign(directory: Path) -> dict[str, str]:
+    for name, content in FOREIGN.items():
+        path = directory / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+    return snapshot(directory)
+
+
+def test_a_non_empty_directory_it_did_not_create_is_refused(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    before = seed_foreign(shared)
+    code, stderr = run(tmp_path, small_spec(tmp_path, nvme_tier(shared)))
+    assert code == 3, stderr
+    assert "is not empty" in stderr and "allow_nonempty" in stderr
+    assert snapshot(shared) == before
+
+
+def test_with_allow_nonempty_only_its_own_files_are_removed(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    before = seed_foreign(shared)
+    code, stderr = run(tmp_path, small_spec(tmp_path, nvme_tier(shared, allow_nonempty=True)))
+    assert code == 0, stderr
+    result = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
+    assert result["metrics"]["tiers"]["nvme"]["write"]["ops"] > 0  # it did write there
+    assert snapshot(shared) == before, "a foreign file was touched, or one of kvbench's was left"
+
+
+def test_an_interrupted_keep_files_run_then_a_new_run_leave_each_others_files(tmp_path: Path) -> None:
+    """A directory kvbench made and kept (keep_files) is its own; the next run adds and removes only its files."""
+    tier = tmp_path / "tier"
+    code, stderr = run(tmp_path, small_spec(tmp_path, nvme_tier(tier), output={
+        "directory": str(tmp_path / "out1"), "progress": "off", "keep_files": True}))
+    assert code == 0, stderr
+    kept = snapshot(tier)
+    assert any(name.endswith(".kv") for name in kept) and ".kvbench-owner" in kept
+    code, stderr = run(tmp_path, small_spec(tmp_path, nvme_tier(tier)))
+    assert code == 0, stderr
+    assert snapshot(tier) == kept
+
+
+# -- a whole run stays inside its paths ------------------------------------------------------------------
+
+def test_a_run_writes_nowhere_but_its_tier_output_and_log_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
+    work, home, area = tmp_path / "work", tmp_path / "home", tmp_path / "area"
+    for directory in (work, home, area):
+        directory.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("HOME", str(home))
+    spec = small_spec(area, output={"directory": str(area / "out"), "progress": "off",
+                                    "io_log": str(area / "logs" / "io.jsonl"), "formats": ["json"]})
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        assert main(["run", str(spec_path), "--quiet"]) == 0, err.getvalue()
+
+    assert snapshot(work) == {} and snapshot(home) == {}
+    names = sorted(snapshot(area))
+    assert names[:3] == ["logs", "logs/io.jsonl", "out"] and len(names) == 4 and names[3].endswith(".json"), names
+
+
+@pytest.mark.redis
+def test_a_shared_redis_keeps_every_key_that_is_not_the_runs(tmp_path: Path) -> None:
+    from redis_servers import REDIS_SERVER, start_redis
+
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed (apt-get install -y redis-server)")
+    server = start_redis(tmp_path / "redis")
+    try:
+        client = server.client()
+        foreign = {"user:1": b"alice", "kvbench:20260101T000000-abcdef:{u0_c1_turn_1}:p0": b"an older run",
+                   "kvbench:shared:team:{k}:p0": b"a shared namespace", "session:xyz": b"\x00\x01"}
+        client.mset(foreign)
+        tier = {"name": "redis", "backend": "redis", "capacity": "256MiB",
+                "options": {"host": "127.0.0.1", "port": server.port}}
+        code, stderr = run(tmp_path, small_spec(tmp_path, tier))
+        assert code == 0, stderr
+        result = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
+        assert result["metrics"]["tiers"]["redis"]["write"]["ops"] > 0
+        assert {key.decode(): client.get(key) for key in client.keys("*")} == foreign
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Any]]:
+    from s3_servers import HAS_MOTO_SERVER, MISSING, start_moto
+
+    if not HAS_MOTO_SERVER:
+        pytest.skip(MISSING)
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
+                        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+                        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}.items():
+        monkeypatch.setenv(name, value)
+    server = start_moto(tmp_path / "moto.log")
+    import boto3
+
+    yield server.url, boto3.client("s3", endpoint_url=server.url, region_name="us-east-1")
+    server.stop()
+
+
+@pytest.mark.s3
+@pytest.mark.slow
+def test_a_shared_bucket_keeps_every_object_that_is_not_the_runs(tmp_path: Path,
+                                                                  s3_client: tuple[str, Any]) -> None:
+    url, client = s3_client
+    bucket = f"kvb-{uuid.uuid4().hex[:10]}"
+    client.create_bucket(Bucket=bucket)
+    foreign = {"datasets/train.bin": b"training data", "kvbench/20260101T000000-abcdef/u0_c1_turn_1": b"older run",
+               "team-a/kvbench/x": b"another prefix", "kvbench-notes.txt": b"notes"}
+    for key, body in foreign.items():
+        client.put_object(Bucket=bucket, Key=key, Body=body)
+    tier = {"name": "s3", "backend": "s3", "capacity": "256MiB",
+            "options": {"endpoint_url": url, "bucket": bucket, "addressing_style": "path", "part_size": "512KiB",
+                        "max_attempts": 1}}
+    code, stderr = run(tmp_path, small_spec(tmp_path, tier))
+    assert code == 0, stderr
+    listed = client.list_objects_v2(Bucket=bucket).get("Contents", [])
+    assert {item["Key"]: client.get_object(Bucket=bucket, Key=item["Key"])["Body"].read() for item in listed} == foreign
+    assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
