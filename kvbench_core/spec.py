@@ -470,7 +470,8 @@ def load_spec(path: str | os.PathLike[str],
 
 
 def check_output_paths(output: dict[str, Any]) -> None:
-    """Results and the I/O log never go into the OS, a virtual filesystem or a home directory itself."""
+    """Results and the I/O log never go into the OS, a virtual filesystem or a home directory itself, and
+    must be writable: found out now, not when the result of a long run cannot be saved."""
     from kvbench_core.safepaths import refusal_reason, resolved
 
     wanted = (("output.directory", output.get("directory", DEFAULTS["output"]["directory"]), False),
@@ -479,10 +480,20 @@ def check_output_paths(output: dict[str, Any]) -> None:
         if not path:
             continue
         target = resolved(path)
-        reason = refusal_reason(os.path.dirname(target) if is_file else target)
+        where = os.path.dirname(target) if is_file else target
+        shown = f"{path} ({where})" if where != path else path
+        reason = refusal_reason(where)
         if reason is not None:
-            where = os.path.dirname(target) if is_file else target
-            raise SpecError(f"{field}: {path} ({where}) {reason}" if where != path else f"{field}: {path} {reason}")
+            raise SpecError(f"{field}: {shown} {reason}")
+        if is_file and os.path.isdir(target):
+            raise SpecError(f"{field}: {path} is a directory; give a file name")
+        existing = where
+        while not os.path.lexists(existing):
+            existing = os.path.dirname(existing)
+        if not os.path.isdir(existing):
+            raise SpecError(f"{field}: {shown} cannot be created: {existing} is not a directory")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise SpecError(f"{field}: {shown} is not writable here ({existing}: permission denied or read-only)")
 
 
 def check_model(model: dict[str, Any], spec_dir: str) -> None:
