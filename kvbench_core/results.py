@@ -8,6 +8,7 @@ the MLPerf KV-cache v3.0 headline names so published numbers can be compared.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -280,11 +281,18 @@ def host_share(tiers: dict[str, Any]) -> dict[str, float | None]:
 
 def write_result(result: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write atomically (temp file + rename) so a crash never leaves half a result."""
+    from kvbench_core.errors import InputFileError
+
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(target.suffix + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2, default=_json_default) + "\n")
-    tmp.replace(target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(result, indent=2, default=_json_default) + "\n")
+        tmp.replace(target)
+    except OSError as error:  # the output file system filled up during the run, or went away
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise InputFileError(f"{target}: cannot write the result: {error.strerror or error}") from None
     return target
 
 
