@@ -48,7 +48,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("kvbench_nvme") is None
 CASES: Counter[str] = Counter()
 #: Examples per property in the default suite; ``slow`` runs use FUZZ_SLOW_EXAMPLES.
 FUZZ_EXAMPLES = int(os.environ.get("KVBENCH_FUZZ_EXAMPLES", "100"))
-FUZZ_SLOW_EXAMPLES = int(os.environ.get("KVBENCH_FUZZ_SLOW_EXAMPLES", "1500"))
+FUZZ_SLOW_EXAMPLES = int(os.environ.get("KVBENCH_FUZZ_SLOW_EXAMPLES", "300"))
 #: Where every fuzzed spec points its tier and output directories; must stay empty.  Created at import
 #: because hypothesis builds its strategies once, before any fixture exists.
 FUZZ_ROOT = Path(tempfile.mkdtemp(prefix="kvbench-fuzz-"))
