@@ -192,7 +192,8 @@ def test_fio_accepts_the_job(tmp_path: Path, source: str) -> None:
 def test_a_real_run_distils_to_a_job_fio_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Fallback source end to end: a kvbench run on a file tier, its job, and a short real fio run of it."""
     pytest.importorskip("kvbench_nvme", reason="needs the kvbench-nvme file tier")
-    spec = {"version": 1, "name": "distil", "seed": 5, "model": {"name": "llama3.2-1b"}, "duration": "3s",
+    # A request count, not a duration: a loaded machine must still produce the I/O the job is distilled from.
+    spec = {"version": 1, "name": "distil", "seed": 5, "model": {"name": "llama3.2-1b"}, "requests": 3,
             "workload": {"users": 2, "max_inflight": 2, "generation": "fast",
                          "options": {"profile_mix": {"chatbot": 1}}},
             "cache": {"tiers": [{"name": "nvme", "backend": "nvme", "capacity": "256MiB",
