@@ -48,8 +48,8 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("kvbench_nvme") is None
 #: Cases run per category, printed at the end of the module.
 CASES: Counter[str] = Counter()
 #: Examples per property in the default suite; ``slow`` runs use FUZZ_SLOW_EXAMPLES.
-FUZZ_EXAMPLES = int(os.environ.get("KVBENCH_FUZZ_EXAMPLES", "50"))
-FUZZ_SLOW_EXAMPLES = int(os.environ.get("KVBENCH_FUZZ_SLOW_EXAMPLES", "150"))
+FUZZ_EXAMPLES = int(os.environ.get("KVBENCH_FUZZ_EXAMPLES", "40"))
+FUZZ_SLOW_EXAMPLES = int(os.environ.get("KVBENCH_FUZZ_SLOW_EXAMPLES", "80"))
 #: Where every fuzzed spec points its tier and output directories; must stay empty.  Created at import
 #: because hypothesis builds its strategies once, before any fixture exists.
 FUZZ_ROOT = Path(tempfile.mkdtemp(prefix="kvbench-fuzz-"))
