@@ -221,7 +221,7 @@ class S3Backend(StorageBackend):
             return _timing(start, host, device, size, 1)
         count = -(-size // self.part_size)
         reply, host, device = self._call("create_multipart_upload", Bucket=self.bucket, Key=name)
-        upload, etags = reply["UploadId"], [""] * count
+        upload, etags = _answer(reply, "UploadId", "CreateMultipartUpload", name), [""] * count
 
         def part(index: int) -> tuple[float, float]:
             offset = index * self.part_size
@@ -229,7 +229,7 @@ class S3Backend(StorageBackend):
                                                     lambda body: self._call("upload_part", Bucket=self.bucket,
                                                                             Key=name, UploadId=upload,
                                                                             PartNumber=index + 1, Body=body))
-            etags[index] = reply["ETag"]
+            etags[index] = _answer(reply, "ETag", "UploadPart", name)
             return host, device
 
         try:
@@ -490,6 +490,15 @@ class _MaskSecrets(logging.Filter):
         for logger in self._loggers:
             logger.removeFilter(self)
         self._loggers = []
+
+
+def _answer(reply: dict[str, Any], field: str, operation: str, name: str) -> Any:
+    """A field the reply must carry; a server dying mid-response can leave a 200 with a cut-off body."""
+    value = reply.get(field)
+    if not value:
+        raise OSError(f"{operation} of {name!r} answered without {field} (a truncated response from a failing "
+                      "server?)")
+    return value
 
 
 def _code(error: Any) -> str:
