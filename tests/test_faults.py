@@ -19,6 +19,7 @@ import copy
 import io
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -346,7 +347,7 @@ def test_a_redis_server_killed_mid_run(tmp_path: Path) -> None:
         server.stop()
     assert outcome.code == 4, outcome
     line = outcome.error_line()
-    assert "tier 'redis':" in line and "ConnectionError" in line, line
+    assert re.match(r"kvbench: error: tier 'redis': (write|read|delete) of '[^']+' failed: ConnectionError", line), line
     result = the_result(tmp_path / "out")
     assert_failed_result(result, status="failed", mentions="tier 'redis'")
     # The server is gone, so its entries died with it; the cleanup says it could not reach it.
@@ -390,7 +391,8 @@ def test_an_s3_server_killed_mid_run(tmp_path: Path, monkeypatch: pytest.MonkeyP
         server.stop()
     assert outcome.code == 4, outcome
     line = outcome.error_line()
-    assert "tier 's3':" in line and "endpoint" in line.lower(), line
+    # Refused, reset, or cut off mid-answer: the cause depends on the instant of the kill; the form does not.
+    assert re.match(r"kvbench: error: tier 's3': (write|read|delete) of '[^']+' failed: \S", line), line
     result = the_result(tmp_path / "out")
     assert_failed_result(result, status="failed", mentions="tier 's3'")
     assert any("s3:" in error for error in result["sections"].get("cleanup_errors", [])), result["sections"]

@@ -16,6 +16,7 @@ import hashlib
 import io
 import json
 import os
+import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -256,3 +257,26 @@ def test_a_shared_bucket_keeps_every_object_that_is_not_the_runs(tmp_path: Path,
     listed = client.list_objects_v2(Bucket=bucket).get("Contents", [])
     assert {item["Key"]: client.get_object(Bucket=bucket, Key=item["Key"])["Body"].read() for item in listed} == foreign
     assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
+def test_an_output_directory_that_cannot_be_written_is_refused_before_the_run(tmp_path: Path) -> None:
+    """Found out at load, not after a long run whose result then has nowhere to go."""
+    (tmp_path / "a-file").write_text("in the way\n")
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    mounted = os.geteuid() == 0 and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs",
+                                                    str(read_only)], capture_output=True).returncode == 0
+    if not mounted:
+        read_only.chmod(0o555)  # a non-root user is refused by the permission bits instead
+    try:
+        for directory, why in ((tmp_path / "a-file", "is not a directory"),
+                               (tmp_path / "a-file" / "sub", "is not a directory"),
+                               (read_only / "out", "is not writable")):
+            spec = small_spec(tmp_path)
+            spec["output"]["directory"] = str(directory)
+            code, stderr = run(tmp_path, spec)
+            assert code == 2 and stderr.startswith("kvbench: error: output.directory: ") and why in stderr, stderr
+            assert not (tmp_path / "tier").exists()
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(read_only)], check=False)
