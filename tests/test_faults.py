@@ -326,6 +326,31 @@ def test_the_tier_directory_removed_mid_run(tmp_path: Path) -> None:
 
 # -- servers killed mid-run -------------------------------------------------------------------------------
 
+def kill_server_mid_run(tmp_path: Path, tier: dict[str, Any], server: Any, stored: Callable[[], int],
+                        cause: str) -> None:
+    """Run on ``tier``, SIGKILL ``server`` once three entries are stored, and demand the fault contract:
+    exit 4, one line naming the tier, operation, key and ``cause``, a failed result, a cleanup error."""
+    name = tier["name"]
+
+    def kill_when_written() -> None:
+        wait_until(lambda: stored() >= 3, f"entries in {name}")
+        server.kill()
+
+    try:
+        with in_background(kill_when_written):
+            outcome = run_in_process(write_spec(tmp_path, fault_spec(tmp_path, tier)))
+    finally:
+        server.stop()
+    assert outcome.code == 4, outcome
+    line = outcome.error_line()
+    assert re.match(rf"kvbench: error: tier '{name}': (write|read|delete) of '[^']+' failed: {cause}", line), line
+    result = the_result(tmp_path / "out")
+    assert_failed_result(result, status="failed", mentions=f"tier '{name}'")
+    # The server is gone, so its entries died with it; the cleanup says it could not reach it.
+    assert any(f"{name}:" in error for error in result["sections"].get("cleanup_errors", [])), result["sections"]
+    survived(f"{name} server killed mid-run")
+
+
 @pytest.mark.redis
 def test_a_redis_server_killed_mid_run(tmp_path: Path) -> None:
     from redis_servers import REDIS_SERVER, start_redis
@@ -333,26 +358,9 @@ def test_a_redis_server_killed_mid_run(tmp_path: Path) -> None:
     if REDIS_SERVER is None:
         pytest.skip("redis-server is not installed (apt-get install -y redis-server)")
     server = start_redis(tmp_path / "redis")
-    try:
-        tier = {"name": "redis", "backend": "redis", "capacity": "256MiB",
-                "options": {"host": "127.0.0.1", "port": server.port, "connect_timeout": "2s"}}
-
-        def kill_when_written() -> None:
-            wait_until(lambda: server.client().dbsize() >= 3, "entries in redis")
-            server.kill()
-
-        with in_background(kill_when_written):
-            outcome = run_in_process(write_spec(tmp_path, fault_spec(tmp_path, tier)))
-    finally:
-        server.stop()
-    assert outcome.code == 4, outcome
-    line = outcome.error_line()
-    assert re.match(r"kvbench: error: tier 'redis': (write|read|delete) of '[^']+' failed: ConnectionError", line), line
-    result = the_result(tmp_path / "out")
-    assert_failed_result(result, status="failed", mentions="tier 'redis'")
-    # The server is gone, so its entries died with it; the cleanup says it could not reach it.
-    assert any("redis:" in error for error in result["sections"].get("cleanup_errors", [])), result["sections"]
-    survived("redis server killed mid-run")
+    tier = {"name": "redis", "backend": "redis", "capacity": "256MiB",
+            "options": {"host": "127.0.0.1", "port": server.port, "connect_timeout": "2s"}}
+    kill_server_mid_run(tmp_path, tier, server, lambda: server.client().dbsize(), "ConnectionError")
 
 
 @pytest.mark.s3
@@ -368,35 +376,20 @@ def test_an_s3_server_killed_mid_run(tmp_path: Path, monkeypatch: pytest.MonkeyP
                         "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}.items():
         monkeypatch.setenv(name, value)
     server = start_moto(tmp_path / "moto.log")
-    try:
-        import boto3
+    import boto3
 
-        client = boto3.client("s3", endpoint_url=server.url, region_name="us-east-1")
-        tier = {"name": "s3", "backend": "s3", "capacity": "256MiB",
-                "options": {"endpoint_url": server.url, "bucket": "kvb-faults", "create_bucket": True,
-                            "addressing_style": "path", "part_size": "1MiB", "max_attempts": 2}}
+    client = boto3.client("s3", endpoint_url=server.url, region_name="us-east-1")
+    tier = {"name": "s3", "backend": "s3", "capacity": "256MiB",
+            "options": {"endpoint_url": server.url, "bucket": "kvb-faults", "create_bucket": True,
+                        "addressing_style": "path", "part_size": "1MiB", "max_attempts": 2}}
 
-        def objects() -> int:
-            with contextlib.suppress(Exception):
-                return int(client.list_objects_v2(Bucket="kvb-faults").get("KeyCount", 0))
-            return 0
+    def objects() -> int:
+        with contextlib.suppress(Exception):
+            return int(client.list_objects_v2(Bucket="kvb-faults").get("KeyCount", 0))
+        return 0
 
-        def kill_when_written() -> None:
-            wait_until(lambda: objects() >= 3, "objects in the bucket")
-            server.kill()
-
-        with in_background(kill_when_written):
-            outcome = run_in_process(write_spec(tmp_path, fault_spec(tmp_path, tier)))
-    finally:
-        server.stop()
-    assert outcome.code == 4, outcome
-    line = outcome.error_line()
     # Refused, reset, or cut off mid-answer: the cause depends on the instant of the kill; the form does not.
-    assert re.match(r"kvbench: error: tier 's3': (write|read|delete) of '[^']+' failed: \S", line), line
-    result = the_result(tmp_path / "out")
-    assert_failed_result(result, status="failed", mentions="tier 's3'")
-    assert any("s3:" in error for error in result["sections"].get("cleanup_errors", [])), result["sections"]
-    survived("s3 server killed mid-run")
+    kill_server_mid_run(tmp_path, tier, server, objects, r"\S")
 
 
 @pytest.mark.redis
