@@ -102,6 +102,12 @@ class StorageBackend(abc.ABC):
         self.options = options
         self.context = context
 
+    def options_with_defaults(self) -> dict[str, Any]:
+        """``options`` over the ``default`` of every property in ``options_schema``, so a backend built
+        outside a spec (a bench script, a test) gets the values a validated spec would give it."""
+        properties = self.options_schema.get("properties", {})
+        return {**{key: spec["default"] for key, spec in properties.items() if "default" in spec}, **self.options}
+
     def open(self) -> None:  # noqa: B027 - optional hook, most memory tiers need nothing
         """Connect, create directories, check the endpoint; fail early with ``BackendUnavailable``."""
 
@@ -136,6 +142,34 @@ class StorageBackend(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources and remove every entry this run created unless ``context.keep``."""
+
+
+class ClientBackend(StorageBackend):
+    """A tier reached through a client object (a Redis connection pool, a boto3 client).
+
+    ``close`` is the same for all of them: nothing to do if ``open`` never
+    connected; otherwise remove this run's entries (unless ``context.keep``)
+    and release the client even when that cleanup fails (server gone).
+    """
+
+    _client: Any = None
+
+    def close(self) -> None:
+        if self._client is None:
+            return
+        try:
+            if not self.context.keep:
+                self._cleanup()
+        finally:
+            self._disconnect()
+
+    @abc.abstractmethod
+    def _cleanup(self) -> None:
+        """Delete every entry this run stored (and only those)."""
+
+    @abc.abstractmethod
+    def _disconnect(self) -> None:
+        """Release the client and whatever else ``open`` set up; safe to call twice."""
 
 
 def check_key(key: str) -> str:

@@ -108,13 +108,9 @@ class GDSBackend(EntryFilesBackend):
                                "description": "gpu: render generated payloads in GPU memory (no host bytes)"},
         },
     }
-    DEFAULTS: ClassVar[dict[str, Any]] = {
-        key: spec["default"] for key, spec in options_schema["properties"].items() if "default" in spec
-    }
-
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)
-        resolved = {**self.DEFAULTS, **options}
+        resolved = self.options_with_defaults()
         self.label = f"tier '{context.tier_name}' ({self.name})"
         self.device_name: str = resolved["device"]
         self.num_threads: int = resolved["num_threads"]

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from itertools import islice
 from typing import Any, ClassVar
 
-from kvbench_core.backend import BackendContext, ByteSink, ByteSource, IOTiming, StorageBackend
+from kvbench_core.backend import BackendContext, ByteSink, ByteSource, ClientBackend, IOTiming
 from kvbench_core.buffers import ThreadBuffers, consume_pieces, fill_pieces
 from kvbench_core.errors import BackendUnavailable
 from kvbench_core.units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
@@ -61,7 +61,7 @@ _DURATION: dict[str, Any] = {
 _URL_PATTERN = r"^(rediss?://(?![^/?#]*:[^/?#]*@)|unix://)(?!.*[?&]password=)"
 
 
-class RedisBackend(StorageBackend):
+class RedisBackend(ClientBackend):
     """A tier on a Redis or Valkey server or cluster; entries are pipelined string parts."""
 
     name = "redis"
@@ -161,10 +161,10 @@ class RedisBackend(StorageBackend):
             self._client.ping()
             self.server = self._server_version()
         except AuthenticationError as error:
-            self._drop_client()
+            self._disconnect()
             raise BackendUnavailable(f"{where}: authentication to {self.endpoint} failed: {error}") from None
         except (RedisError, RedisClusterException, OSError) as error:
-            self._drop_client()
+            self._disconnect()
             raise BackendUnavailable(f"{where}: cannot use the server at {self.endpoint}: {error}") from None
         self.nodes = len(self._servers())
         try:
@@ -181,16 +181,7 @@ class RedisBackend(StorageBackend):
         return {"connection_class": redis.SSLConnection if self.endpoint.tls else redis.Connection,
                 "host": self.endpoint.host, "port": self.endpoint.port, "db": self.endpoint.db}
 
-    def close(self) -> None:
-        if self._client is None:
-            return
-        try:
-            if not self.context.keep:
-                self._cleanup()
-        finally:
-            self._drop_client()
-
-    def _drop_client(self) -> None:
+    def _disconnect(self) -> None:
         if self._client is not None:
             self._client.close()
             self._client = None

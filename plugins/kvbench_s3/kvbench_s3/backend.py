@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import suppress
 from typing import Any, ClassVar
 
-from kvbench_core.backend import BackendContext, ByteSink, ByteSource, IOTiming, StorageBackend, check_key
+from kvbench_core.backend import BackendContext, ByteSink, ByteSource, ClientBackend, IOTiming, check_key
 from kvbench_core.buffers import ThreadBuffers, consume_pieces, fill_pieces
 from kvbench_core.errors import BackendUnavailable
 from kvbench_core.units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
@@ -63,7 +63,7 @@ _MISSING_KEY = ("NoSuchKey", "404", "NotFound")
 _MISSING_BUCKET = ("NoSuchBucket", "404", "NotFound")
 
 
-class S3Backend(StorageBackend):
+class S3Backend(ClientBackend):
     """A tier on an S3 bucket (AWS or any S3-compatible service); one object per entry."""
 
     name = "s3"
@@ -144,13 +144,13 @@ class S3Backend(StorageBackend):
             self._connect(session)
             self._ensure_bucket(where)
         except ClientError as error:
-            self._shutdown()
+            self._disconnect()
             raise BackendUnavailable(f"{where}: bucket '{self.bucket}' at {self.endpoint}: {error}") from None
         except BotoCoreError as error:  # connection refused, DNS, TLS, timeouts
-            self._shutdown()
+            self._disconnect()
             raise BackendUnavailable(f"{where}: cannot reach {self.endpoint}: {error}") from None
         except BaseException:
-            self._shutdown()
+            self._disconnect()
             raise
 
     def _connect(self, session: Any) -> None:
@@ -190,16 +190,7 @@ class S3Backend(StorageBackend):
             params["CreateBucketConfiguration"] = {"LocationConstraint": region}
         self._call("create_bucket", **params)
 
-    def close(self) -> None:
-        if self._client is None:
-            return
-        try:
-            if not self.context.keep:
-                self._cleanup()
-        finally:
-            self._shutdown()
-
-    def _shutdown(self) -> None:
+    def _disconnect(self) -> None:
         if self._helpers is not None:
             self._helpers.shutdown(wait=True)
             self._helpers = None
