@@ -216,7 +216,7 @@ def profile_from_io_record(result: dict[str, Any]) -> FioProfile:
     workers = workload.get("workers") or spec["workload"]["max_inflight"] or spec["workload"]["users"]
     users = workload.get("users_final") or spec["workload"]["users"]
     streams = max(1, min(users, workers))
-    per_entry = int(describe.get("queue_depth") or 1)
+    per_entry = int(describe.get("commands_in_flight") or describe.get("queue_depth") or 1)  # the effective depth
     generation_ms = _generation_ms_per_token(spec)
     generated = (workload.get("stats") or {}).get("generation_length", {}).get("mean") or 0
     requests = result["metrics"]["requests"]["completed"]

@@ -160,8 +160,8 @@ def _detected_declaration(state: RunState, spec: dict[str, Any], tiers: dict[str
                           workload: dict[str, Any], describe: dict[str, Any]) -> dict[str, dict[str, Any]]:
     chain = " -> ".join(f"{name} ({info['backend']})" for name, info in tiers.items())
     access = {name: {k: v for k, v in info["describe"].items()
-                     if k in ("access_mechanism", "driver_layer", "medium", "queue_depth", "transfer_size",
-                              "fs_type", "block_device", "endpoint", "mode")}
+                     if k in ("access_mechanism", "driver_layer", "medium", "queue_depth", "commands_in_flight",
+                              "transfer_size", "fs_type", "block_device", "endpoint", "mode")}
               for name, info in tiers.items()}
     model = state.model
     return {

@@ -87,6 +87,12 @@ def test_record_source_rebuilds_pieces_and_tails() -> None:
     assert "; source: kvbench I/O record" in job
 
 
+def test_record_source_uses_the_effective_depth_not_the_configured_one() -> None:
+    # a buffered nvme tier configured with queue_depth 4 keeps one command in flight per file
+    result = make_result(write=op(1, MiB, 1), describe={"queue_depth": 4, "commands_in_flight": 1})
+    assert job_options(distill(result))["iodepth"] == "1"
+
+
 def test_record_source_without_idle_streams_has_no_thinktime() -> None:
     job = distill(make_result(users=8, workers=4, write=op(4, 4 * MiB, 4)))
     options = job_options(job)

@@ -12,9 +12,10 @@ others write, so filling overlaps the device even at ``queue_depth: 1`` (in
 fio the buffer is ready before the next command too); a read does not, since
 consuming a piece is cheap next to a hand-over between threads on every
 command.  The calling thread is one of these workers; the rest come from a
-pool sized ``concurrency × queue_depth``.  Buffered writes issue one ``pwrite`` at a time per file
-(the kernel serialises them on the inode lock anyway, and the device sees
-writeback, not these calls), with the fills still running ahead in parallel.
+pool sized ``concurrency × queue_depth``.  ``queue_depth`` governs O_DIRECT
+only: buffered I/O keeps one ``pwrite``/``preadv`` in flight per file, because
+there the device's queue is the kernel's writeback and readahead, not these
+calls (see ``_commands_in_flight``); buffered writes still fill ahead in parallel.
 
 Durability and cache.  ``fsync: true`` ends every write with ``fsync`` (the
 entry is on the device when ``write`` returns).  ``drop_cache: true`` calls
@@ -107,18 +108,16 @@ class NVMeBackend(EntryFilesBackend):
                 "description": "bytes per pread/pwrite command, e.g. 1MiB",
             },
             "queue_depth": {"type": "integer", "minimum": 1, "maximum": 256, "default": 1,
-                            "description": "pread/pwrite commands in flight per entry (threads)"},
+                            "description": "pread/pwrite commands in flight per entry with direct: true "
+                                           "(buffered I/O keeps one per file: readahead and writeback "
+                                           "are the device's queue)"},
             "allow_nonempty": {"type": "boolean", "default": False,
                                "description": "use an existing non-empty directory kvbench did not create"},
         },
     }
-    DEFAULTS: ClassVar[dict[str, Any]] = {
-        key: spec["default"] for key, spec in options_schema["properties"].items() if "default" in spec
-    }
-
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)
-        resolved = {**self.DEFAULTS, **options}
+        resolved = self.options_with_defaults()
         self.fsync: bool = resolved["fsync"]
         self.drop_cache: bool = resolved["drop_cache"]
         self.direct: bool = resolved["direct"]
@@ -203,13 +202,22 @@ class NVMeBackend(EntryFilesBackend):
 
     # -- data path -------------------------------------------------------------------------------
 
+    @property
+    def _commands_in_flight(self) -> int:
+        """``pwrite``/``preadv`` calls issued at once per entry: ``queue_depth`` with O_DIRECT, else 1.
+
+        Buffered writes to one file are serialised by the kernel on the inode lock (ext4 and xfs alike)
+        and the device sees writeback, not these calls; buffered reads are fed by readahead, which
+        several threads claiming pieces of one file only disturb (measured: 0.80–0.86 of fio at queue
+        depth 4 with four threads, 0.98–1.05 and half the CPU with one; docs/PERFORMANCE.md).  io_uring
+        likewise funnels buffered I/O on one file through one worker.
+        """
+        return self.queue_depth if self.direct else 1
+
     def write(self, key: str, source: ByteSource) -> IOTiming:
         path = self.path_of(key)
         size = source.size
-        # Buffered writes to one file are serialised by the kernel (the inode lock, in ext4 and xfs alike),
-        # and the device sees writeback, not these calls: one pwrite at a time, fills still run ahead in
-        # parallel (io_uring likewise funnels buffered writes to one file through one worker).
-        phase = Phase(self.queue_depth if self.direct else 1)
+        phase = Phase(self._commands_in_flight)  # the fills may still run ahead in parallel
         start = time.perf_counter()
         self._created(path)
         fd = phase.timed_syscall(os.open, path, self._write_flags, 0o644)
@@ -252,7 +260,7 @@ class NVMeBackend(EntryFilesBackend):
 
     def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
         path = self.path_of(key)
-        phase = Phase(self.queue_depth)
+        phase = Phase(self._commands_in_flight)
         start = time.perf_counter()
         fd = phase.timed_syscall(os.open, path, self._read_flags)
         try:
@@ -264,7 +272,7 @@ class NVMeBackend(EntryFilesBackend):
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
                 phase.host.append((t0, time.perf_counter()))
             self._run(phase, size, functools.partial(self._read_piece, key, fd, sink, size, phase),
-                      workers=self.queue_depth)
+                      workers=self._commands_in_flight)
         finally:
             phase.timed_syscall(os.close, fd)
         return phase.timing(start, time.perf_counter(), size)
@@ -364,6 +372,7 @@ class NVMeBackend(EntryFilesBackend):
             "access_mechanism": mechanism,
             "driver_layer": f"kernel {fs_type}{driver} via pread/pwrite syscalls",
             "queue_depth": self.queue_depth,
+            "commands_in_flight": self._commands_in_flight,
             "transfer_size": self.transfer_size,
             "fsync": self.fsync,
             "drop_cache": self.drop_cache and not self.direct,

@@ -145,11 +145,14 @@ def test_buffers_are_per_thread_and_reused(make_backend: Any, pool: NoisePool, m
     assert len(allocations) <= backend.queue_depth + FILL_AHEAD - 1  # one per pool thread, whatever the ops
 
 
-def test_buffered_writes_keep_one_pwrite_in_flight_per_file(make_backend: Any, pool: NoisePool) -> None:
-    """The inode lock serialises them anyway; queue_depth applies to O_DIRECT writes and to reads."""
+@pytest.mark.parametrize("op", ["write", "read"])
+def test_buffered_io_keeps_one_command_in_flight_per_file(make_backend: Any, pool: NoisePool, op: str) -> None:
+    """Writeback and readahead are the device's queue for buffered I/O; queue_depth applies to O_DIRECT."""
     log = RecordingLog()
     backend = make_backend(io_log=log, queue_depth=4, fsync=False)
     backend.write("k", pool.payload("k", 16 * TS))
-    spans = sorted((start, end) for _, op, _, _, start, end in log.calls if op == "write")
+    backend.read("k", 16 * TS, DISCARD)
+    spans = sorted((start, end) for _, logged_op, _, _, start, end in log.calls if logged_op == op)
     assert len(spans) == 16
     assert all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(spans))
+    assert backend.describe()["commands_in_flight"] == 1
