@@ -353,10 +353,9 @@ def kill_server_mid_run(tmp_path: Path, tier: dict[str, Any], server: Any, store
 
 @pytest.mark.redis
 def test_a_redis_server_killed_mid_run(tmp_path: Path) -> None:
-    from redis_servers import REDIS_SERVER, start_redis
+    from redis_servers import require_redis, start_redis
 
-    if REDIS_SERVER is None:
-        pytest.skip("redis-server is not installed (apt-get install -y redis-server)")
+    require_redis()
     server = start_redis(tmp_path / "redis")
     tier = {"name": "redis", "backend": "redis", "capacity": "256MiB",
             "options": {"host": "127.0.0.1", "port": server.port, "connect_timeout": "2s"}}
@@ -366,15 +365,10 @@ def test_a_redis_server_killed_mid_run(tmp_path: Path) -> None:
 @pytest.mark.s3
 @pytest.mark.slow
 def test_an_s3_server_killed_mid_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from s3_servers import HAS_MOTO_SERVER, MISSING, start_moto
+    from s3_servers import fake_aws_environment, require_moto, start_moto
 
-    if not HAS_MOTO_SERVER:
-        pytest.skip(MISSING)
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
-                        "AWS_CONFIG_FILE": str(tmp_path / "none"),
-                        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}.items():
-        monkeypatch.setenv(name, value)
+    require_moto()
+    fake_aws_environment(monkeypatch, tmp_path)
     server = start_moto(tmp_path / "moto.log")
     import boto3
 

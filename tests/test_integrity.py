@@ -20,6 +20,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -93,46 +94,52 @@ def nvme_tier(tmp_path: Path, name: str = "nvme", *, transfer_size: str = "64KiB
     return Tier(name, backend, capacity=64 << 20, description=backend.describe())
 
 
-def test_a_byte_flipped_on_disk_between_write_and_read_is_a_mismatch_at_its_piece(tmp_path: Path) -> None:
+@dataclass
+class OneTierCache:
+    telemetry: Telemetry
+    pool: NoisePool
+    tier: Tier
+    cache: MultiTierCache
+
+
+@pytest.fixture
+def nvme_cache(tmp_path: Path) -> Iterator[OneTierCache]:
+    """A measuring cache over one nvme tier (64 KiB pieces), cleared and closed after the test."""
     telemetry = Telemetry(list(DEFAULT_QOS))
     telemetry.start_measuring()
     pool = NoisePool(seed=3, pool_bytes=1 << 20, max_piece=1 << 20)
     tier = nvme_tier(tmp_path)
     cache = MultiTierCache([tier], telemetry, pool.payload)
+    yield OneTierCache(telemetry, pool, tier, cache)
+    cache.clear()
+    tier.backend.close()
+
+
+def test_a_byte_flipped_on_disk_between_write_and_read_is_a_mismatch_at_its_piece(nvme_cache: OneTierCache) -> None:
+    pool, cache = nvme_cache.pool, nvme_cache.cache
     size, flipped_at = 300_000, 200_123  # 64 KiB pieces: the flip is in the piece at 196608
-    try:
-        for key in ("intact", "damaged"):
-            assert cache.put(key, size) == "nvme"
-        flip_byte(tier.backend.path_of("damaged"), flipped_at)
+    for key in ("intact", "damaged"):
+        assert cache.put(key, size) == "nvme"
+    flip_byte(nvme_cache.tier.backend.path_of("damaged"), flipped_at)
 
-        sinks = {key: VerifySink(pool, key, np.empty(pool.max_piece, dtype=np.uint8)) for key in ("intact", "damaged")}
-        for key, sink in sinks.items():
-            assert cache.get(key, sink) == "nvme"
-        assert (sinks["intact"].mismatches, sinks["intact"].first_bad_offset) == (0, None)
-        assert sinks["damaged"].mismatches == 1
-        assert sinks["damaged"].first_bad_offset == flipped_at // (64 << 10) * (64 << 10)
-    finally:
-        cache.clear()
-        tier.backend.close()
+    sinks = {key: VerifySink(pool, key, np.empty(pool.max_piece, dtype=np.uint8)) for key in ("intact", "damaged")}
+    for key, sink in sinks.items():
+        assert cache.get(key, sink) == "nvme"
+    assert (sinks["intact"].mismatches, sinks["intact"].first_bad_offset) == (0, None)
+    assert sinks["damaged"].mismatches == 1
+    assert sinks["damaged"].first_bad_offset == flipped_at // (64 << 10) * (64 << 10)
 
 
-def test_the_executor_counts_the_mismatch_with_its_key_and_tier(tmp_path: Path) -> None:
-    telemetry = Telemetry(list(DEFAULT_QOS))
-    telemetry.start_measuring()
-    pool = NoisePool(seed=3, pool_bytes=1 << 20, max_piece=1 << 20)
-    tier = nvme_tier(tmp_path)
-    cache = MultiTierCache([tier], telemetry, pool.payload)
-    executor = RequestExecutor(cache, telemetry, bytes_per_token=4096, decode_batch=32, pool=pool, verify=True)
-    try:
-        cache.put("prefix-a", 40 * 4096)
-        cache.put("prefix-b", 40 * 4096)
-        flip_byte(tier.backend.path_of("prefix-b"), 0)
-        request = Request(user_id=0, seq=0, qos="interactive", context_tokens=40, generate_tokens=0,
-                          reads=(Read("prefix-a", 40, "prefix"), Read("prefix-b", 40, "prefix")))
-        executor.execute(request)
-    finally:
-        cache.clear()
-        tier.backend.close()
+def test_the_executor_counts_the_mismatch_with_its_key_and_tier(nvme_cache: OneTierCache) -> None:
+    telemetry, cache = nvme_cache.telemetry, nvme_cache.cache
+    executor = RequestExecutor(cache, telemetry, bytes_per_token=4096, decode_batch=32, pool=nvme_cache.pool,
+                               verify=True)
+    cache.put("prefix-a", 40 * 4096)
+    cache.put("prefix-b", 40 * 4096)
+    flip_byte(nvme_cache.tier.backend.path_of("prefix-b"), 0)
+    request = Request(user_id=0, seq=0, qos="interactive", context_tokens=40, generate_tokens=0,
+                      reads=(Read("prefix-a", 40, "prefix"), Read("prefix-b", 40, "prefix")))
+    executor.execute(request)
     assert telemetry.integrity_errors == [{"tier": "nvme", "key": "prefix-b", "first_bad_offset": 0}]
     assert telemetry.verified_bytes == 2 * 40 * 4096
 
@@ -237,10 +244,9 @@ HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 @pytest.fixture(scope="module")
 def redis_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    from redis_servers import REDIS_SERVER, start_redis
+    from redis_servers import require_redis, start_redis
 
-    if REDIS_SERVER is None:
-        pytest.skip("redis-server is not installed (apt-get install -y redis-server)")
+    require_redis()
     server = start_redis(tmp_path_factory.mktemp("redis"))
     yield server.port
     server.stop()
@@ -248,10 +254,9 @@ def redis_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
 
 @pytest.fixture(scope="module")
 def s3_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from s3_servers import HAS_MOTO_SERVER, MISSING, start_moto
+    from s3_servers import require_moto, start_moto
 
-    if not HAS_MOTO_SERVER:
-        pytest.skip(MISSING)
+    require_moto()
     server = start_moto(tmp_path_factory.mktemp("moto") / "moto.log")
     yield server.url
     server.stop()
@@ -259,13 +264,9 @@ def s3_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture
 def aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
-                        "AWS_CONFIG_FILE": str(tmp_path / "none"),
-                        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    from s3_servers import fake_aws_environment
+
+    fake_aws_environment(monkeypatch, tmp_path)
 
 
 def tier_for(kind: str, capacity: str, request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:

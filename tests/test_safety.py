@@ -199,10 +199,9 @@ def test_a_run_writes_nowhere_but_its_tier_output_and_log_paths(tmp_path: Path, 
 
 @pytest.mark.redis
 def test_a_shared_redis_keeps_every_key_that_is_not_the_runs(tmp_path: Path) -> None:
-    from redis_servers import REDIS_SERVER, start_redis
+    from redis_servers import require_redis, start_redis
 
-    if REDIS_SERVER is None:
-        pytest.skip("redis-server is not installed (apt-get install -y redis-server)")
+    require_redis()
     server = start_redis(tmp_path / "redis")
     try:
         client = server.client()
@@ -222,15 +221,10 @@ def test_a_shared_redis_keeps_every_key_that_is_not_the_runs(tmp_path: Path) -> 
 
 @pytest.fixture
 def s3_client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Any]]:
-    from s3_servers import HAS_MOTO_SERVER, MISSING, start_moto
+    from s3_servers import fake_aws_environment, require_moto, start_moto
 
-    if not HAS_MOTO_SERVER:
-        pytest.skip(MISSING)
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
-                        "AWS_CONFIG_FILE": str(tmp_path / "none"),
-                        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}.items():
-        monkeypatch.setenv(name, value)
+    require_moto()
+    fake_aws_environment(monkeypatch, tmp_path)
     server = start_moto(tmp_path / "moto.log")
     import boto3
 

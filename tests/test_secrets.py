@@ -64,10 +64,9 @@ def environment(tmp_path: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def redis_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    from redis_servers import REDIS_SERVER, start_redis
+    from redis_servers import require_redis, start_redis
 
-    if REDIS_SERVER is None:
-        pytest.skip("redis-server is not installed (apt-get install -y redis-server)")
+    require_redis()
     server = start_redis(tmp_path_factory.mktemp("redis"), "--requirepass", SECRETS["redis password"],
                          client_kwargs={"password": SECRETS["redis password"]})
     yield server.port
@@ -76,10 +75,9 @@ def redis_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
 
 @pytest.fixture(scope="module")
 def s3_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from s3_servers import HAS_MOTO_SERVER, MISSING, start_moto
+    from s3_servers import require_moto, start_moto
 
-    if not HAS_MOTO_SERVER:
-        pytest.skip(MISSING)
+    require_moto()
     server = start_moto(tmp_path_factory.mktemp("moto") / "moto.log")
     yield server.url
     server.stop()

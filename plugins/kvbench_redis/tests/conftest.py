@@ -16,19 +16,16 @@ from typing import Any
 
 import pytest
 from kvbench_redis.backend import RedisBackend
-from redis_servers import REDIS_CLI, REDIS_SERVER, RedisCluster, RedisServer, free_port, start_redis
+from redis_servers import REDIS_CLI, RedisCluster, RedisServer, free_port, require_redis, start_redis
 
 from kvbench_core.payload import NoisePool
 from kvbench_core.testing import backend_fixtures
-
-MISSING = "redis-server is not installed (apt-get install -y redis-server)"
 
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """The shared standalone server (TCP and unix socket, no maxmemory)."""
-    if REDIS_SERVER is None:
-        pytest.skip(MISSING)
+    require_redis()
     server = start_redis(tmp_path_factory.mktemp("redis"))
     yield server
     server.stop()
@@ -37,8 +34,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 @pytest.fixture
 def start_server(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
     """Start a private redis-server with extra arguments (stopped after the test)."""
-    if REDIS_SERVER is None:
-        pytest.skip(MISSING)
+    require_redis()
     started: list[RedisServer] = []
 
     def start(*args: str, **kwargs: Any) -> RedisServer:
@@ -54,8 +50,7 @@ def start_server(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
     """Three primaries, no replicas, all 16384 slots assigned by ``redis-cli --cluster create``."""
-    if REDIS_SERVER is None or REDIS_CLI is None:
-        pytest.skip(MISSING)
+    require_redis(cli=True)
     root = tmp_path_factory.mktemp("cluster")
     nodes: list[RedisServer] = []
     try:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 
 from kvbench_core import testing
@@ -21,6 +22,7 @@ from kvbench_core.testing import ServerProcess
 
 REDIS_SERVER = shutil.which("redis-server")
 REDIS_CLI = shutil.which("redis-cli")
+MISSING = "redis-server is not installed (apt-get install -y redis-server)"
 #: A cluster node also listens on its port + this (the cluster bus).
 CLUSTER_BUS_OFFSET = 10000
 
@@ -45,6 +47,12 @@ class RedisServer(ServerProcess):
 
     def client(self) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.port, **self.client_kwargs)
+
+
+def require_redis(*, cli: bool = False) -> None:
+    """Skip the calling test, with the install line, when redis-server (or redis-cli) is missing."""
+    if REDIS_SERVER is None or (cli and REDIS_CLI is None):
+        pytest.skip(MISSING)
 
 
 def start_redis(directory: Path, *args: str, port: int | None = None, tls: bool = False,

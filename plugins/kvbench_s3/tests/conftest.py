@@ -1,9 +1,4 @@
-"""Fixtures for the s3 tier tests: moto's S3 server as a real HTTP endpoint, fake credentials, backends.
-
-Credentials come from the environment only, exactly as in production (the
-boto3 chain); the user's own AWS config files and the instance metadata
-service are switched off so a developer's real credentials never take part.
-"""
+"""Fixtures for the s3 tier tests: moto's S3 server as a real HTTP endpoint, fake credentials, backends."""
 
 from __future__ import annotations
 
@@ -14,32 +9,21 @@ from typing import Any
 
 import pytest
 from kvbench_s3.backend import S3Backend
-from s3_servers import HAS_MOTO_SERVER, MISSING, MotoServer, start_moto
+from s3_servers import MotoServer, fake_aws_environment, require_moto, start_moto
 
 from kvbench_core.payload import NoisePool
 from kvbench_core.testing import backend_fixtures
 
-#: The fake credentials every test runs with (the secrets test uses its own, distinctive ones).
-FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
-
 
 @pytest.fixture(autouse=True)
 def aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name, value in FAKE_CREDENTIALS.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    fake_aws_environment(monkeypatch, tmp_path)
 
 
 @pytest.fixture(scope="session")
 def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
     """The shared S3 endpoint (tests use their own buckets or run ids)."""
-    if not HAS_MOTO_SERVER:
-        pytest.skip(MISSING)
+    require_moto()
     server = start_moto(tmp_path_factory.mktemp("moto") / "moto.log")
     yield server
     server.stop()
@@ -48,8 +32,7 @@ def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer
 @pytest.fixture
 def start_server(tmp_path: Path) -> Iterator[Callable[[], MotoServer]]:
     """A private S3 endpoint for tests that kill it (stopped after the test)."""
-    if not HAS_MOTO_SERVER:
-        pytest.skip(MISSING)
+    require_moto()
     started: list[MotoServer] = []
 
     def start() -> MotoServer:

@@ -16,12 +16,36 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from kvbench_core.testing import ServerProcess, free_port
 
 HAS_MOTO_SERVER = importlib.util.find_spec("moto") is not None and importlib.util.find_spec("flask") is not None
 MISSING = "moto's S3 server is not installed (pip install 'moto[server]')"
 #: moto enforces AWS's 5 MiB minimum part size unless told otherwise; small parts keep tests fast.
 MIN_PART_SIZE = 1024
+#: The fake credentials tests run with (the secrets test uses its own, distinctive ones).
+FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+
+
+def require_moto() -> None:
+    """Skip the calling test, with the install line, when moto's server is missing."""
+    if not HAS_MOTO_SERVER:
+        pytest.skip(MISSING)
+
+
+def fake_aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Credentials from the environment only, exactly as in production (the boto3 chain), with the
+    user's own AWS config files and the instance metadata service switched off, so a developer's real
+    credentials never take part."""
+    for name, value in FAKE_CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
 
 
 @dataclass
