@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,17 @@ def small_spec(**extra: Any) -> dict[str, Any]:
         "output": {"progress": "off"},
     }
     return _deep_merge(spec, extra)
+
+
+@pytest.fixture(scope="module")
+def s3_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A moto S3 server shared by a test module (skips with the install line without moto)."""
+    from s3_servers import require_moto, start_moto
+
+    require_moto()
+    server = start_moto(tmp_path_factory.mktemp("moto") / "moto.log")
+    yield server.url
+    server.stop()
 
 
 @pytest.fixture

@@ -252,16 +252,6 @@ def redis_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     server.stop()
 
 
-@pytest.fixture(scope="module")
-def s3_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from s3_servers import require_moto, start_moto
-
-    require_moto()
-    server = start_moto(tmp_path_factory.mktemp("moto") / "moto.log")
-    yield server.url
-    server.stop()
-
-
 @pytest.fixture
 def aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from s3_servers import fake_aws_environment

@@ -73,16 +73,6 @@ def redis_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     server.stop()
 
 
-@pytest.fixture(scope="module")
-def s3_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from s3_servers import require_moto, start_moto
-
-    require_moto()
-    server = start_moto(tmp_path_factory.mktemp("moto") / "moto.log")
-    yield server.url
-    server.stop()
-
-
 def secret_spec(tmp_path: Path, redis_port: int, s3_url: str) -> dict[str, Any]:
     dashboard = (f"https://kvbench:{SECRETS['url password']}@grafana.example/d/kv"
                  f"?token={SECRETS['url query token']}&api_key={SECRETS['url api key']}")
