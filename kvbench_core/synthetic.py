@@ -2,7 +2,10 @@
 
 User profiles (chatbot / coding / document) with the seed's context,
 generation and think-time ranges; QoS classes mixed 15/35/50; multi-turn
-conversations whose turns read the previous turn's entry; shared system
+conversations whose turns read the previous turn's entry and store their
+whole grown context under their own key, as the seed's reference does (§3.1:
+the context size is the write size; §8.1: each turn can use the previous
+turn's KV), so decode reads and turn reads cover the full context; shared system
 prompts stored once under a content-hash key; RAG queries that load top-k
 document-chunk entries before their prefill; closed-loop users with think
 time or open-loop Poisson arrivals; mixed, prefill-only and decode-only modes.
@@ -214,7 +217,7 @@ class SyntheticSource(WorkloadSource):
             reads.append(Read(conversation.last_key, conversation.last_tokens, "turn"))
             context = conversation.context_tokens + new_tokens
             key = f"{conversation.conv_id}_turn_{conversation.turn + 1}"
-            write_tokens = new_tokens
+            write_tokens = context  # the whole grown context, not only the new tokens (see the module doc)
             conv_id = conversation.conv_id
             conversation.turn += 1
         else:

@@ -21,7 +21,7 @@ from kvbench_core.spec import validate
 from kvbench_core.synthetic import DEFAULT_PROFILES, SYSTEM_PROMPTS, SyntheticSource
 from kvbench_core.tiers.memory import CPUMemoryBackend
 from kvbench_core.waterfall import Tier
-from kvbench_core.workload import DEFAULT_QOS, Phase, Request, WorkloadContext, derive_phase
+from kvbench_core.workload import DEFAULT_QOS, Phase, Request, WorkloadContext, decode_read_count, derive_phase
 
 BPT = 1024  # bytes per token in the executor-level tests
 NO_HISTORY = {"multi_turn": {"enabled": False}, "prefix_caching": {"enabled": False}}
@@ -151,8 +151,8 @@ def test_each_turn_reads_the_previous_turn_and_the_context_grows() -> None:
         assert turn.conversation == first.conversation
         assert [(read.key, read.kind, read.tokens) for read in turn.reads] == [
             (previous.write.key, "turn", previous.write.tokens)]
-        assert 10 <= turn.write.tokens <= 20
-        assert turn.context_tokens == previous.context_tokens + turn.write.tokens
+        assert 10 <= turn.context_tokens - previous.context_tokens <= 20
+        assert turn.write.tokens == turn.context_tokens  # each turn stores its whole grown context
     assert [r.write.key for r in requests] == ["u0_c1_turn_1", "u0_c1_turn_2", "u0_c1_turn_3", "u0_c1_turn_4",
                                                "u0_c2_turn_1", "u0_c2_turn_2"]  # max_turns ends a conversation
     assert requests[4].reads == ()
@@ -166,6 +166,18 @@ def test_multi_turn_reads_hit_the_previous_turns_entry() -> None:
         executor.execute(src.next_request(0))
     counters = executor.telemetry.counters
     assert (counters["turn_reads"], counters["turn_hits"], counters.get("turn_misses", 0)) == (4, 4, 0)
+
+
+def test_a_later_turns_decode_reads_cover_its_whole_context() -> None:
+    """decode_bytes_read counts the full grown context per decode read, as in the seed (§3.1, §3.3)."""
+    src = source(users=1, multi_turn={"end_probability": 0, "max_turns": 10}, prefix_caching={"enabled": False},
+                 **SMALL)
+    executor = memory_executor(bytes_per_token=BPT)
+    executor.execute(src.next_request(0))
+    turn = src.next_request(0)
+    outcome = executor.execute(turn)
+    assert turn.reads and turn.context_tokens > turn.reads[0].tokens
+    assert outcome.decode_tokens_read == decode_read_count(turn.generate_tokens, 32) * turn.context_tokens
 
 
 def test_live_conversations_are_bounded() -> None:
