@@ -24,6 +24,8 @@ class TelemetrySample:
     write_bytes_per_s: float
     e2e_p95_s: dict[str, float]  # per QoS class, end-to-end p95 over the interval (absent: no data)
     e2e_p99_s: dict[str, float]
+    service_p95_s: dict[str, float]  # per QoS class, enqueued -> storage work done (no generation pacing)
+    service_p99_s: dict[str, float]
     sla_p95_s: dict[str, float]  # per QoS class target
     sla_p99_s: dict[str, float]
     storage_p95_s: float

@@ -121,8 +121,9 @@ def _merge_metrics(results: list[dict[str, Any]], bytes_per_token: int) -> dict[
     tiers = _merge_tiers(results)
     hists = {name: _merge_hists(s["histograms"][name] for s in sections)
              for name in ("end_to_end", "queue_wait", "storage")}
-    by_qos = {q: _merge_hists(s["histograms"]["end_to_end_by_qos"][q] for s in sections)
-              for q in sections[0]["histograms"]["end_to_end_by_qos"]}
+    by_qos, service_by_qos = ({q: _merge_hists(s["histograms"][name][q] for s in sections)
+                               for q in sections[0]["histograms"][name]}
+                              for name in ("end_to_end_by_qos", "service_by_qos"))
     starts = [s["window"]["started_at"] for s in sections if s["window"]["started_at"] is not None]
     ends = [s["window"]["ended_at"] for s in sections if s["window"]["ended_at"] is not None]
     io_starts = [t[op]["first_start"] for t in tiers.values() for op in ("read", "write") if t[op]["first_start"]]
@@ -141,8 +142,9 @@ def _merge_metrics(results: list[dict[str, Any]], bytes_per_token: int) -> dict[
         "requests": _sum_dicts(s["requests"] for s in sections),
         "latency_ms": {name: hist.summary() for name, hist in hists.items()},
         "histograms": {**{name: hist.to_dict() for name, hist in hists.items()},
-                       "end_to_end_by_qos": {q: h.to_dict() for q, h in by_qos.items()}},
-        "qos": qos_section(by_qos),
+                       "end_to_end_by_qos": {q: h.to_dict() for q, h in by_qos.items()},
+                       "service_by_qos": {q: h.to_dict() for q, h in service_by_qos.items()}},
+        "qos": qos_section(by_qos, service_by_qos),
         "tiers": tiers,
         "cache": cache,
         "verify": {"enabled": sections[0]["verify"]["enabled"], **verify,

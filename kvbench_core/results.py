@@ -101,15 +101,17 @@ def headline(metrics: dict[str, Any], bytes_per_token: int) -> dict[str, Any]:
     }
 
 
-def qos_section(e2e: dict[str, LatencyHistogram]) -> dict[str, Any]:
-    """Per QoS class: end-to-end latency against its SLA (from histograms, so merged results reuse it)."""
+def qos_section(e2e: dict[str, LatencyHistogram], service: dict[str, LatencyHistogram]) -> dict[str, Any]:
+    """Per QoS class: end-to-end and service latency, the SLA judged on service latency (enqueued until the
+    storage work is done; generation pacing is simulated GPU time no storage can shorten).  From
+    histograms, so merged results reuse it."""
     out = {}
     for name, hist in e2e.items():
-        summary = hist.summary()
+        summary = service[name].summary()
         target = DEFAULT_QOS[name]
         p95, p99 = summary["p95"], summary["p99"]
         out[name] = {
-            "requests": hist.count, "latency_ms": summary,
+            "requests": hist.count, "latency_ms": hist.summary(), "service_latency_ms": summary,
             "sla_p95_ms": target.p95_target_s * 1000, "sla_p99_ms": target.p99_target_s * 1000,
             "priority": target.priority,
             "sla_met": None if p95 is None else bool(p95 <= target.p95_target_s * 1000
@@ -229,8 +231,9 @@ def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,
                            "storage": telemetry.storage.summary()},
             "histograms": {"end_to_end": telemetry.e2e_all.to_dict(), "queue_wait": telemetry.queue_wait.to_dict(),
                            "storage": telemetry.storage.to_dict(),
-                           "end_to_end_by_qos": {q: h.to_dict() for q, h in telemetry.e2e.items()}},
-            "qos": qos_section(telemetry.e2e),
+                           "end_to_end_by_qos": {q: h.to_dict() for q, h in telemetry.e2e.items()},
+                           "service_by_qos": {q: h.to_dict() for q, h in telemetry.service.items()}},
+            "qos": qos_section(telemetry.e2e, telemetry.service),
             "tiers": tiers,
             "cache": _cache_stats(state),
             "verify": {"enabled": spec["verify"], "bytes_verified": telemetry.verified_bytes,

@@ -271,9 +271,10 @@ class Runner:
                     self.request_stop(f"internal error: {type(error).__name__}: {error}", status="failed")
                     events.push(time.perf_counter(), "failed", request)
                 else:
+                    served = time.perf_counter()  # storage work done: the service latency ends here
                     generation = request.generate_tokens * generation_s_per_token
-                    events.push(time.perf_counter() + generation, "complete",
-                                (request, enqueued, started - enqueued, outcome))
+                    events.push(served + generation, "complete",
+                                (request, enqueued, started - enqueued, served - enqueued, outcome))
                 # Decrement only after the completion event exists, so "nothing in flight" is never seen early.
                 with self._lock:
                     self._inflight -= 1
@@ -404,9 +405,9 @@ class Runner:
             # A failed request (on_error: count) is finished too, so a failing tier cannot run forever.
             self._completed_in_window += 1
             if kind == "complete":
-                _, enqueued, queue_wait, outcome = payload
+                _, enqueued, queue_wait, service, outcome = payload
                 self.state.telemetry.record_request(
-                    request.qos, now - enqueued, queue_wait, outcome.storage_s, request.context_tokens,
+                    request.qos, now - enqueued, service, queue_wait, outcome.storage_s, request.context_tokens,
                     request.generate_tokens, outcome.decode_tokens_read)
         if not self.state.source.open_loop and request.user_id in active_users:
             events.push(now + request.think_s, "issue", request.user_id)
@@ -434,10 +435,10 @@ class Runner:
             throughput_tokens_per_s=_mean([p["tokens_per_s"] for p in window]),
             read_bytes_per_s=_mean([p["read_bytes_per_s"] for p in window]),
             write_bytes_per_s=_mean([p["write_bytes_per_s"] for p in window]),
-            e2e_p95_s={q: max(p["e2e_p95_ms"][q] for p in window if q in p["e2e_p95_ms"]) * to_s
-                       for q in DEFAULT_QOS if any(q in p["e2e_p95_ms"] for p in window)},
-            e2e_p99_s={q: max(p["e2e_p99_ms"][q] for p in window if q in p["e2e_p99_ms"]) * to_s
-                       for q in DEFAULT_QOS if any(q in p["e2e_p99_ms"] for p in window)},
+            e2e_p95_s=_worst_per_class(window, "e2e_p95_ms"),
+            e2e_p99_s=_worst_per_class(window, "e2e_p99_ms"),
+            service_p95_s=_worst_per_class(window, "service_p95_ms"),
+            service_p99_s=_worst_per_class(window, "service_p99_ms"),
             sla_p95_s={q: c.p95_target_s for q, c in DEFAULT_QOS.items()},
             sla_p99_s={q: c.p99_target_s for q, c in DEFAULT_QOS.items()},
             storage_p95_s=(point.get("storage_p95_ms") or 0.0) * to_s,
@@ -472,6 +473,12 @@ class Runner:
         log = getattr(self, "_log", None)
         if log is not None:
             log.close()
+
+
+def _worst_per_class(window: list[dict[str, Any]], field: str) -> dict[str, float]:
+    """Per QoS class, the largest of the window's interval values of ``field`` (ms), in seconds."""
+    return {q: max(p[field][q] for p in window if q in p.get(field, {})) / 1000.0
+            for q in DEFAULT_QOS if any(q in p.get(field, {}) for p in window)}
 
 
 def _mean(values: list[float]) -> float:

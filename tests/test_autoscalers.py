@@ -20,12 +20,15 @@ SLA_P99 = {name: c.p99_target_s for name, c in DEFAULT_QOS.items()}
 
 def sample(t: float, users: int, *, saturation: float | None = None, p95: dict[str, float] | None = None,
            throughput: float = 0.0) -> TelemetrySample:
-    """One interval; ``saturation`` sets the interactive class's p95 to that fraction of its target."""
+    """One interval; ``saturation`` sets the interactive class's p95 service latency to that fraction of its
+    target.  End-to-end adds 1.5 s of generation pacing (50 tokens x 30 ms, ``realistic``) to every class."""
     if saturation is not None:
         p95 = {"interactive": saturation * SLA_P95["interactive"], "batch": 0.1}
+    service = p95 or {}
     return TelemetrySample(t_s=t, users=users, requests=10, throughput_tokens_per_s=throughput, read_bytes_per_s=0.0,
-                           write_bytes_per_s=0.0, e2e_p95_s=p95 or {}, e2e_p99_s={}, sla_p95_s=SLA_P95,
-                           sla_p99_s=SLA_P99, storage_p95_s=0.0)
+                           write_bytes_per_s=0.0, e2e_p95_s={q: v + 1.5 for q, v in service.items()}, e2e_p99_s={},
+                           service_p95_s=service, service_p99_s={}, sla_p95_s=SLA_P95, sla_p99_s=SLA_P99,
+                           storage_p95_s=0.0)
 
 
 def run_script(scaler: Autoscaler, script: list[TelemetrySample]) -> list[tuple[str, int, bool]]:
@@ -51,6 +54,15 @@ def test_qos_scales_up_holds_scales_down_cools_down_and_stabilises() -> None:
                          ("cooldown", 24, False), ("cooldown", 24, False), ("hold", 24, False),
                          ("hold", 24, False), ("stabilized", 24, True)]
     assert scaler.summary() == {"final_users": 24, "max_users_within_sla": 24}
+
+
+def test_qos_saturation_ignores_generation_pacing() -> None:
+    """With realistic pacing every reply takes >= 1.5 s end to end, over every class's target; the storage
+    path is what is sized, so a fast one still scales up."""
+    fast_storage = sample(5, 10, saturation=0.2)
+    assert min(fast_storage.e2e_p95_s.values()) > max(SLA_P95.values())
+    assert QoSAutoscaler.saturation(fast_storage) == pytest.approx(0.2)
+    assert QoSAutoscaler({}, initial_users=10, max_users=100).decide(fast_storage).action == "scale_up"
 
 
 def test_qos_saturation_is_the_worst_class_against_its_own_target() -> None:

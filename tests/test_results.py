@@ -26,7 +26,7 @@ HEADLINE = ("decode_bytes_read_gb", "avg_throughput_tokens_per_sec", "storage_th
 
 @pytest.fixture(scope="module")
 def two_tier_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Any], Path]:
-    """One run shared by the tests below: a 4 MiB DRAM tier spilling into a disk (or DRAM) tier, one
+    """One run shared by the tests below: a 16 MiB DRAM tier spilling into a disk (or DRAM) tier, one
     worker (so every new entry lands in DRAM first), a secret in the environment and in the spec text."""
     tmp = tmp_path_factory.mktemp("results")
     disk: dict[str, Any] = {"name": "disk", "backend": "cpu", "capacity": "256MiB"}
@@ -35,7 +35,7 @@ def two_tier_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, An
                 "options": {"path": str(tmp / "tier"), "fsync": False}}
     raw = small_spec(requests=40, description=f"mirror https://bob:{URL_PASSWORD}@example.com/kv, key {SECRET}",
                      workload={"users": 6, "max_inflight": 1},
-                     cache={"tiers": [{"name": "dram", "backend": "cpu", "capacity": "4MiB"}, disk]},
+                     cache={"tiers": [{"name": "dram", "backend": "cpu", "capacity": "16MiB"}, disk]},
                      output={"directory": str(tmp / "out")})
     with pytest.MonkeyPatch.context() as env:
         env.setenv("KVBENCH_TEST_PASSWORD", SECRET)

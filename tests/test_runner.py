@@ -286,6 +286,22 @@ def test_generation_pacing_delays_completion_without_holding_a_worker(probe: typ
     assert state.worker_count == 1  # four users generating at once on one worker
 
 
+def test_qos_slas_judge_the_service_latency_not_the_generation_pacing(probe: type[Probe], run_spec: Any) -> None:
+    """60 tokens at 10 ms: every reply takes >= 600 ms end to end, beyond every class's p95 target; the
+    storage path (a DRAM-speed probe) is well inside them, and that is what the SLA verdict judges."""
+    workload = {"users": 4, "max_inflight": 2, "generation": 10,
+                "options": {"profiles": {"chatbot": {"context": [16, 16], "generate": [60, 60], "think_s": [0, 0]}}}}
+    _, result = run_spec(probe_spec(requests=8, workload=workload))
+    qos = {name: c for name, c in result["metrics"]["qos"].items() if c["requests"]}
+    assert qos
+    for name, verdict in qos.items():
+        assert verdict["latency_ms"]["min"] >= 600
+        assert verdict["service_latency_ms"]["p95"] < verdict["latency_ms"]["min"] - 500
+        assert verdict["sla_met"] is (verdict["service_latency_ms"]["p95"] <= verdict["sla_p95_ms"]
+                                      and verdict["service_latency_ms"]["p99"] <= verdict["sla_p99_ms"]), name
+    assert any(verdict["sla_met"] for verdict in qos.values())
+
+
 def test_open_loop_arrivals_do_not_wait_for_completions(probe: type[Probe], run_spec: Any) -> None:
     arrival = {"process": "poisson", "rate": 400}
     spec = probe_spec(0.02, duration=0.5, workload={"users": 1, "max_inflight": 1, "options": {"arrival": arrival}})
