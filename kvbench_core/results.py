@@ -154,8 +154,26 @@ def _workload_stats(state: RunState) -> dict[str, Any]:
         "input_length": _stats(state.workload_samples["context"]),
         "generation_length": _stats(state.workload_samples["generate"]),
         "prefix_reuse_rate": round(counters.get("prefix_hits", 0) / prefix_reads, 6) if prefix_reads else None,
+        "prefix_length": _stats(state.workload_samples["prefix"]),
         "requests_issued": len(state.workload_samples["context"]),
     }
+
+
+def _working_set(state: RunState, tiers: dict[str, Any]) -> dict[str, Any] | None:
+    """Bytes of the entries stored during the measured window (new entries, not demotion copies) and that
+    working set as a multiple of each bounded tier's capacity: > 1 means the tier cannot hold it all."""
+    stored = state.telemetry.counters.get("stored_entry_bytes", 0)
+    if not stored:
+        return None
+    return {"stored_bytes": stored,
+            "multiple_of_capacity": {name: round(stored / info["capacity_bytes"], 4) for name, info in tiers.items()
+                                     if isinstance(info["capacity_bytes"], int) and info["capacity_bytes"] > 0}}
+
+
+def _cache_state(state: RunState, spec: dict[str, Any]) -> str:
+    """warm when the measured window opened on a cache already holding entries (warm-up requests, or the
+    decode-only / RAG population); preconditioning conditions the device, its entries are deleted."""
+    return "warm" if spec.get("warmup") or (state.preload or {}).get("entries") else "cold"
 
 
 def _detected_declaration(state: RunState, spec: dict[str, Any], tiers: dict[str, Any],
@@ -175,7 +193,8 @@ def _detected_declaration(state: RunState, spec: dict[str, Any], tiers: dict[str
                       spec["cache"]["eviction"]["large_entry_limit_ratio"]),
                   "promotion_policy": "none (one-way waterfall)" if spec["cache"]["promotion"] == "none"
                   else "promote to top tier on read",
-                  "cache_state": "cold" if not spec.get("warmup") and not spec.get("precondition") else "warm"},
+                  "working_set_vs_tier": _working_set(state, tiers),
+                  "cache_state": _cache_state(state, spec)},
         "access": {"per_tier": access, "queue_depth": spec["workload"]["max_inflight"] or "unlimited",
                    "scheduler_integration": "synchronous per request (reads before prefill, no preloading)",
                    "preloading": False},
@@ -183,6 +202,8 @@ def _detected_declaration(state: RunState, spec: dict[str, Any], tiers: dict[str
         "workload": {"input_length_mean": workload["input_length"]["mean"],
                      "input_length_p99": workload["input_length"]["p99"],
                      "prefix_reuse_rate": workload["prefix_reuse_rate"],
+                     "prefix_length_distribution": workload["prefix_length"] if workload["prefix_length"]["count"]
+                     else None,
                      "concurrency": f"{state.users_final} users, max_inflight {spec['workload']['max_inflight']}",
                      "arrival_process": describe.get("arrival_process") or
                      ("open loop (trace timestamps)" if state.source and state.source.open_loop

@@ -59,7 +59,8 @@ class RunState:
     autoscaler_summary: dict[str, Any] = field(default_factory=dict)
     preload: dict[str, Any] = field(default_factory=dict)
     precondition: dict[str, Any] | None = None
-    workload_samples: dict[str, list[int]] = field(default_factory=lambda: {"context": [], "generate": []})
+    workload_samples: dict[str, list[int]] = field(default_factory=lambda: {"context": [], "generate": [],
+                                                                            "prefix": []})
     unfinished_requests: int = 0
     plugin_sections: dict[str, Any] = field(default_factory=dict)
     users_final: int = 0
@@ -289,6 +290,7 @@ class Runner:
             if telemetry.measuring:  # the declaration's workload statistics exclude warm-up
                 state.workload_samples["context"].append(request.context_tokens)
                 state.workload_samples["generate"].append(request.generate_tokens)
+                state.workload_samples["prefix"].extend(read.tokens for read in request.reads if read.kind == "prefix")
             queue.put((request, now), qos_priority.get(request.qos, 1), now)
 
         run_start = time.perf_counter()

@@ -192,7 +192,8 @@ def core_schema() -> dict[str, Any]:
                             "size": {"oneOf": [{"const": "auto"}, _SIZE],
                                      "description": "bytes to write, or auto = 2x the bottom tier's capacity"},
                             "entry_size": _SIZE,
-                            "threads": {"type": "integer", "minimum": 1, "maximum": 256},
+                            "threads": {"type": "integer", "minimum": 0, "maximum": 256,
+                                        "description": "writer threads; 0 = one per CPU (the seed's auto)"},
                         },
                     },
                 ]
@@ -450,6 +451,7 @@ def resolve(raw: dict[str, Any], spec_dir: str) -> dict[str, Any]:
         pre = {"size": "auto", "entry_size": 64 << 20, "threads": 4, **spec["precondition"]}
         pre["size"] = "auto" if pre["size"] == "auto" else parse_size(pre["size"])
         pre["entry_size"] = parse_size(pre["entry_size"])
+        pre["threads"] = pre["threads"] or min(os.cpu_count() or 1, 256)
         spec["precondition"] = pre
     if spec.get("autoscaler") is not None:
         spec["autoscaler"] = {"options": {}, "stop_when_converged": False, **spec["autoscaler"]}

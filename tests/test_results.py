@@ -92,6 +92,23 @@ def test_demotion_writes_are_counted_in_the_lower_tiers_write_bytes(two_tier_run
     assert metrics["tiers"]["dram"]["read"]["bytes"] >= demoted
 
 
+def test_the_declaration_states_the_working_set_prefix_lengths_and_cache_state(two_tier_run: Any) -> None:
+    _, result, _ = two_tier_run
+    tiers, workload = result["declaration"]["tiers"], result["declaration"]["workload"]
+    working_set = tiers["working_set_vs_tier"]["value"]
+    assert working_set["stored_bytes"] == result["metrics"]["cache"]["counters"]["stored_entry_bytes"] > 0
+    # every new entry was stored once: the disk received the demoted ones, DRAM all of them (one worker)
+    assert working_set["stored_bytes"] == result["metrics"]["tiers"]["dram"]["write"]["bytes"]
+    assert working_set["multiple_of_capacity"]["dram"] == pytest.approx(working_set["stored_bytes"] / (16 << 20),
+                                                                        abs=1e-4)
+    assert working_set["multiple_of_capacity"]["dram"] > 1  # it spilled: the working set exceeds DRAM
+    prefixes = workload["prefix_length_distribution"]["value"]
+    # over the requests issued in the window, like the other workload statistics (some were never executed)
+    assert prefixes["count"] >= result["metrics"]["cache"]["counters"]["prefix_reads"] > 0
+    assert 4 <= prefixes["p50"] <= 12  # SMALL_WORKLOAD's prefix_tokens range
+    assert tiers["cache_state"]["value"] == "cold"  # no warm-up, no pre-population
+
+
 def test_tier_bandwidth_is_bytes_over_that_tiers_active_window(two_tier_run: Any) -> None:
     _, result, _ = two_tier_run
     for tier in result["metrics"]["tiers"].values():

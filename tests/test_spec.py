@@ -4,6 +4,7 @@ a valid spec resolves to bytes and seconds with every default filled in."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -202,6 +203,12 @@ def test_resolution_fills_defaults_and_converts_units(write_spec: Any, tmp_path:
     assert (spec["workload"]["decode_batch"], spec["workload"]["source"]) == (32, "synthetic")
     assert spec["precondition"] == {"size": 10**9, "entry_size": 64 << 20, "threads": 4}
     assert spec["spec_dir"] == str(tmp_path)
+
+
+def test_precondition_threads_zero_means_one_per_cpu(write_spec: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 12)
+    _, spec = load_spec(write_spec(small_spec(precondition={"size": "1GB", "threads": 0})))
+    assert spec["precondition"]["threads"] == 12
 
 
 def test_generation_pacing_names_and_custom_values() -> None:
