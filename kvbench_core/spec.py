@@ -13,6 +13,7 @@ import copy
 import importlib.util
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -264,13 +265,14 @@ def _parse_override_value(text: str) -> Any:
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """``workload.users=20`` style overrides; list items by index (``cache.tiers.1.capacity=8GiB``)."""
+    """``workload.users=20`` style overrides; list items by index, written as error messages write them
+    (``cache.tiers[1].capacity=8GiB``) or dotted (``cache.tiers.1.capacity=8GiB``)."""
     spec = copy.deepcopy(raw)
     for override in overrides:
         if "=" not in override:
             raise SpecError(f"--set {override!r}: expected PATH=VALUE, e.g. workload.users=20")
         path, text = override.split("=", 1)
-        parts = [part for part in path.strip().split(".") if part]
+        parts = [part for part in re.sub(r"\[(\d+)\]", r".\1", path.strip()).split(".") if part]
         if not parts:
             raise SpecError(f"--set {override!r}: empty path")
         node: Any = spec
@@ -384,8 +386,23 @@ def _read_spec(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str | None
 
 def validate(raw: dict[str, Any]) -> None:
     """Validate a raw spec (before defaults); raises ``SpecError`` naming every bad field."""
-    validate_or_raise(raw, full_schema())
+    validate_or_raise(_with_empty_options(raw), full_schema())
     _check_cross_fields(raw)
+
+
+def _with_empty_options(raw: dict[str, Any]) -> dict[str, Any]:
+    """The spec with ``options: {}`` wherever a tier, the workload or the autoscaler leaves it out, so an
+    implementation's required options are reported by name (``cache.tiers[1].options.path: required
+    field is missing``) instead of the fragment being skipped for want of an ``options`` object."""
+    checked = copy.copy(raw)
+    cache = raw.get("cache")
+    if isinstance(cache, dict) and isinstance(cache.get("tiers"), list):
+        checked["cache"] = {**cache, "tiers": [{"options": {}, **tier} if isinstance(tier, dict) else tier
+                                               for tier in cache["tiers"]]}
+    for section in ("workload", "autoscaler"):
+        if isinstance(raw.get(section), dict):
+            checked[section] = {"options": {}, **raw[section]}
+    return checked
 
 
 def _check_cross_fields(raw: dict[str, Any]) -> None:
@@ -417,6 +434,9 @@ def _check_cross_fields(raw: dict[str, Any]) -> None:
                             f"installed: {', '.join(sorted(scalers))}")
     if not raw.get("model", {}).get("name") and not raw.get("model", {}).get("config"):
         raise SpecError("model: give a catalog name (model.name) or a config.json path (model.config)")
+    if raw.get("duration") is not None and parse_duration(raw["duration"]) == 0:
+        raise SpecError(f"duration: expected a time > 0 (leave it out to stop on requests alone), "
+                        f"got {raw['duration']!r}")
     # Compare parsed sizes: "0GiB" disables a tier as surely as 0 does.
     if not any(tier.get("capacity", "auto") == "auto" or parse_size(tier["capacity"]) > 0 for tier in cache["tiers"]):
         raise SpecError("cache.tiers: every tier has capacity 0; enable at least one")

@@ -30,6 +30,9 @@ def test_values_are_typed_like_yaml() -> None:
 def test_list_items_by_index() -> None:
     spec = apply_overrides(two_tier_spec(), ["cache.tiers.1.capacity=8GiB", "cache.tiers.0.name=hot"])
     assert [(t["name"], t["capacity"]) for t in spec["cache"]["tiers"]] == [("hot", "1GiB"), ("more", "8GiB")]
+    # as error messages name them
+    spec = apply_overrides(two_tier_spec(), ["cache.tiers[1].capacity=8GiB", "cache.tiers[0].options.x=1"])
+    assert spec["cache"]["tiers"][1]["capacity"] == "8GiB" and spec["cache"]["tiers"][0]["options"] == {"x": 1}
 
 
 def test_missing_mappings_are_created() -> None:

@@ -51,6 +51,7 @@ def with_overrides(*overrides: str) -> dict[str, Any]:
      'got "12 parsecs"'),
     (["duration=10 fortnights"], 'duration: expected seconds, or a string like 30s / 5m / 500ms, got "10 fortnights"'),
     (["duration=-5"], "duration: expected a value >= 0, got -5"),
+    (["duration=0s"], "duration: expected a time > 0 (leave it out to stop on requests alone), got '0s'"),
     (["warmup=soon"], 'warmup: expected seconds, or a string like 30s / 5m / 500ms, got "soon"'),
     (["precondition.size=lots"],
      "precondition.size: expected bytes to write, or auto = 2x the bottom tier's capacity, got \"lots\""),
@@ -98,6 +99,17 @@ def test_required_fields() -> None:
     raw = small_spec()
     del raw["model"]
     assert spec_error(raw) == "model: give a catalog name (model.name) or a config.json path (model.config)"
+
+
+@pytest.mark.skipif(not HAS_NVME, reason="kvbench-nvme is not installed")
+def test_an_implementations_required_options_are_named_when_options_is_left_out() -> None:
+    """Without an ``options`` object the fragment's if/then never applied, and the backend's constructor
+    crashed with KeyError: 'path'."""
+    assert spec_error(with_overrides("cache.tiers=[{name: disk, backend: nvme, capacity: 64MiB}]")) == (
+        "cache.tiers[0].options.path: required field is missing")
+    raw = small_spec()
+    raw["workload"] = {"users": 2}
+    validate(raw)  # the default source needs no options, so leaving them out stays valid
 
 
 def test_every_violation_is_reported_at_once() -> None:

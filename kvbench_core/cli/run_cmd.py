@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("run", help="run a spec (YAML) or re-run a result's spec (JSON)")
     parser.add_argument("spec", help="run spec YAML, or a kvbench result JSON to re-run exactly")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
-                        help="override a spec field, e.g. --set workload.users=20 --set duration=10s")
+                        help="override a spec field, e.g. --set workload.users=20 --set cache.tiers[1].capacity=8GiB")
     parser.add_argument("--trials", type=int, help="shorthand for --set trials=N")
     parser.add_argument("--clients", type=int, help="shorthand for --set clients=N (N local client processes)")
     parser.add_argument("--output", help="shorthand for --set output.directory=DIR")
