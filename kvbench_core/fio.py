@@ -256,6 +256,9 @@ def _runtime(result: dict[str, Any]) -> int:
 def distill(result: dict[str, Any], *, source: str = "auto", size: int | None = None,
             directory: str | None = None, runtime_s: int | None = None) -> str:
     """The fio job for ``result`` (``source``: auto = the block trace when there is one)."""
+    if result.get("trials"):
+        raise UserError("a trials summary keeps only the headline medians, not per-tier I/O: "
+                        "give one of its trials (<name>-trialN.json)")
     if not result.get("metrics"):
         raise InputFileError("the result has no metrics (the run stopped before measuring): nothing to distil")
     section = (result.get("sections") or {}).get("block_trace")

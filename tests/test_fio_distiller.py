@@ -87,6 +87,12 @@ def test_record_source_rebuilds_pieces_and_tails() -> None:
     assert "; source: kvbench I/O record" in job
 
 
+def test_a_trials_summary_is_refused_with_what_to_give_instead() -> None:
+    summary = make_result() | {"trials": {"count": 3}, "metrics": {"headline": {}}}
+    with pytest.raises(UserError, match=r"a trials summary .* give one of its trials \(<name>-trialN.json\)"):
+        distill(summary)
+
+
 def test_record_source_uses_the_effective_depth_not_the_configured_one() -> None:
     # a buffered nvme tier configured with queue_depth 4 keeps one command in flight per file
     result = make_result(write=op(1, MiB, 1), describe={"queue_depth": 4, "commands_in_flight": 1})

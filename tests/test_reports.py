@@ -118,6 +118,21 @@ def test_report_command_makes_a_comparison_workbook_and_plots(run: tuple[Path, d
                                                for name in ("throughput", "latency-cdf", "occupancy")]
 
 
+def test_an_output_path_that_cannot_take_the_file_is_one_line_and_leaves_nothing(
+        run: tuple[Path, dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path, _ = run
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    (tmp_path / "a-dir").mkdir()
+    for option, target, cause in (("--xlsx", tmp_path / "a-dir", "Is a directory"),
+                                  ("--xlsx", a_file / "x.xlsx", ""), ("--png", a_file, "File exists")):
+        assert main(["report", str(path), option, str(target)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("kvbench: error: ") and cause in err and len(err.splitlines()) == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-dir", "a-file"]
+    assert list((tmp_path / "a-dir").iterdir()) == []
+
+
 def test_missing_reports_extra_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     def no_xlsxwriter(name: str) -> Any:
         raise ImportError(name)

@@ -86,6 +86,10 @@ def _main(argv: list[str] | None) -> int:
         return error.exit_code
     except BrokenPipeError:
         return 0
+    except OSError as error:  # a file the user named that cannot be read or written: one line, no traceback
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"kvbench: error: {where}{error.strerror or error}", file=sys.stderr)
+        return UserError.exit_code
 
 
 if __name__ == "__main__":

@@ -10,11 +10,13 @@ and one column per key figure (``reports.metrics``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
 from typing import Any
 
+from kvbench_core.errors import UserError
 from kvbench_core.reports import autoscaler_trajectories, require
 from kvbench_core.reports.metrics import HEADLINE, figure_values
 
@@ -79,16 +81,24 @@ class _Book:
 
 
 def _write_atomically(path: Path, fill: Any) -> Path:
-    """Build the workbook in a temp file and rename, so a failure never leaves half a workbook."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Build the workbook in a temp file and rename, so a failure never leaves half a workbook.  A path
+    that cannot take a file (a directory, a name under a file, a read-only place) is the user's error."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         book = _Book(tmp)
         fill(book)
-        book.close()
+        book.close()  # xlsxwriter creates the file here; its FileCreateError carries the OSError
         os.replace(tmp, path)
+    except Exception as error:
+        cause = error.__context__ if not isinstance(error, OSError) and isinstance(error.__context__, OSError) \
+            else error
+        if not isinstance(cause, OSError):
+            raise
+        raise UserError(f"{path}: cannot write the workbook: {cause.strerror or cause}") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
     return path
 
 
