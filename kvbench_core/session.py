@@ -10,12 +10,13 @@ clients is decided once: under ``mpirun`` each rank is a client
 
 from __future__ import annotations
 
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvbench_core.errors import IntegrityError, Interrupted, StorageErrorsCounted, UserError
+from kvbench_core.errors import InputFileError, IntegrityError, Interrupted, StorageErrorsCounted, UserError
 from kvbench_core.progress import ProgressPrinter
 from kvbench_core.reports import require_formats, write_reports
 from kvbench_core.reports.aggregate import summarize_trials
@@ -34,6 +35,7 @@ class SessionOutcome:
     exit_code: int = 0
     error: UserError | None = None
     writer: bool = True  # false on MPI ranks other than 0: they print and write nothing
+    save_error: UserError | None = None  # a result that had to go to the temp directory
 
 
 def launcher_for(spec: dict[str, Any]) -> Launcher:
@@ -78,8 +80,10 @@ def run_session(as_written: dict[str, Any], spec: dict[str, Any], *, quiet: bool
             if run.result is not None:
                 path = result_path(spec, session_id, f"-trial{trial}" if trials > 1 else "")
                 outcome.results.append(run.result)
-                outcome.paths.append(write_result(run.result, path))
-                outcome.reports += write_reports(run.result, path, formats)
+                saved = _save(run.result, path, outcome)
+                outcome.paths.append(saved)
+                if saved == path:
+                    outcome.reports += write_reports(run.result, path, formats)
             if run.crash is not None:
                 raise run.crash
             if run.error is not None:
@@ -90,8 +94,10 @@ def run_session(as_written: dict[str, Any], spec: dict[str, Any], *, quiet: bool
                 break
     if trials > 1 and outcome.results:
         outcome.summary = summarize_trials(outcome.results, outcome.paths, session_id=session_id, requested=trials)
-        outcome.summary_path = write_result(outcome.summary, result_path(spec, session_id, "-summary"))
-        outcome.reports += write_reports(outcome.summary, outcome.summary_path, formats)
+        wanted = result_path(spec, session_id, "-summary")
+        outcome.summary_path = _save(outcome.summary, wanted, outcome)
+        if outcome.summary_path == wanted:
+            outcome.reports += write_reports(outcome.summary, outcome.summary_path, formats)
     if received:
         outcome.error = Interrupted(received[0])
     if spec["verify"] and not outcome.error:
@@ -100,8 +106,26 @@ def run_session(as_written: dict[str, Any], spec: dict[str, Any], *, quiet: bool
             outcome.error = IntegrityError(f"{errors} verified reads returned bytes different from what was written")
     if not outcome.error:  # on_error: count ran on past storage errors; the exit code must not say "all fine"
         outcome.error = counted_storage_errors(outcome.results)
+    if not outcome.error:
+        outcome.error = outcome.save_error
     outcome.exit_code = outcome.error.exit_code if outcome.error else 0
     return outcome
+
+
+def _save(result: dict[str, Any], path: Path, outcome: SessionOutcome) -> Path:
+    """Write ``result`` to ``path``; when that fails (the output file system filled up during the run, or
+    went away), to the temp directory instead, so the measurement is not lost, and remember the error
+    for the exit code.  Raises only when neither place takes it."""
+    try:
+        return write_result(result, path)
+    except InputFileError as error:
+        fallback = Path(tempfile.gettempdir()) / path.name
+        try:
+            saved = write_result(result, fallback)
+        except InputFileError:
+            raise error from None
+        outcome.save_error = outcome.save_error or InputFileError(f"{error}; saved it to {saved} instead")
+        return saved
 
 
 def counted_storage_errors(results: list[dict[str, Any]]) -> StorageErrorsCounted | None:

@@ -34,6 +34,34 @@ def test_run_writes_a_result_and_prints_its_path(write_spec: Any, tmp_path: Path
     assert result["spec"]["as_written"]["output"]["directory"] == str(tmp_path / "out")
 
 
+def test_a_result_the_output_directory_cannot_take_goes_to_the_temp_directory(
+        write_spec: Any, tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The output file system filling up during the run must not lose the measurement."""
+    from kvbench_core import session
+    from kvbench_core.errors import InputFileError
+
+    out, spare = tmp_path / "out", tmp_path / "spare"
+    spare.mkdir()
+    monkeypatch.setattr(session.tempfile, "tempdir", str(spare))
+    real_write = session.write_result
+
+    def full_disk(result: dict[str, Any], path: Path) -> Path:
+        if Path(path).parent == out:
+            raise InputFileError(f"{path}: cannot write the result: No space left on device")
+        return real_write(result, path)
+
+    monkeypatch.setattr(session, "write_result", full_disk)
+    spec = write_spec(small_spec(requests=5))
+    assert main(["run", str(spec), "--quiet", "--output", str(out)]) == 2
+    (saved,) = result_files(spare)
+    captured = capsys.readouterr()
+    assert captured.out.startswith("t [completed] request count reached\n")
+    assert captured.out.endswith(f"result: {saved}\n")
+    assert captured.err == (f"kvbench: error: {out / saved.name}: cannot write the result: No space left on device; "
+                            f"saved it to {saved} instead\n")
+    assert json.loads(saved.read_text())["run"]["status"] == "completed"
+
+
 def test_a_result_re_runs_exactly_the_spec_it_carries(write_spec: Any, tmp_path: Path, capsys: Any) -> None:
     spec = write_spec(small_spec(requests=3, output={"directory": str(tmp_path / "first")}))
     assert main(["run", str(spec), "--quiet"]) == 0
