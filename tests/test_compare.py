@@ -72,3 +72,21 @@ def test_compare_needs_two_results(tmp_path: Path, capsys: pytest.CaptureFixture
     path.write_text(json.dumps(_run("one", decode_bytes_read_gb=1.0)))
     assert main(["compare", str(path)]) == 2
     assert "at least two results" in capsys.readouterr().err
+
+
+def test_compare_warns_about_a_run_that_did_not_complete_or_ran_another_model(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base, stopped = _run("base", decode_bytes_read_gb=2.0), _run("stopped", decode_bytes_read_gb=1.0)
+    stopped["run"].update(status="interrupted", stop_reason="SIGINT")
+    other = _run("other", decode_bytes_read_gb=2.0)
+    base["model"], stopped["model"], other["model"] = {"name": "llama3.1-8b"}, {"name": "llama3.1-8b"}, {
+        "name": "llama3.1-70b-instruct"}
+    paths = []
+    for doc in (base, stopped, other):
+        paths.append(tmp_path / f"{doc['run']['name']}.json")
+        paths[-1].write_text(json.dumps(doc))
+    assert main(["compare", *map(str, paths), "--json"]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "kvbench: warning: stopped: the run ended interrupted (SIGINT); its figures cover only what it measured",
+        "kvbench: warning: other: model llama3.1-70b-instruct, the baseline's is llama3.1-8b: entry sizes differ",
+    ]

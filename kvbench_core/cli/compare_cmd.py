@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from rich.table import Table
 
 from kvbench_core.cli.console import console
 from kvbench_core.errors import UserError
-from kvbench_core.reports.compare import Cell, compare, rows_as_json
+from kvbench_core.reports.compare import Cell, caveats, compare, rows_as_json
 from kvbench_core.results import read_result
 
 
@@ -32,6 +33,8 @@ def handle(args: argparse.Namespace) -> int:
     results = [read_result(p) for p in args.results]
     labels = [Path(p).stem for p in args.results]
     rows = compare(results)
+    for note in caveats(results, labels):
+        print(f"kvbench: warning: {note}", file=sys.stderr)
     if args.json:
         print(json.dumps(rows_as_json(rows, labels), indent=2))
         return 0

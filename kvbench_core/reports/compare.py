@@ -73,3 +73,19 @@ def rows_as_json(rows: list[Row], labels: list[str]) -> list[dict[str, Any]]:
         out.append({"metric": row.figure.key, "label": row.figure.label, "unit": row.figure.unit,
                     "better": row.figure.better, "results": entries})
     return out
+
+
+def caveats(results: list[dict[str, Any]], labels: list[str]) -> list[str]:
+    """What makes a column less than a like-for-like comparison: a run that did not complete (its figures
+    cover a partial window, or none) or a different model than the baseline's (other entry sizes)."""
+    notes = []
+    base_model = (results[0].get("model") or {}).get("name")
+    for label, result in zip(labels, results, strict=True):
+        run = result.get("run") or {}
+        if run.get("status") not in (None, "completed"):
+            notes.append(f"{label}: the run ended {run['status']} ({run.get('stop_reason') or 'no reason given'}); "
+                         "its figures cover only what it measured")
+        model = (result.get("model") or {}).get("name")
+        if model and base_model and model != base_model:
+            notes.append(f"{label}: model {model}, the baseline's is {base_model}: entry sizes differ")
+    return notes
