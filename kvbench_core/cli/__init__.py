@@ -42,7 +42,19 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in COMMAND_MODULES:
         importlib.import_module(f"kvbench_core.cli.{module_name}").register(subparsers)
+    _describe_commands(subparsers)
     return parser
+
+
+def _describe_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Give every command's own ``--help`` the line ``kvbench --help`` lists it with, when it has none."""
+    helps = {action.dest: action.help for action in subparsers._choices_actions}
+    for name, command in subparsers.choices.items():
+        if command.description is None and helps.get(name):
+            command.description = helps[name][0].upper() + helps[name][1:] + "."
+        nested = [a for a in command._actions if isinstance(a, argparse._SubParsersAction)]
+        for inner in nested:
+            _describe_commands(inner)
 
 
 class _Terminated(BaseException):

@@ -21,7 +21,8 @@ FAILED_EXIT = 1
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("check", help="check a result against submission rules (exit 1 on a failure)")
-    parser.add_argument("result", metavar="RESULT", help="a result, best the trials -summary.json")
+    parser.add_argument("result", metavar="RESULT",
+                        help="a result; preferably a trials summary (<name>-<id>-summary.json)")
     parser.add_argument("--rules", required=True, choices=sorted(RULESETS), help="the rule set")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(handler=handle)

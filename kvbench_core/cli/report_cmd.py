@@ -18,7 +18,11 @@ from kvbench_core.results import read_result
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("report", help="xlsx workbook and png plots from result files")
+    parser = subparsers.add_parser(
+        "report", help="xlsx workbook and png plots from result files",
+        description="xlsx workbook and png plots from result files.  Without --xlsx or --png, every result "
+                    "gets <stem>.xlsx and its plots (<stem>-throughput.png, -latency-cdf.png, -occupancy.png) "
+                    "next to it.")
     parser.add_argument("results", nargs="+", metavar="RESULT", help="kvbench result JSON files")
     parser.add_argument("--xlsx", metavar="OUT", help="one workbook: detailed for one result, a comparison "
                         "table (one row per result) for several")

@@ -22,15 +22,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("spec", help="validate a spec, print the schema, list declaration gaps")
     sub = parser.add_subparsers(dest="spec_command", metavar="SUBCOMMAND", required=True)
     validate = sub.add_parser("validate", help="validate a spec file (and overrides)")
-    validate.add_argument("file")
-    validate.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE")
+    validate.add_argument("file", help="the run spec (YAML or JSON), or a result JSON to check the spec it carries")
+    validate.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
+                          help="override a field as `kvbench run` would, e.g. --set cache.tiers[1].capacity=8GiB")
     validate.add_argument("--resolved", action="store_true", help="print the resolved spec (defaults filled)")
     validate.set_defaults(handler=handle_validate)
     schema = sub.add_parser("schema", help="print the composed JSON Schema (installed plugins included)")
     schema.set_defaults(handler=handle_schema)
     declare = sub.add_parser("declare", help="show which declaration fields are still missing for a spec")
-    declare.add_argument("file")
-    declare.add_argument("--json", action="store_true")
+    declare.add_argument("file", help="the run spec (YAML or JSON)")
+    declare.add_argument("--json", action="store_true", help="machine-readable output")
     declare.set_defaults(handler=handle_declare)
 
 
