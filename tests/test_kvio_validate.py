@@ -160,6 +160,14 @@ def test_a_trace_without_tagged_commands_cannot_be_scored(tmp_path, manifest):
         read_trace(str(tmp_path / "missing.jsonl"))
 
 
+def test_a_trace_of_another_plan_is_refused_not_scored(tmp_path, manifest):
+    """Every trace id unknown (the plan of another model or seed): a 0-score report would hide the mistake."""
+    other = build_manifest(resolve_model("llama3.1-8b"), TransferGeometry(), 64, num_chunks=2)
+    trace = read_trace(_log(tmp_path / "other.jsonl", other))
+    with pytest.raises(InputFileError, match=r"none of the trace's 2 trace ids is in the plan"):
+        validate(manifest, trace)
+
+
 def test_tv_distance():
     assert tv_distance(Counter({1: 2}), Counter({1: 5})) == 0.0
     assert tv_distance(Counter({1: 1, 2: 1}), Counter({2: 2})) == 0.5

@@ -183,6 +183,9 @@ def validate(manifest: Manifest, trace: MeasuredTrace) -> dict[str, Any]:
         if trace_id not in known:
             unattributed[op].update(commands)
             foreign_ids.add(trace_id)
+    if foreign_ids and len(foreign_ids) == len({trace_id for trace_id, _ in trace.commands}):
+        raise InputFileError(f"none of the trace's {len(foreign_ids)} trace ids is in the plan: is the plan the "
+                             "one this I/O was recorded against (same model, keys and seed)?")
     units: dict[str, list[tuple[Counter[int], Counter[int]]]] = {op: [] for op in ops}
     mismatches: list[dict[str, Any]] = []
     for trace_id, obj in known.items():
