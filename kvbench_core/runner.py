@@ -360,8 +360,9 @@ class Runner:
                     self.on_progress(self._progress(point, now, measuring, warmup, duration))
             if autoscaler and measuring and next_scale is not None and now >= next_scale:
                 next_scale = now + autoscaler.interval_s
-                decision = autoscaler.decide(self._sample(telemetry, now, len(active_users)))
-                self._apply_decision(decision, active_users, events, now)
+                sample = self._sample(telemetry, now, len(active_users))
+                decision = autoscaler.decide(sample)
+                self._apply_decision(decision, sample, active_users, events, now)
                 if decision.converged and spec["autoscaler"].get("stop_when_converged"):
                     self.request_stop(f"autoscaler converged: {decision.reason}")
             all_done = (open_exhausted if open_loop else active_users <= exhausted_users)
@@ -414,9 +415,13 @@ class Runner:
         if not self.state.source.open_loop and request.user_id in active_users:
             events.push(now + request.think_s, "issue", request.user_id)
 
-    def _apply_decision(self, decision: Decision, active_users: set[int], events: EventHeap, now: float) -> None:
+    def _apply_decision(self, decision: Decision, sample: TelemetrySample, active_users: set[int],
+                        events: EventHeap, now: float) -> None:
+        # The seed's autoscaling_stats entry: users, throughput, saturation, action (and why)
         self.state.autoscaling.append({"t_s": round(now - (self.state.measure_start or now), 3),
-                                       "users_before": len(active_users), **decision.as_dict()})
+                                       "users_before": len(active_users),
+                                       "throughput_tokens_per_s": round(sample.throughput_tokens_per_s, 3),
+                                       **decision.as_dict()})
         target = max(1, decision.users)
         current = len(active_users)
         if target > current:

@@ -180,6 +180,9 @@ def test_the_runner_applies_each_decision_and_stops_when_converged(scripted_plug
     assert [(step["users_before"], step["users"], step["action"]) for step in trajectory] == [
         (3, 5, "scale_up"), (5, 2, "scale_down"), (2, 3, "stabilized")]
     assert [sample.users for sample in Scripted.seen] == [3, 5, 2]
+    # each entry carries the throughput the autoscaler saw, as the seed's autoscaling_stats do
+    assert [step["throughput_tokens_per_s"] for step in trajectory] == [
+        round(sample.throughput_tokens_per_s, 3) for sample in Scripted.seen]
     assert state.stop_reason == "autoscaler converged: scripted"
     assert result["autoscaling"]["summary"] == {"samples": 3}
     assert result["workload"]["users_final"] == 3
