@@ -576,6 +576,17 @@ def backend_fixtures(cls: Callable[[dict[str, Any], BackendContext], B], tier_na
     return open_backend, verify
 
 
+def sigint_reaches_children() -> None:
+    """Let the processes a test interrupts see their SIGINT, however the test session was started.
+
+    A session started with SIGINT ignored (``nohup pytest &``, a background CI step) passes the ignore on
+    through every ``exec``, so a kvbench child or a stand-in bpftrace never sees the SIGINT a test sends
+    it (Python then installs no KeyboardInterrupt handler; ``sh`` cannot even trap it).  A handled signal
+    is reset to its default on ``exec``, so reinstalling Python's own handler here fixes every child."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def free_port(*, paired_offset: int | None = None) -> int:
     """A TCP port on 127.0.0.1 nobody listens on: for a test server, or an endpoint that is down.
 

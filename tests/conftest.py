@@ -22,9 +22,12 @@ from kvbench_core.results import build_result
 from kvbench_core.runner import Runner, RunState
 from kvbench_core.spec import _deep_merge, resolve, validate
 from kvbench_core.telemetry import Telemetry
+from kvbench_core.testing import sigint_reaches_children
 from kvbench_core.tiers.memory import CPUMemoryBackend
 from kvbench_core.waterfall import MultiTierCache, Tier
 from kvbench_core.workload import DEFAULT_QOS
+
+sigint_reaches_children()  # the signal tests interrupt kvbench children
 
 HAS_NVME = importlib.util.find_spec("kvbench_nvme") is not None
 HAS_TORCH = importlib.util.find_spec("torch") is not None

@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from kvbench_core.testing import sigint_reaches_children
+
 CAPTURE = Path(__file__).parent / "data" / "bpftrace-fio-randrw.txt"
 
+sigint_reaches_children()  # the stand-in bpftrace traps the SIGINT that stops it
 
 
 @pytest.fixture
