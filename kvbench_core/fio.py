@@ -159,7 +159,7 @@ def profile_from_trace(result: dict[str, Any], section: dict[str, Any]) -> FioPr
     fsyncs = hists["syscall_fsync_us"]["count"]
     fsync_every = round(writes / fsyncs) if fsyncs and writes else 0
     gap = hists["write_to_fsync_gap_us"]
-    devices = ", ".join(f"{d['name']} ({d['dev']})" for d in section["devices"]) or "none"
+    devices = ", ".join(f"{d['name']} ({d['dev']})" for d in section["devices"]) or "the traced disks"
     comments = [
         *_header(result, f"block trace ({section.get('tool', 'bpftrace')}) of {devices}", tier_name),
         _percent_line("block requests", reads, writes),

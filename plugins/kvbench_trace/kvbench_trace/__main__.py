@@ -1,21 +1,30 @@
-"""``python -m kvbench_trace --pid PID --path DIR``: print the bpftrace program kvbench would run.
+"""Trace any process the way a traced kvbench run does, and distil the capture into an fio job.
 
-For tracing another process (an inference engine, fio) the same way a traced
-kvbench run does, and for reproducing the checked-in test capture; run it with
-``bpftrace -e "$(python -m kvbench_trace ...)"`` as root and stop it with Ctrl-C.
+``python -m kvbench_trace --pid PID --path DIR`` prints the bpftrace program kvbench
+would run (for an inference engine, fio, or to reproduce the test capture); run
+it with ``bpftrace`` as root and stop it with Ctrl-C, keeping its output.
+``python -m kvbench_trace fio CAPTURE`` turns that output into an fio job, as
+``kvbench fio`` does for a traced kvbench result.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
+from kvbench_core.fio import distill
+from kvbench_core.units import parse_duration, parse_size
+from kvbench_trace.capture import CaptureError, capture_as_result
 from kvbench_trace.devices import DeviceNotTraceable, devices_for
+from kvbench_trace.parse import TraceOutputError
 from kvbench_trace.program import build_program
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kvbench_trace", description=__doc__.splitlines()[0])
+def program(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kvbench_trace",
+                                     description="Print the bpftrace program kvbench would run.",
+                                     epilog="python -m kvbench_trace fio --help: distil a capture into an fio job")
     parser.add_argument("--pid", type=int, required=True, help="process whose file syscalls are traced")
     parser.add_argument("--path", required=True, help="directory whose disk's block requests are traced")
     args = parser.parse_args(argv)
@@ -26,6 +35,37 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sys.stdout.write(build_program(args.pid, devices))
     return 0
+
+
+def fio(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kvbench_trace fio",
+                                     description="Write an fio job reproducing a standalone capture's block I/O.")
+    parser.add_argument("capture", help="bpftrace's output of the program (stopped with Ctrl-C)")
+    parser.add_argument("--name", default="capture", help="job name, e.g. the traced process (vllm)")
+    parser.add_argument("--directory", default=".", help="where fio creates its files (default: .)")
+    parser.add_argument("--runtime", help="run time, e.g. 300s (default: how long the capture ran)")
+    parser.add_argument("--size", help="bytes the job spreads its I/O over (default: what the capture moved)")
+    args = parser.parse_args(argv)
+    try:
+        runtime = parse_duration(args.runtime) if args.runtime is not None else None
+        size = parse_size(args.size) if args.size is not None else None
+        text = Path(args.capture).read_text()
+        result = capture_as_result(text, name=args.name, directory=args.directory, runtime_s=runtime)
+    except OSError as error:
+        print(f"kvbench_trace: {args.capture}: {error.strerror or error}", file=sys.stderr)
+        return 2
+    except (ValueError, CaptureError, TraceOutputError) as error:
+        print(f"kvbench_trace: {args.capture}: {error}", file=sys.stderr)
+        return 2
+    sys.stdout.write(distill(result, source="trace", size=size))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["fio"]:
+        return fio(argv[1:])
+    return program(argv)
 
 
 if __name__ == "__main__":

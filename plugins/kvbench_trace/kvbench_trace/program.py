@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from kvbench_trace.devices import TraceDevice
 
 READY_MARKER = "kvbench-trace: attached"
+#: Printed at exit, before the maps: how long the probes were attached (a standalone capture's runtime).
+TRACED_MARKER = "kvbench-trace: traced_ms"
 #: The in-flight histogram is linear (exact depths) up to this, one overflow bucket above; bpftrace 0.17
 #: allows at most 1000 lhist buckets.
 MAX_DEPTH = 1000
@@ -50,11 +52,17 @@ HISTOGRAMS: dict[str, HistogramInfo] = {
     "syscall_fsync_us": HistogramInfo("syscall", "us", "fsync/fdatasync: entry -> return"),
     "write_to_fsync_gap_us": HistogramInfo("syscall", "us", "same thread: last write's return -> fsync entry "
                                                             "(host time between the data and the flush)"),
+    "fadvise_to_read_gap_us": HistogramInfo("syscall", "us", "same thread: posix_fadvise return -> next read "
+                                                             "entry (page-cache management before a read)"),
 }
 #: ``@bs_<op>[bytes]: count`` maps: exact block-request sizes (the bssplit).
 SIZE_MAPS = {"bs_read": "read", "bs_write": "write"}
-#: Scalar counters printed alongside.
-COUNTERS = ("flush_ios", "other_ios")
+#: ``@lba_<op>[bucket]: count`` maps: where on the disk requests land, in ``LBA_BUCKET_BYTES`` linear buckets.
+LBA_MAPS = {"lba_read": "read", "lba_write": "write"}
+LBA_BUCKET_BYTES = 10 * 10**9  # the seed's 10 GB heatmap buckets
+SECTOR = 512  # the block layer counts in 512-byte sectors whatever the device's logical block size
+#: Scalar counters printed alongside (``depth_resyncs``: times the shared in-flight count had drifted below 1).
+COUNTERS = ("flush_ios", "other_ios", "depth_resyncs")
 
 READ_CALLS = ("read", "pread64", "preadv", "preadv2")  # CPython's os.preadv is preadv2
 WRITE_CALLS = ("write", "pwrite64", "pwritev", "pwritev2")
@@ -79,16 +87,21 @@ tracepoint:block:block_rq_issue / {disks} / {{
   else if (strncmp(args->rwbs, "F", 1) == 0) {{ $op = 3; }}
   // A key still present is a collision (flushes share a sector): count that request once.
   if (@issue_ns[args->dev, args->sector] == 0) {{ @inflight++; }}
+  // @inflight is one map value updated from every CPU without atomics, so concurrent updates can be
+  // lost; the request being issued is in flight itself, so a count below 1 is drift: resync and say so.
+  if (@inflight < 1) {{ @inflight = 1; @depth_resyncs = sum(1); }}
   @issue_ns[args->dev, args->sector] = nsecs;
   @issue_op[args->dev, args->sector] = $op;
   $queued = @insert_ns[args->dev, args->sector];
   delete(@insert_ns[args->dev, args->sector]);
   if ($op == 1) {{
     @bs_read[args->bytes] = count();
+    @lba_read[args->sector / {LBA_BUCKET_BYTES // SECTOR}] = count();
     @queue_depth_read = lhist(@inflight, 0, {MAX_DEPTH}, 1);
     if ($queued) {{ @q2d_read_us = hist((nsecs - $queued) / 1000); }}
   }} else if ($op == 2) {{
     @bs_write[args->bytes] = count();
+    @lba_write[args->sector / {LBA_BUCKET_BYTES // SECTOR}] = count();
     @queue_depth_write = lhist(@inflight, 0, {MAX_DEPTH}, 1);
     if ($queued) {{ @q2d_write_us = hist((nsecs - $queued) / 1000); }}
   }} else if ($op == 3) {{
@@ -119,7 +132,15 @@ tracepoint:block:block_rq_complete / {disks} / {{
 def _syscall_probes(pid: int) -> str:
     mine = f"pid == {pid} && args->fd > 2"
     return f"""
-{_syscalls(READ_CALLS, "enter")} / {mine} / {{ @read_ns[tid] = nsecs; }}
+{_syscalls(READ_CALLS, "enter")} / {mine} / {{
+  @read_ns[tid] = nsecs;
+  if (@last_fadvise_ns[tid]) {{
+    @fadvise_to_read_gap_us = hist((nsecs - @last_fadvise_ns[tid]) / 1000);
+    delete(@last_fadvise_ns[tid]);
+  }}
+}}
+// fadvise64 on x86_64, fadvise64_64 on arm64 and others
+tracepoint:syscalls:sys_exit_fadvise64* / pid == {pid} / {{ @last_fadvise_ns[tid] = nsecs; }}
 {_syscalls(READ_CALLS, "exit")} / @read_ns[tid] / {{
   @syscall_read_us = hist((nsecs - @read_ns[tid]) / 1000);
   delete(@read_ns[tid]);
@@ -150,13 +171,15 @@ def build_program(pid: int, devices: list[TraceDevice], *, syscalls: bool = True
     The program exits on its own when ``pid`` exits, so a benchmark killed
     without cleanup never leaves a tracer behind.
     """
-    parts = [f'BEGIN {{ printf("{READY_MARKER}\\n"); }}']
+    parts = [f'BEGIN {{ @depth_resyncs = sum(0); printf("{READY_MARKER}\\n"); }}']
     if devices:
         parts.append(_block_probes(devices))
     if syscalls:
         parts.append(_syscall_probes(pid))
     parts.append(f"tracepoint:sched:sched_process_exit / pid == {pid} && tid == {pid} / {{ exit(); }}")
     # Working maps are cleared so that only results are printed at exit.
-    scratch = ("insert_ns", "issue_ns", "issue_op", "inflight", "read_ns", "write_ns", "last_write_ns", "fsync_ns")
-    parts.append("END {\n" + "\n".join(f"  clear(@{name});" for name in scratch) + "\n}")
+    scratch = ("insert_ns", "issue_ns", "issue_op", "inflight", "read_ns", "write_ns", "last_write_ns", "fsync_ns",
+               "last_fadvise_ns")
+    parts.append("END {\n" + f'  printf("{TRACED_MARKER} %d\\n", elapsed / 1000000);\n'
+                 + "\n".join(f"  clear(@{name});" for name in scratch) + "\n}")
     return "\n".join(parts) + "\n"

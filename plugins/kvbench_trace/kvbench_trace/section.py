@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvbench_trace.parse import Bucket, Value
-from kvbench_trace.program import COUNTERS, HISTOGRAMS, SIZE_MAPS
+from kvbench_trace.program import COUNTERS, HISTOGRAMS, LBA_BUCKET_BYTES, LBA_MAPS, SIZE_MAPS
 
 SECTION_FORMAT = 1
 PERCENTILES = (50, 90, 95, 99)
@@ -48,10 +48,20 @@ def histogram_entry(name: str, buckets: list[Bucket]) -> dict[str, Any]:
     return entry
 
 
-def _sizes(table: Value | None) -> list[dict[str, int]]:
+def _counts(table: Value | None, field: str) -> list[dict[str, int]]:
+    """A ``@name[number]: count`` map as ``[{field: number, "count": count}]`` in key order."""
     if not isinstance(table, dict):
         return []
-    return [{"bytes": size, "count": count} for size, count in sorted((int(k), v) for k, v in table.items())]
+    return [{field: key, "count": count} for key, count in sorted((int(k), v) for k, v in table.items())]
+
+
+def lba_heatmap(maps: dict[str, Value]) -> dict[str, Any]:
+    """Requests per ``LBA_BUCKET_BYTES`` stretch of the disk (from its first sector), per op."""
+    heat: dict[str, Any] = {"bucket_bytes": LBA_BUCKET_BYTES}
+    for name, op in LBA_MAPS.items():
+        heat[op] = [{"offset_bytes": entry["bucket"] * LBA_BUCKET_BYTES, "count": entry["count"]}
+                    for entry in _counts(maps.get(name), "bucket")]
+    return heat
 
 
 def build_section(maps: dict[str, Value], *, tool: str, pid: int, devices: list[dict[str, str]],
@@ -62,7 +72,7 @@ def build_section(maps: dict[str, Value], *, tool: str, pid: int, devices: list[
     for name in HISTOGRAMS:
         buckets = maps.get(name)
         histograms[name] = histogram_entry(name, buckets if isinstance(buckets, list) else [])
-    bssplit = {op: _sizes(maps.get(name)) for name, op in SIZE_MAPS.items()}
+    bssplit = {op: _counts(maps.get(name), "bytes") for name, op in SIZE_MAPS.items()}
     totals: dict[str, Any] = {op: {"ios": sum(s["count"] for s in sizes),
                                    "bytes": sum(s["bytes"] * s["count"] for s in sizes)}
                               for op, sizes in bssplit.items()}
@@ -80,6 +90,7 @@ def build_section(maps: dict[str, Value], *, tool: str, pid: int, devices: list[
         "totals": totals,
         "histograms": histograms,
         "bssplit": bssplit,
+        "lba_heatmap": lba_heatmap(maps),
         "l4": l4,
         "notes": notes,
     }

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from kvbench_trace.parse import Bucket, TraceOutputError, parse_maps
-from kvbench_trace.program import COUNTERS, HISTOGRAMS, SIZE_MAPS
+from kvbench_trace.program import COUNTERS, HISTOGRAMS, LBA_MAPS, SIZE_MAPS
 
 CAPTURE = Path(__file__).parent / "data" / "bpftrace-fio-randrw.txt"
 
@@ -18,7 +18,7 @@ def captured() -> dict:
 
 
 def test_capture_has_every_map_the_program_prints(captured: dict) -> None:
-    assert set(captured) == set(HISTOGRAMS) | set(SIZE_MAPS) | set(COUNTERS)
+    assert set(captured) == set(HISTOGRAMS) | set(SIZE_MAPS) | set(LBA_MAPS) | set(COUNTERS)
 
 
 def test_capture_histograms_are_contiguous_log2_or_linear_buckets(captured: dict) -> None:
@@ -28,7 +28,7 @@ def test_capture_histograms_are_contiguous_log2_or_linear_buckets(captured: dict
         for left, right in itertools.pairwise(buckets):
             assert left.high == right.low, (name, left, right)
     # "[1K, 2K)" labels are powers of 1024
-    assert Bucket(1024, 2048, 247) in captured["syscall_write_us"]
+    assert Bucket(1024, 2048, 282) in captured["syscall_write_us"]
     # lhist(…, 1) buckets are one request wide
     assert all(b.high - b.low == 1 for b in captured["queue_depth_write"])
 
@@ -36,9 +36,9 @@ def test_capture_histograms_are_contiguous_log2_or_linear_buckets(captured: dict
 def test_capture_sizes_and_counters(captured: dict) -> None:
     # the fio job's three block sizes dominate, as requests of exactly that size
     reads, writes = captured["bs_read"], captured["bs_write"]
-    assert reads["4096"] == 1023 and reads["131072"] == 452 and reads["1048576"] == 286
-    assert writes["4096"] == 870
-    assert captured["flush_ios"] == 418
+    assert reads["4096"] == 753 and reads["131072"] == 583 and reads["1048576"] == 213
+    assert writes["4096"] == 746
+    assert captured["flush_ios"] == 421 and captured["depth_resyncs"] == 0
 
 
 @pytest.mark.parametrize(("line", "bucket"), [

@@ -5,7 +5,16 @@ from __future__ import annotations
 import re
 
 from kvbench_trace.devices import TraceDevice
-from kvbench_trace.program import COUNTERS, FSYNC_CALLS, HISTOGRAMS, READ_CALLS, SIZE_MAPS, WRITE_CALLS, build_program
+from kvbench_trace.program import (
+    COUNTERS,
+    FSYNC_CALLS,
+    HISTOGRAMS,
+    LBA_MAPS,
+    READ_CALLS,
+    SIZE_MAPS,
+    WRITE_CALLS,
+    build_program,
+)
 
 VDA = TraceDevice("vda", 254, 0)
 NVME = TraceDevice("nvme0n1", 259, 1)
@@ -19,7 +28,7 @@ def printed_maps(program: str) -> set[str]:
 
 
 def test_printed_maps_are_exactly_the_tables_the_section_reads() -> None:
-    assert printed_maps(build_program(99, [VDA])) == set(HISTOGRAMS) | set(SIZE_MAPS) | set(COUNTERS)
+    assert printed_maps(build_program(99, [VDA])) == set(HISTOGRAMS) | set(SIZE_MAPS) | set(LBA_MAPS) | set(COUNTERS)
 
 
 def test_block_probes_filter_by_kernel_dev_of_every_disk() -> None:

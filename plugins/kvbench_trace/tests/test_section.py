@@ -51,7 +51,16 @@ def test_totals_are_the_bssplit_sums() -> None:
         assert [s["bytes"] for s in sizes] == sorted(s["bytes"] for s in sizes)
         assert section["totals"][op]["ios"] == sum(s["count"] for s in sizes)
         assert section["totals"][op]["bytes"] == sum(s["bytes"] * s["count"] for s in sizes)
-    assert section["totals"]["flush_ios"] == 418
+    assert section["totals"]["flush_ios"] == 421
+
+
+def test_the_lba_heatmap_places_every_request_in_a_10_gb_stretch() -> None:
+    section = capture_section()
+    heat = section["lba_heatmap"]
+    assert heat["bucket_bytes"] == 10 * 10**9
+    for op in ("read", "write"):
+        assert sum(cell["count"] for cell in heat[op]) == section["totals"][op]["ios"] > 0
+        assert all(cell["offset_bytes"] % heat["bucket_bytes"] == 0 for cell in heat[op])
 
 
 def test_an_empty_trace_still_has_every_histogram() -> None:

@@ -35,7 +35,7 @@ def test_sigint_makes_it_print_its_maps_and_the_group_is_gone(printing_bpftrace:
     pgid = process._process.pid
     assert os.getpgid(pgid) == pgid != os.getpgid(0)  # its own group: kvbench's Ctrl-C does not reach it
     output = process.stop()
-    assert parse_maps(output)["flush_ios"] == 418
+    assert parse_maps(output)["flush_ios"] == 421
     assert not group_alive(pgid)
 
 
