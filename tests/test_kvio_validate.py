@@ -181,3 +181,64 @@ def test_validate_cli_prints_and_writes_json(tmp_path, capsys, manifest):
     assert main(["validate", "--plan", str(tmp_path / "m.json"), "--measured", trace, "--json", str(out)]) == 0
     assert "exact-match 8/8, WAPE 0.0000%, per-cmd size 8/8, size-dist TV 0.0000" in capsys.readouterr().out
     assert json.loads(out.read_text())["exact_match"]["fraction"] == 1.0
+
+
+# -- against LMCache's semantic trace (the seed's step 3) ------------------------------------------------
+
+
+def _semantic_lines(manifest: Manifest) -> list[str]:
+    """LMCache's LMCACHE_KVIO_TRACE records for the manifest's objects: a store and a load each."""
+    lines = []
+    for index, obj in enumerate(manifest.objects):
+        part = "k" if index % 2 == 0 else "v"
+        for op in ("store", "load"):
+            lines.append(json.dumps({"trace_id": manifest.trace_ids[obj.key], "op": op, "bytes": obj.nbytes,
+                                     "part": part, "object_id": obj.key,
+                                     "components": {part: obj.nbytes - 64, "scale": 64}}))
+    return lines
+
+
+def test_a_faithful_capture_matches_the_semantic_trace_per_kv_part(tmp_path, capsys, manifest):
+    semantic, measured = tmp_path / "sem.jsonl", tmp_path / "nvme.jsonl"
+    semantic.write_text("\n".join([json.dumps({"event": "clock", "ts": 1}), *_semantic_lines(manifest)]) + "\n")
+    measured.write_text("\n".join(_tracer_lines(manifest)) + "\n")
+    out = tmp_path / "report.json"
+    assert main(["validate", "--semantic", str(semantic), "--measured", str(measured), "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "exact-match 8/8, WAPE 0.0000%" in printed and "part k: exact-match 4/4" in printed
+    report = json.loads(out.read_text())
+    assert set(report["by_part"]) == {"k", "v"} and report["by_part"]["v"]["wape"] == 0.0
+    stored = sum(obj.nbytes for obj in manifest.objects)
+    assert report["components_bytes"] == {"k": stored // 2 - 128, "v": stored // 2 - 128, "scale": 4 * 64}
+
+
+def test_a_semantic_store_the_wire_split_differently_is_caught(tmp_path, manifest):
+    from kvbench_core.kvio.commands import TransferGeometry
+    from kvbench_core.kvio.semantic import read_semantic
+    from kvbench_core.kvio.validate import validate_expected
+
+    semantic = tmp_path / "sem.jsonl"
+    semantic.write_text("\n".join(_semantic_lines(manifest)) + "\n")
+    measured = tmp_path / "nvme.jsonl"
+    measured.write_text("\n".join(_tracer_lines(manifest)) + "\n")
+    # validated with a 64 KiB transfer geometry: same bytes, twice the commands, half the size
+    trace = read_semantic(str(semantic), TransferGeometry(max_transfer=64 * KiB))
+    report = validate_expected(trace.expected, read_trace(str(measured)), source="semantic trace")
+    assert report["exact_match"]["fraction"] == 0.0 and report["tv_distance"] > 0.5
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ('{"trace_id": 1, "op": "store", "bytes": -1}\n', "line 1: bytes must be a non-negative integer, got -1"),
+    ('{"trace_id": "x1", "op": "store", "bytes": 4}\n', "line 1: trace_id must be an integer, got 'x1'"),
+    ('{"op": "load", "bytes": 4}\n', "line 1: trace_id must be a positive integer, got None"),
+    ("{nope\n", "line 1: invalid JSON"),
+    ('{"event": "clock"}\n', "no semantic store/load records"),
+])
+def test_malformed_semantic_traces_name_the_line_and_field(tmp_path, content, message):
+    from kvbench_core.kvio.commands import TransferGeometry
+    from kvbench_core.kvio.semantic import read_semantic
+
+    path = tmp_path / "sem.jsonl"
+    path.write_text(content)
+    with pytest.raises(InputFileError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        read_semantic(str(path), TransferGeometry())

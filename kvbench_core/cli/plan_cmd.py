@@ -28,6 +28,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     amount = parser.add_mutually_exclusive_group(required=True)
     amount.add_argument("--tokens", type=int, help="prompt length; a shorter last chunk is kept")
     amount.add_argument("--num-chunks", type=int, help="number of full chunks")
+    add_geometry_arguments(parser)
+    parser.add_argument("--prefill-tokens-per-sec", type=float,
+                        help="prefill rate R: report the bandwidth above which loading beats recomputing")
+    parser.add_argument("--record", metavar="MANIFEST", help="write the object manifest for replay/validate here")
+    parser.add_argument("--json", action="store_true", help="print the plan (with its manifest) as JSON")
+    parser.set_defaults(handler=handle)
+
+
+def add_geometry_arguments(parser: argparse.ArgumentParser) -> None:
+    """The transfer-geometry flags, shared by ``plan`` and ``validate --semantic``."""
     parser.add_argument("--max-transfer", default="128KiB",
                         help=f"largest device command, e.g. the device MDTS (default {DEFAULT_MAX_TRANSFER} B)")
     parser.add_argument("--align", default=str(DEFAULT_ALIGN),
@@ -35,11 +45,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--store-header-bytes", default=str(DEFAULT_STORE_HEADER_BYTES),
                         help="header op written before each stored object (default 4096, one aligned block as "
                              "LMCache raw_block writes; 0 for tiers that write none, such as nvme)")
-    parser.add_argument("--prefill-tokens-per-sec", type=float,
-                        help="prefill rate R: report the bandwidth above which loading beats recomputing")
-    parser.add_argument("--record", metavar="MANIFEST", help="write the object manifest for replay/validate here")
-    parser.add_argument("--json", action="store_true", help="print the plan (with its manifest) as JSON")
-    parser.set_defaults(handler=handle)
+
+
+def geometry_from(args: argparse.Namespace) -> TransferGeometry:
+    return TransferGeometry(size_argument("--max-transfer", args.max_transfer), size_argument("--align", args.align),
+                            size_argument("--store-header-bytes", args.store_header_bytes))
 
 
 def size_argument(flag: str, value: str) -> int:
@@ -54,9 +64,7 @@ def handle(args: argparse.Namespace) -> int:
     if not args.model and not args.config:
         raise SpecError("give a model (--model NAME) or a config file (--config config.json)")
     model = resolve_model(args.model or "", args.dtype, args.tp, config=args.config)
-    geometry = TransferGeometry(size_argument("--max-transfer", args.max_transfer),
-                                size_argument("--align", args.align),
-                                size_argument("--store-header-bytes", args.store_header_bytes))
+    geometry = geometry_from(args)
     manifest = build_manifest(model, geometry, args.chunk_tokens, tokens=args.tokens, num_chunks=args.num_chunks)
     summary = summarize(manifest, args.prefill_tokens_per_sec)
     if args.record:

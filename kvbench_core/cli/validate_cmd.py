@@ -1,4 +1,4 @@
-"""``kvbench validate``: score a measured command trace against a kvio plan or manifest."""
+"""``kvbench validate``: score a measured command trace against a kvio plan, or LMCache's semantic trace."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import argparse
 from typing import Any
 
 from kvbench_core.cli.console import console, set_report_handler
+from kvbench_core.cli.plan_cmd import add_geometry_arguments, geometry_from
 from kvbench_core.kvio.manifest import Manifest
-from kvbench_core.kvio.validate import MISMATCH_EXAMPLES, read_trace, validate
+from kvbench_core.kvio.semantic import read_semantic
+from kvbench_core.kvio.validate import MISMATCH_EXAMPLES, read_trace, validate, validate_expected
 
 SHOWN_MISMATCHES = 5
 
@@ -15,16 +17,27 @@ SHOWN_MISMATCHES = 5
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("validate", help="score a measured I/O trace against a kvio plan "
                                    "(exact-match, WAPE, size-distribution TV)")
-    parser.add_argument("--plan", required=True, help="manifest (`kvbench plan --record`) or plan JSON (`--json`)")
+    expected = parser.add_mutually_exclusive_group(required=True)
+    expected.add_argument("--plan", help="manifest (`kvbench plan --record`) or plan JSON (`--json`)")
+    expected.add_argument("--semantic", help="LMCache's semantic trace (LMCACHE_KVIO_TRACE JSONL): validate against "
+                                             "what the engine meant to store/load, split by the geometry flags")
     parser.add_argument("--measured", required=True,
                         help="JSONL trace: `kvbench replay --io-log` or the eBPF nvme_uring_cmd_monitor")
     parser.add_argument("--lba-bytes", type=int,
                         help="recompute tracer bytes as nlb × this (when the capture's --lba-size was wrong)")
+    add_geometry_arguments(parser)
+    parser.epilog = "The geometry flags apply to --semantic; a plan carries the geometry it was made with."
     set_report_handler(parser, build, render, "validation report")
 
 
 def build(args: argparse.Namespace) -> dict[str, Any]:
-    report = validate(Manifest.read(args.plan), read_trace(args.measured, args.lba_bytes))
+    measured = read_trace(args.measured, args.lba_bytes)
+    if args.semantic:
+        semantic = read_semantic(args.semantic, geometry_from(args))
+        report = validate_expected(semantic.expected, measured, source="semantic trace")
+        return {"semantic": args.semantic, "measured": args.measured, **report,
+                "components_bytes": dict(semantic.components)}
+    report = validate(Manifest.read(args.plan), measured)
     return {"plan": args.plan, "measured": args.measured, **report}
 
 
@@ -41,6 +54,11 @@ def render(report: dict[str, Any]) -> None:
     out.print(_line(f"[bold]all ({', '.join(report['ops_scored'])})[/bold]", report))
     for op, scores in report["by_op"].items():
         out.print(_line(f"  {op}", scores))
+    for part, scores in report.get("by_part", {}).items():
+        out.print(_line(f"  part {part}", scores))
+    if report.get("components_bytes"):
+        out.print("stored components: " + ", ".join(f"{name} {size:,} B"
+                                                    for name, size in sorted(report["components_bytes"].items())))
     foreign = report["unattributed"]
     if foreign["commands"]:
         out.print(f"unattributed: {foreign['commands']:,} commands, {foreign['bytes']:,} B from "

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -171,12 +172,36 @@ def _scores(units: list[tuple[Counter[int], Counter[int]]], extra_measured: Coun
     }
 
 
+@dataclass(frozen=True)
+class Expected:
+    """What one (object, op) should put on the wire: its planned command sizes, and which KV part it is."""
+
+    key: str
+    trace_id: int
+    op: str
+    planned: Counter[int]
+    part: str | None = None
+
+
+def expected_from_manifest(manifest: Manifest, ops: Iterable[str] = OPS) -> list[Expected]:
+    """Every object of the plan in every op."""
+    return [Expected(obj.key, manifest.trace_ids[obj.key], op, manifest.geometry.commands(op, obj.nbytes))
+            for obj in manifest.objects for op in ops]
+
+
 def validate(manifest: Manifest, trace: MeasuredTrace) -> dict[str, Any]:
     """The fidelity report of ``trace`` against ``manifest`` (overall and per op)."""
-    known = {manifest.trace_ids[obj.key]: obj for obj in manifest.objects}
+    return validate_expected(expected_from_manifest(manifest), trace, source="plan")
+
+
+def validate_expected(expected: list[Expected], trace: MeasuredTrace, *, source: str) -> dict[str, Any]:
+    """The fidelity report of ``trace`` against ``expected`` units (overall, per op, per KV part).
+
+    An op is scored only if the trace holds commands of it (a load-only capture scores loads)."""
     ops = [op for op in OPS if any(key_op == op for _, key_op in trace.commands)]
     if not ops:
         raise InputFileError("the measured trace holds no tagged store or load commands to validate")
+    known = {unit.trace_id for unit in expected}
     unattributed: dict[str, Counter[int]] = {op: Counter() for op in OPS}
     foreign_ids = set()
     for (trace_id, op), commands in trace.commands.items():
@@ -184,21 +209,24 @@ def validate(manifest: Manifest, trace: MeasuredTrace) -> dict[str, Any]:
             unattributed[op].update(commands)
             foreign_ids.add(trace_id)
     if foreign_ids and len(foreign_ids) == len({trace_id for trace_id, _ in trace.commands}):
-        raise InputFileError(f"none of the trace's {len(foreign_ids)} trace ids is in the plan: is the plan the "
-                             "one this I/O was recorded against (same model, keys and seed)?")
+        raise InputFileError(f"none of the trace's {len(foreign_ids)} trace ids is in the {source}: is it the "
+                             f"{source} this I/O was recorded against (same model, keys and seed)?")
     units: dict[str, list[tuple[Counter[int], Counter[int]]]] = {op: [] for op in ops}
+    parts: dict[str, list[tuple[Counter[int], Counter[int]]]] = defaultdict(list)
     mismatches: list[dict[str, Any]] = []
-    for trace_id, obj in known.items():
-        for op in ops:
-            planned = manifest.geometry.commands(op, obj.nbytes)
-            measured = trace.commands.get((trace_id, op), Counter())
-            units[op].append((planned, measured))
-            if planned != measured and len(mismatches) < MISMATCH_EXAMPLES:
-                mismatches.append({"key": obj.key, "trace_id": trace_id, "op": op,
-                                   "planned": {str(s): n for s, n in sorted(planned.items())},
-                                   "measured": {str(s): n for s, n in sorted(measured.items())}})
+    for unit in expected:
+        if unit.op not in units:
+            continue
+        measured = trace.commands.get((unit.trace_id, unit.op), Counter())
+        units[unit.op].append((unit.planned, measured))
+        if unit.part is not None:
+            parts[unit.part].append((unit.planned, measured))
+        if unit.planned != measured and len(mismatches) < MISMATCH_EXAMPLES:
+            mismatches.append({"key": unit.key, "trace_id": unit.trace_id, "op": unit.op,
+                               "planned": {str(s): n for s, n in sorted(unit.planned.items())},
+                               "measured": {str(s): n for s, n in sorted(measured.items())}})
     all_units = [unit for op in ops for unit in units[op]]
-    return {
+    report = {
         "format": FORMAT, "version": VERSION, "ops_scored": ops, "objects": len(known),
         **_scores(all_units, sum((unattributed[op] for op in ops), Counter())),
         "by_op": {op: _scores(units[op], unattributed[op]) for op in ops},
@@ -210,3 +238,6 @@ def validate(manifest: Manifest, trace: MeasuredTrace) -> dict[str, Any]:
         "truncated_last_line": trace.truncated_last_line,
         "mismatches": mismatches,
     }
+    if parts:  # K/V attribution: only a semantic source says which part an object is
+        report["by_part"] = {part: _scores(pairs, Counter()) for part, pairs in sorted(parts.items())}
+    return report
