@@ -4,7 +4,9 @@ kvbench's own I/O log and the eBPF NVMe tracer's JSONL."""
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -15,7 +17,8 @@ from kvbench_core.iolog import IOLog
 from kvbench_core.kvio.commands import TransferGeometry
 from kvbench_core.kvio.manifest import Manifest
 from kvbench_core.kvio.plan import build_manifest
-from kvbench_core.kvio.validate import read_trace, tv_distance, validate
+from kvbench_core.kvio.semantic import read_semantic
+from kvbench_core.kvio.validate import read_trace, tv_distance, validate, validate_expected
 
 KiB = 1 << 10
 
@@ -137,18 +140,30 @@ def test_a_load_only_capture_scores_loads_only(tmp_path, manifest):
     assert report["exact_match"] == {"matched": 4, "total": 4, "fraction": 1.0}
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    ('{"trace_id": 1, "op": "read", "offset": 0}\n{}\n', "line 1: field 'bytes' is missing"),
-    ('not json\n{"a": 1}\n', "line 1: invalid JSON"),
-    ('{"event_type": "nvme_cmd", "op_name": "read", "bytes": 4096}\n', "line 1: field 'user_data' is missing"),
-    ('{"trace_id": 1, "op": "trim", "offset": 0, "bytes": 1}\n', "field 'op' must be write or read"),
-    ('[1, 2]\n', "line 1: expected a JSON object"),
+def _semantic(path: str) -> Any:
+    return read_semantic(path, TransferGeometry())
+
+
+@pytest.mark.parametrize(("reader", "content", "message"), [
+    (read_trace, '{"trace_id": 1, "op": "read", "offset": 0}\n{}\n', "line 1: field 'bytes' is missing"),
+    (read_trace, 'not json\n{"a": 1}\n', "line 1: invalid JSON"),
+    (read_trace, '{"event_type": "nvme_cmd", "op_name": "read", "bytes": 4096}\n',
+     "line 1: field 'user_data' is missing"),
+    (read_trace, '{"trace_id": 1, "op": "trim", "offset": 0, "bytes": 1}\n', "field 'op' must be write or read"),
+    (read_trace, '[1, 2]\n', "line 1: expected a JSON object"),
+    # LMCache's semantic trace
+    (_semantic, '{"trace_id": 1, "op": "store", "bytes": -1}\n',
+     "line 1: bytes must be a non-negative integer, got -1"),
+    (_semantic, '{"trace_id": "x1", "op": "store", "bytes": 4}\n', "line 1: trace_id must be an integer, got 'x1'"),
+    (_semantic, '{"op": "load", "bytes": 4}\n', "line 1: trace_id must be a positive integer, got None"),
+    (_semantic, "{nope\n", "line 1: invalid JSON"),
+    (_semantic, '{"event": "clock"}\n', "no semantic store/load records"),
 ])
-def test_malformed_traces_name_the_line_and_field(tmp_path, content, message):
+def test_malformed_inputs_name_the_line_and_field(tmp_path, reader, content, message):
     path = tmp_path / "trace.jsonl"
     path.write_text(content)
-    with pytest.raises(InputFileError, match=message):
-        read_trace(str(path))
+    with pytest.raises(InputFileError, match=re.escape(message)):
+        reader(str(path))
 
 
 def test_a_trace_without_tagged_commands_cannot_be_scored(tmp_path, manifest):
@@ -213,10 +228,6 @@ def test_a_faithful_capture_matches_the_semantic_trace_per_kv_part(tmp_path, cap
 
 
 def test_a_semantic_store_the_wire_split_differently_is_caught(tmp_path, manifest):
-    from kvbench_core.kvio.commands import TransferGeometry
-    from kvbench_core.kvio.semantic import read_semantic
-    from kvbench_core.kvio.validate import validate_expected
-
     semantic = tmp_path / "sem.jsonl"
     semantic.write_text("\n".join(_semantic_lines(manifest)) + "\n")
     measured = tmp_path / "nvme.jsonl"
@@ -225,20 +236,3 @@ def test_a_semantic_store_the_wire_split_differently_is_caught(tmp_path, manifes
     trace = read_semantic(str(semantic), TransferGeometry(max_transfer=64 * KiB))
     report = validate_expected(trace.expected, read_trace(str(measured)), source="semantic trace")
     assert report["exact_match"]["fraction"] == 0.0 and report["tv_distance"] > 0.5
-
-
-@pytest.mark.parametrize(("content", "message"), [
-    ('{"trace_id": 1, "op": "store", "bytes": -1}\n', "line 1: bytes must be a non-negative integer, got -1"),
-    ('{"trace_id": "x1", "op": "store", "bytes": 4}\n', "line 1: trace_id must be an integer, got 'x1'"),
-    ('{"op": "load", "bytes": 4}\n', "line 1: trace_id must be a positive integer, got None"),
-    ("{nope\n", "line 1: invalid JSON"),
-    ('{"event": "clock"}\n', "no semantic store/load records"),
-])
-def test_malformed_semantic_traces_name_the_line_and_field(tmp_path, content, message):
-    from kvbench_core.kvio.commands import TransferGeometry
-    from kvbench_core.kvio.semantic import read_semantic
-
-    path = tmp_path / "sem.jsonl"
-    path.write_text(content)
-    with pytest.raises(InputFileError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        read_semantic(str(path), TransferGeometry())
