@@ -28,6 +28,7 @@ def test_run_writes_a_result_and_prints_its_path(write_spec: Any, tmp_path: Path
     out = capsys.readouterr().out
     assert out.startswith("t [completed] request count reached\n")
     assert out.endswith(f"result: {path}\n")
+    assert "\n  QoS service p95 / SLA: " in out  # each class's verdict, judged on service latency
     result = json.loads(path.read_text())
     assert result["run"]["status"] == "completed"
     assert result["spec"]["as_written"]["workload"]["users"] == 2  # the override is part of the spec it carries

@@ -66,6 +66,11 @@ def summarize(result: dict[str, Any]) -> str:
                      f"{_fmt(head['avg_throughput_tokens_per_sec'])} tok/s wall-clock, "
                      f"e2e p95 {_fmt(head['end_to_end_latency_p95_ms'])} ms, "
                      f"cache hit rate {_fmt(head['cache_hit_rate'])}")
+        verdicts = [f"{name} {_fmt(c['service_latency_ms']['p95'])}/{_fmt(c['sla_p95_ms'])} ms "
+                    f"{'met' if c['sla_met'] else 'MISSED'}"
+                    for name, c in (metrics.get("qos") or {}).items() if c["requests"] and "service_latency_ms" in c]
+        if verdicts:
+            lines.append(f"  QoS service p95 / SLA: {', '.join(verdicts)}")
         for name, tier in metrics["tiers"].items():
             read, write = tier["read"], tier["write"]
             lines.append(
