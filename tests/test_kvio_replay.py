@@ -107,10 +107,13 @@ def test_a_store_header_the_tier_does_not_write_fails_validation(tmp_path):
     manifest = _manifest(header=4096)
     log = tmp_path / "io.jsonl"
     tier = {"backend": "nvme", "options": {"path": str(tmp_path / "kv"), "direct": True}}
-    replay(manifest, tier, ReplaySettings(io_log=str(log)))
+    replayed = replay(manifest, tier, ReplaySettings(io_log=str(log)))
     report = validate(manifest, read_trace(str(log)))
     assert report["by_op"]["load"]["exact_match"]["fraction"] == 1.0
     assert report["by_op"]["store"]["exact_match"]["matched"] == 0
+    # ... and the replay said so beforehand, with what to do about it
+    assert any("4096 B header op before each store" in w and "--store-header-bytes 0" in w
+               for w in replayed["warnings"]), replayed["warnings"]
 
 
 def test_tier_argument_inline_or_from_a_spec(tmp_path):

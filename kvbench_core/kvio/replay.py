@@ -170,6 +170,11 @@ def replay(manifest: Manifest, tier: dict[str, Any], settings: ReplaySettings, *
         if not cls.volatile and backend.transfer_size != manifest.geometry.max_transfer:
             warnings.append(f"the tier moves {backend.transfer_size} B per command but the manifest's max transfer "
                             f"is {manifest.geometry.max_transfer} B: its commands will not match the plan")
+        if log and not cls.volatile and manifest.geometry.store_header_bytes:
+            # kvbench's tiers store the payload alone; LMCache raw_block writes a header block first
+            warnings.append(f"the plan expects a {manifest.geometry.store_header_bytes} B header op before each "
+                            f"store, which the {tier['backend']} tier does not write: `kvbench validate` will "
+                            "find every store one command short (plan with --store-header-bytes 0)")
         backend.open()
         try:
             report = _run_passes(backend, manifest, settings, gate, breakeven)
