@@ -131,6 +131,13 @@ def test_tracer_bytes_can_be_recomputed_from_nlb_and_hex_user_data_is_read(tmp_p
     assert (fixed["exact_match"]["fraction"], fixed["wape"]) == (1.0, 0.0)
 
 
+def test_a_zero_block_size_is_refused(tmp_path, manifest):
+    from kvbench_core.errors import SpecError
+
+    with pytest.raises(SpecError, match="--lba-bytes: expected the capture's logical block size"):
+        read_trace(_log(tmp_path / "io.jsonl", manifest), lba_bytes=0)
+
+
 def test_a_load_only_capture_scores_loads_only(tmp_path, manifest):
     lines = [line for line in _tracer_lines(manifest) if '"op_name": "read"' in line]
     path = tmp_path / "loads.jsonl"

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvbench_core.errors import InputFileError
+from kvbench_core.errors import InputFileError, SpecError
 from kvbench_core.kvio.commands import OPS, log2_histogram, total_bytes
 from kvbench_core.kvio.manifest import Manifest
 
@@ -96,6 +96,8 @@ def read_trace(path: str, lba_bytes: int | None = None) -> MeasuredTrace:
     """Parse a kvbench I/O log or an NVMe tracer JSONL.  ``lba_bytes`` recomputes tracer bytes as
     ``nlb × lba_bytes`` when the capture's ``--lba-size`` was wrong.  A truncated last line (a
     capture stopped mid-write) is tolerated; any other malformed line is an error naming it."""
+    if lba_bytes is not None and lba_bytes < 1:
+        raise SpecError(f"--lba-bytes: expected the capture's logical block size (e.g. 512 or 4096), got {lba_bytes}")
     trace = MeasuredTrace()
     try:
         with open(path, encoding="utf-8") as handle:
