@@ -186,6 +186,8 @@ def test_command_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixtu
     path = write_result(tmp_path, make_result(write=op(1, MiB, 1)))
     assert main(["fio", str(path), "--size", "lots"]) == 2
     assert "expected a size" in capsys.readouterr().err
+    assert main(["fio", str(path), "--size", "0"]) == 2
+    assert "--size must be more than 0 bytes" in capsys.readouterr().err
 
 
 @needs_fio

@@ -31,6 +31,8 @@ def handle(args: argparse.Namespace) -> int:
         runtime = parse_duration(args.runtime) if args.runtime is not None else None
     except ValueError as error:
         raise SpecError(f"kvbench fio: {error}") from None
+    if size == 0:
+        raise SpecError("kvbench fio: --size must be more than 0 bytes (the span fio spreads its I/O over)")
     job = distill(read_result(args.result), source=args.source, size=size, directory=args.directory,
                   runtime_s=None if runtime is None else max(1, round(runtime)))
     sys.stdout.write(job)
