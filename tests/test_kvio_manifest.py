@@ -94,6 +94,13 @@ def test_unreadable_manifests_are_clear(tmp_path):
     (tmp_path / "bad.json").write_text('{"format": "kvbench-kvio-manifest",\n')
     with pytest.raises(InputFileError, match="line 2: invalid JSON"):
         Manifest.read(str(tmp_path / "bad.json"))
+    # the wrong kind of file, given by mistake: say what it is and where it goes
+    (tmp_path / "io.jsonl").write_text('{"trace_id": 1, "op": "write"}\n{"trace_id": 1, "op": "read"}\n')
+    with pytest.raises(InputFileError, match="a JSONL trace .* goes to --measured"):
+        Manifest.read(str(tmp_path / "io.jsonl"))
+    (tmp_path / "result.json").write_text('{"kvbench_result": 1, "run": {}}')
+    with pytest.raises(InputFileError, match="a kvbench result, not a kvio manifest"):
+        Manifest.read(str(tmp_path / "result.json"))
 
 
 def test_a_plan_json_is_read_through_its_embedded_manifest(tmp_path):

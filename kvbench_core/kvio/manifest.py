@@ -168,5 +168,14 @@ class Manifest:
     @classmethod
     def read(cls, path: str) -> Manifest:
         """A manifest file, or the manifest embedded in a ``kvbench plan --json`` output."""
-        data, text = read_json_text(path, "manifest")
+        try:
+            data, text = read_json_text(path, "manifest")
+        except InputFileError as error:
+            if "line 2: invalid JSON: Extra data" in str(error):  # one JSON object per line: a trace
+                raise InputFileError(f"{path}: a JSONL trace (one record per line), not a kvio manifest; "
+                                     "a measured trace goes to --measured") from None
+            raise
+        if isinstance(data, dict) and "kvbench_result" in data:
+            raise InputFileError(f"{path}: a kvbench result, not a kvio manifest; make one with "
+                                 "`kvbench plan --record MANIFEST`") from None
         return cls.from_dict(data, path, text)
