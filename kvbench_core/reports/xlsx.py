@@ -190,9 +190,16 @@ def _tiers_sheet(book: _Book, tiers: dict[str, Any]) -> None:
 
 
 def _qos_sheet(book: _Book, qos: dict[str, Any]) -> None:
-    headers = ["class", "priority", "requests", "p50 ms", "p95 ms", "p99 ms", "SLA p95 ms", "SLA p99 ms", "SLA met"]
-    rows = [[name, q["priority"], q["requests"], q["latency_ms"]["p50"], q["latency_ms"]["p95"],
-             q["latency_ms"]["p99"], q["sla_p95_ms"], q["sla_p99_ms"], q["sla_met"]] for name, q in qos.items()]
+    """The SLA verdict beside the latency it judges (service: until the storage work is done), with the
+    end-to-end latency (generation pacing included) for reference.  Results older than the service
+    latency judged end to end, so their e2e figures stand in."""
+    headers = ["class", "priority", "requests", "service p50 ms", "service p95 ms", "service p99 ms", "SLA p95 ms",
+               "SLA p99 ms", "SLA met", "e2e p95 ms", "e2e p99 ms"]
+    rows = []
+    for name, q in qos.items():
+        service = q.get("service_latency_ms") or q["latency_ms"]
+        rows.append([name, q["priority"], q["requests"], service["p50"], service["p95"], service["p99"],
+                     q["sla_p95_ms"], q["sla_p99_ms"], q["sla_met"], q["latency_ms"]["p95"], q["latency_ms"]["p99"]])
     book.table("QoS", headers, rows)
 
 
