@@ -273,9 +273,11 @@ class Runner:
                     events.push(time.perf_counter(), "failed", request)
                 else:
                     served = time.perf_counter()  # storage work done: the service latency ends here
-                    generation = request.generate_tokens * generation_s_per_token
-                    events.push(served + generation, "complete",
-                                (request, enqueued, started - enqueued, served - enqueued, outcome))
+                    # ... and the response ends after the simulated generation: that instant, not when the
+                    # scheduler gets to the event (up to one wait later, or after the drain), ends e2e.
+                    finished = served + request.generate_tokens * generation_s_per_token
+                    events.push(finished, "complete",
+                                (request, started - enqueued, served - enqueued, finished - enqueued, outcome))
                 # Decrement only after the completion event exists, so "nothing in flight" is never seen early.
                 with self._lock:
                     self._inflight -= 1
@@ -318,6 +320,7 @@ class Runner:
                 now = time.perf_counter()
                 measuring = True
                 telemetry.start_measuring()
+                next_tick = now + interval  # intervals of the measured window start with it
                 state.measure_start = now
                 state.measure_start_wall = time.time()
                 next_scale = now + autoscaler.interval_s if autoscaler else None
@@ -386,6 +389,8 @@ class Runner:
             if kind in ("complete", "failed") and payload is not None:
                 state.unfinished_requests += 1
         if measuring:
+            # The last, partial interval and the drain get their point too: the series covers the window.
+            telemetry.close_interval(len(active_users), {"occupancy": self.cache.occupancy(), "queue": 0})
             telemetry.stop_measuring()
             state.measure_end = now
             state.measure_end_wall = time.time()
@@ -408,9 +413,9 @@ class Runner:
             # A failed request (on_error: count) is finished too, so a failing tier cannot run forever.
             self._completed_in_window += 1
             if kind == "complete":
-                _, enqueued, queue_wait, service, outcome = payload
+                _, queue_wait, service, end_to_end, outcome = payload
                 self.state.telemetry.record_request(
-                    request.qos, now - enqueued, service, queue_wait, outcome.storage_s, request.context_tokens,
+                    request.qos, end_to_end, service, queue_wait, outcome.storage_s, request.context_tokens,
                     request.generate_tokens, outcome.decode_tokens_read)
         if not self.state.source.open_loop and request.user_id in active_users:
             events.push(now + request.think_s, "issue", request.user_id)

@@ -302,6 +302,14 @@ def test_qos_slas_judge_the_service_latency_not_the_generation_pacing(probe: typ
     assert any(verdict["sla_met"] for verdict in qos.values())
 
 
+def test_without_generation_pacing_end_to_end_is_the_service_latency(probe: type[Probe], run_spec: Any) -> None:
+    """A response ends when its storage work does, not when the scheduler (or the drain) gets round to it."""
+    workload = {"users": 4, "max_inflight": 2, "generation": "none"}
+    _, result = run_spec(probe_spec(requests=12, workload=workload))
+    histograms = result["metrics"]["histograms"]
+    assert histograms["end_to_end_by_qos"] == histograms["service_by_qos"]
+
+
 def test_open_loop_arrivals_do_not_wait_for_completions(probe: type[Probe], run_spec: Any) -> None:
     arrival = {"process": "poisson", "rate": 400}
     spec = probe_spec(0.02, duration=0.5, workload={"users": 1, "max_inflight": 1, "options": {"arrival": arrival}})
@@ -336,3 +344,14 @@ def test_a_storage_error_stops_the_run_with_its_cause(probe: type[Probe], run_sp
     del spec["requests"]
     state, result = run_spec(spec)
     assert state.status == "completed" and result["metrics"]["requests"]["failed"] > 0
+
+
+def test_the_timeseries_covers_the_measured_window_to_its_end(probe: type[Probe], run_spec: Any) -> None:
+    spec = probe_spec(0.02, duration=1.3, workload={"users": 2, "max_inflight": 1}, output={"interval": 0.5})
+    del spec["requests"]
+    _, result = run_spec(spec)
+    series = result["timeseries"]
+    assert all(point["interval_s"] > 0 for point in series)
+    assert sum(point["interval_s"] for point in series) == pytest.approx(result["metrics"]["window"]["measured_s"],
+                                                                          abs=0.05)
+    assert sum(point["requests"] for point in series) == result["metrics"]["requests"]["completed"]
