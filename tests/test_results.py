@@ -109,6 +109,16 @@ def test_the_declaration_states_the_working_set_prefix_lengths_and_cache_state(t
     assert tiers["cache_state"]["value"] == "cold"  # no warm-up, no pre-population
 
 
+def test_spec_declare_knows_exactly_the_fields_a_run_detects(two_tier_run: Any) -> None:
+    """`kvbench spec declare` tells users what they need not declare; it must match what runs fill in."""
+    from kvbench_core.cli.spec_cmd import DETECTED_AT_RUN
+
+    _, result, _ = two_tier_run
+    detected = {f"{section}.{name}" for section, fields in result["declaration"].items()
+                for name, field in fields.items() if field["source"] == "detected"}
+    assert detected == DETECTED_AT_RUN
+
+
 def test_tier_bandwidth_is_bytes_over_that_tiers_active_window(two_tier_run: Any) -> None:
     _, result, _ = two_tier_run
     for tier in result["metrics"]["tiers"].values():

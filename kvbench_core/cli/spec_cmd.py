@@ -11,9 +11,10 @@ from kvbench_core.spec import full_schema, load_spec
 #: Declaration fields a run fills in itself (from backends, the workload and the machine).
 DETECTED_AT_RUN = {
     "tiers.topology", "tiers.capacities", "tiers.eviction_policy", "tiers.admission_policy",
-    "tiers.promotion_policy", "tiers.cache_state", "access.per_tier", "access.queue_depth",
+    "tiers.promotion_policy", "tiers.cache_state", "tiers.working_set_vs_tier", "access.per_tier", "access.queue_depth",
     "access.scheduler_integration", "access.preloading", "tensor.kv_dtype", "tensor.codec", "tensor.lossless",
     "workload.input_length_mean", "workload.input_length_p99", "workload.prefix_reuse_rate",
+    "workload.prefix_length_distribution",
     "workload.concurrency", "workload.arrival_process", "workload.warmup",
 }
 
