@@ -74,15 +74,19 @@ class RequestExecutor:
         decode_tokens = 0
         phase = derive_phase(request)
         if phase in (Phase.PREFILL_DECODE, Phase.DECODE):
-            key = request.decode_key or (request.write.key if request.write else None)
-            if key is not None:
-                for _ in range(decode_read_count(request.generate_tokens, self.decode_batch)):
-                    self.telemetry.count("decode_reads")
+            keys = request.decode_keys or ((request.write.key,) if request.write else ())
+            for _ in range(decode_read_count(request.generate_tokens, self.decode_batch) if keys else 0):
+                self.telemetry.count("decode_reads")
+                read_all = True
+                for key in keys:
                     size = self.cache.entry_size(key)
                     if size is None or self._read(key) is None:
-                        self.telemetry.count("decode_misses")
+                        read_all = False
                         break
-                    decode_tokens += size // bpt
+                    decode_tokens += size // bpt  # what was read counts, even in a step cut short
+                if not read_all:
+                    self.telemetry.count("decode_misses")
+                    break
         return StepOutcome(time.perf_counter() - start, decode_tokens)
 
 

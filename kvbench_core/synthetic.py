@@ -206,7 +206,7 @@ class SyntheticSource(WorkloadSource):
             slot = int(state.rng.integers(0, DECODE_ONLY_ENTRIES_PER_USER))
             key = f"pre_u{user_id}_{slot}"
             return Request(user_id, state.seq, state.qos, state.preload_tokens(slot), generate,
-                           decode_key=key, phase=Phase.DECODE, arrival_s=arrival, think_s=think,
+                           decode_keys=(key,), phase=Phase.DECODE, arrival_s=arrival, think_s=think,
                            tags={"profile": state.profile})
         phase = Phase.PREFILL if self.context.mode == "prefill-only" else None
         reads: list[Read] = []
@@ -218,6 +218,7 @@ class SyntheticSource(WorkloadSource):
             context = conversation.context_tokens + new_tokens
             key = f"{conversation.conv_id}_turn_{conversation.turn + 1}"
             write_tokens = context  # the whole grown context, not only the new tokens (see the module doc)
+            decode_keys: tuple[str, ...] = ()  # ... so this turn's own entry is its whole KV
             conv_id = conversation.conv_id
             conversation.turn += 1
         else:
@@ -243,12 +244,14 @@ class SyntheticSource(WorkloadSource):
             conv_id = f"u{user_id}_c{state.conversations}"
             key = f"{conv_id}_turn_1"
             conversation = _Conversation(conv_id, 1, context, key, write_tokens)
+            # the context is the shared prefix + the RAG chunks + what this request writes: decode reads them all
+            decode_keys = (*(read.key for read in reads), key) if reads else ()
         conversation.context_tokens = context
         conversation.last_key, conversation.last_tokens = key, write_tokens
         self._remember(state, conversation)
         return Request(user_id, state.seq, state.qos, context, generate, reads=tuple(reads),
-                       write=Write(key, write_tokens), phase=phase, arrival_s=arrival, think_s=think,
-                       conversation=conv_id, tags=tags)
+                       write=Write(key, write_tokens), decode_keys=decode_keys, phase=phase, arrival_s=arrival,
+                       think_s=think, conversation=conv_id, tags=tags)
 
     def _continue_conversation(self, state: _UserState) -> _Conversation | None:
         """The user's live conversation if it goes on for another turn, else None (start a new one)."""

@@ -73,7 +73,9 @@ class Request:
     generate_tokens: int
     reads: tuple[Read, ...] = ()
     write: Write | None = None
-    decode_key: str | None = None  # entry the decode reads hit; default: the prefill write's key
+    # The entries holding the request's KV (its whole context): each decode read reads all of them, as the
+    # seed's decode re-reads the request's cache.  () = the prefill write's entry alone.
+    decode_keys: tuple[str, ...] = ()
     phase: Phase | None = None  # None: derived from context length (seed §3.1)
     arrival_s: float | None = None  # open loop / replay: issue at this offset from the window start
     think_s: float = 0.0  # closed loop: the user's pause after this request completes

@@ -56,7 +56,7 @@ def test_a_decode_phase_request_only_reads() -> None:
     executor = memory_executor()
     executor.cache.put("pre", 50 * 1024)
     executor.telemetry.start_measuring()
-    outcome = executor.execute(Request(0, 1, "batch", context_tokens=50, generate_tokens=64, decode_key="pre",
+    outcome = executor.execute(Request(0, 1, "batch", context_tokens=50, generate_tokens=64, decode_keys=("pre",),
                                        phase=Phase.DECODE))
     tier = executor.telemetry.tiers["dram"]
     assert (tier["write"].ops, tier["read"].ops, outcome.decode_tokens_read) == (0, 2, 100)
@@ -64,7 +64,7 @@ def test_a_decode_phase_request_only_reads() -> None:
 
 def test_a_decode_miss_ends_the_decode_reads() -> None:
     executor = memory_executor()
-    outcome = executor.execute(Request(0, 1, "batch", context_tokens=50, generate_tokens=500, decode_key="gone",
+    outcome = executor.execute(Request(0, 1, "batch", context_tokens=50, generate_tokens=500, decode_keys=("gone",),
                                        phase=Phase.DECODE))
     counters = executor.telemetry.counters
     assert (counters["decode_reads"], counters["decode_misses"], outcome.decode_tokens_read) == (1, 1, 0)

@@ -199,6 +199,15 @@ def prefix_source(users: int = 2) -> SyntheticSource:
                   multi_turn={"enabled": False}, **SMALL)
 
 
+def test_decode_reads_the_shared_prefix_too_so_it_covers_the_whole_context() -> None:
+    request = prefix_source().next_request(0)
+    (prefix,) = request.reads
+    assert request.decode_keys == (prefix.key, request.write.key)
+    assert prefix.tokens + request.write.tokens == request.context_tokens
+    outcome = memory_executor(bytes_per_token=BPT).execute(request)  # the prefix is stored on its first miss
+    assert outcome.decode_tokens_read == decode_read_count(request.generate_tokens, 32) * request.context_tokens
+
+
 def test_shared_system_prompts_are_keyed_by_content_hash() -> None:
     request = prefix_source().next_request(0)
     digest = hashlib.sha256(SYSTEM_PROMPTS[0].encode()).hexdigest()[:16]
@@ -252,8 +261,8 @@ def test_a_rag_query_loads_top_k_chunks_before_its_prefill() -> None:
     assert (counters["rag_reads"], counters["rag_hits"]) == (4, 4)
     reads = executor.telemetry.tiers["dram"]["read"]
     decode_reads = counters["decode_reads"]
-    assert reads.ops == 4 + decode_reads  # the burst, then decode
-    assert reads.bytes == 4 * 16 * BPT + decode_reads * request.write.tokens * BPT
+    assert reads.ops == 4 + decode_reads * 5  # the burst, then decode steps over chunks + own entry
+    assert reads.bytes == 4 * 16 * BPT + decode_reads * request.context_tokens * BPT  # each step: the whole KV
 
 
 # -- modes ---------------------------------------------------------------------------------------------------
@@ -280,8 +289,9 @@ def test_decode_only_reads_pre_populated_entries() -> None:
     for _ in range(5):
         for r in first_requests(src, 3):
             assert r.write is None and r.reads == () and r.phase is Phase.DECODE
-            assert r.decode_key in keys
-            assert r.context_tokens == next(w.tokens for w in preload if w.key == r.decode_key)
+            (key,) = r.decode_keys
+            assert key in keys
+            assert r.context_tokens == next(w.tokens for w in preload if w.key == key)
 
 
 def tier_ops(result: dict[str, Any], op: str) -> int:
@@ -370,7 +380,7 @@ def stream(src: SyntheticSource, order: list[int]) -> dict[int, list[tuple[Any, 
         r = src.next_request(user)
         out.setdefault(user, []).append((r.qos, r.context_tokens, r.generate_tokens, r.think_s, r.phase,
                                          tuple((x.key, x.kind, x.tokens) for x in r.reads),
-                                         (r.write.key, r.write.tokens) if r.write else None, r.decode_key))
+                                         (r.write.key, r.write.tokens) if r.write else None, r.decode_keys))
     return out
 
 

@@ -56,7 +56,11 @@ class KVPlan:
 
     reads: tuple[Read, ...]
     write: Write | None
-    decode_key: str | None  # where decode reads go when the request writes nothing itself
+
+    @property
+    def decode_keys(self) -> tuple[str, ...]:
+        """The request's whole context: what it read plus what it wrote (they add up to its tokens)."""
+        return tuple(read.key for read in self.reads) + ((self.write.key,) if self.write else ())
 
 
 class Conversation:
@@ -85,9 +89,9 @@ class Conversation:
         del self._stored[len(reads):]  # a shorter context branches here; later turns follow the branch
         new = entry.input_tokens - covered
         if new == 0:
-            return KVPlan(tuple(reads), None, reads[-1].key if reads else None)
+            return KVPlan(tuple(reads), None)
         self._stored.append((key, new))
-        return KVPlan(tuple(reads), Write(key, new), None)
+        return KVPlan(tuple(reads), Write(key, new))
 
 
 def _prefix_plan(entry: TraceEntry, key: str) -> KVPlan:
@@ -97,5 +101,5 @@ def _prefix_plan(entry: TraceEntry, key: str) -> KVPlan:
     )
     rest = entry.input_tokens - sum(tokens for _, tokens in entry.blocks)
     if rest > 0:
-        return KVPlan(reads, Write(key, rest), None)
-    return KVPlan(reads, None, reads[-1].key)
+        return KVPlan(reads, Write(key, rest))
+    return KVPlan(reads, None)

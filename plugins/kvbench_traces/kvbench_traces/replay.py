@@ -122,7 +122,7 @@ class TraceSource(WorkloadSource):
             generate_tokens=entry.output_tokens,
             reads=plan.reads,
             write=plan.write,
-            decode_key=plan.decode_key,
+            decode_keys=plan.decode_keys,
             conversation=conversation.name,
             tags={"trace": entry.origin},
             **timing,

@@ -71,6 +71,9 @@ def test_v3_turns_read_only_entries_their_session_stored_and_cover_the_context_e
             assert read.key.startswith(f"{request.conversation}_turn_")
         written = request.write.tokens if request.write else 0
         assert sum(read.tokens for read in request.reads) + written == request.context_tokens
+        # ... and decode reads exactly those entries: the whole context, not only the newest turn
+        assert request.decode_keys == tuple(read.key for read in request.reads) + (
+            (request.write.key,) if request.write else ())
         if request.write:
             stored[request.write.key] = request.write.tokens
 

@@ -42,7 +42,8 @@ def test_each_hashed_block_is_a_prefix_entry_and_the_last_one_may_be_partial() -
     assert len(first.reads) == 14
     assert first.reads[0] == Read("mc_block_0", 512, "prefix", on_miss=Write("mc_block_0", 512, "prefix"))
     assert first.reads[-1].key == "mc_block_13" and first.reads[-1].tokens == 6758 - 13 * 512
-    assert first.write is None and first.decode_key == "mc_block_13"  # the blocks cover the whole prompt
+    assert first.write is None  # the blocks cover the whole prompt, and decode reads all of them
+    assert first.decode_keys == tuple(f"mc_block_{i}" for i in range(14))
 
 
 def test_a_request_sharing_hash_ids_reads_the_stored_blocks_instead_of_writing_them() -> None:
