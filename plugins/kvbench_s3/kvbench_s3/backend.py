@@ -501,7 +501,8 @@ def _timing(start: float, host: float, device: float, nbytes: int, commands: int
     total = time.perf_counter() - start
     busy = host + device
     if busy > total:
-        host, device = host * total / busy, device * total / busy
+        scale = total / busy * (1 - 1e-9)  # the margin keeps the rounded sum of the scaled parts <= total
+        host, device = host * scale, device * scale
     return IOTiming(total, host, device, nbytes, commands)
 
 
