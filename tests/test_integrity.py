@@ -10,10 +10,8 @@ checksum collision can fool and no header has to carry.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import importlib.util
-import io
 import itertools
 import json
 import sys
@@ -26,10 +24,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytest
-import yaml
+from tiny_spec import run_cli
 
 from kvbench_core.backend import BackendContext, ByteSource, IOTiming
-from kvbench_core.cli import main
 from kvbench_core.executor import RequestExecutor
 from kvbench_core.payload import NoisePool, VerifySink
 from kvbench_core.plugins import get_plugin_manager, hookimpl, registry
@@ -48,15 +45,10 @@ VERIFIED: dict[str, int] = {}
 
 def run_spec(tmp_path: Path, spec: dict[str, Any]) -> tuple[int, str, dict[str, Any]]:
     """``kvbench run`` in-process; (exit code, stderr, the result document)."""
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["run", str(path), "--quiet"])
-    assert "Traceback" not in err.getvalue()
+    code, stdout, stderr = run_cli(tmp_path, spec)
     results = sorted(Path(spec["output"]["directory"]).glob("*.json"))
-    assert len(results) == 1, (code, out.getvalue(), err.getvalue())
-    return code, err.getvalue(), json.loads(results[0].read_text())
+    assert len(results) == 1, (code, stdout, stderr)
+    return code, stderr, json.loads(results[0].read_text())
 
 
 def verify_spec(tmp_path: Path, tiers: list[dict[str, Any]], **top: Any) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tiny_spec import history_spec, run_cli
 
 from kvbench_core.cli import main
 
@@ -38,22 +39,8 @@ SYSTEM_PATHS = ["/", "/etc", "/usr", "/boot", "/proc", "/sys", "/dev", "/usr/lib
 
 
 def small_spec(root: Path, tier: dict[str, Any] | None = None, **top: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "version": 1, "name": "safety", "seed": 1,
-        "model": {"name": "tiny-1b"},
-        "requests": 16,
-        "workload": {"users": 2, "max_inflight": 2, "generation": "none", "options": {
-            "profiles": {"chatbot": {"context": [16, 48], "generate": [1, 64], "think_s": [0, 0]}},
-            "profile_mix": {"chatbot": 1}, "multi_turn": {"max_turns": 2, "turn_tokens": [4, 16]},
-            "prefix_caching": {"prefix_tokens": [4, 16]}}},
-        "cache": {"tiers": [
-            {"name": "dram", "backend": "cpu", "capacity": "1MiB"},
-            tier or nvme_tier(root / "tier"),
-        ]},
-        "output": {"directory": str(root / "out"), "progress": "off"},
-    }
-    spec.update(top)
-    return spec
+    return history_spec([tier or nvme_tier(root / "tier")], **{
+        "name": "safety", "seed": 1, "output": {"directory": str(root / "out"), "progress": "off"}, **top})
 
 
 def nvme_tier(path: Path | str, **options: Any) -> dict[str, Any]:
@@ -62,13 +49,8 @@ def nvme_tier(path: Path | str, **options: Any) -> dict[str, Any]:
 
 
 def run(root: Path, spec: dict[str, Any]) -> tuple[int, str]:
-    path = root / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["run", str(path), "--quiet"])
-    assert "Traceback" not in err.getvalue()
-    return code, err.getvalue()
+    code, _, stderr = run_cli(root, spec)
+    return code, stderr
 
 
 def snapshot(directory: Path) -> dict[str, str]:

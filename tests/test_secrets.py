@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tiny_spec import history_spec
 
 from kvbench_core.cli import main
 
@@ -76,28 +77,19 @@ def redis_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
 def secret_spec(tmp_path: Path, redis_port: int, s3_url: str) -> dict[str, Any]:
     dashboard = (f"https://kvbench:{SECRETS['url password']}@grafana.example/d/kv"
                  f"?token={SECRETS['url query token']}&api_key={SECRETS['url api key']}")
-    return {
-        "version": 1, "name": "secrets", "seed": 9,
-        "description": f"dashboard: {dashboard}",
-        "model": {"name": "tiny-1b"},
-        "requests": 16,
-        "workload": {"users": 3, "max_inflight": 2, "generation": "none", "options": {
-            "profiles": {"chatbot": {"context": [16, 48], "generate": [1, 64], "think_s": [0, 0]}},
-            "profile_mix": {"chatbot": 1}, "multi_turn": {"max_turns": 2, "turn_tokens": [4, 16]},
-            "prefix_caching": {"prefix_tokens": [4, 16]}}},
-        "cache": {"tiers": [
-            {"name": "dram", "backend": "cpu", "capacity": "1MiB"},
-            {"name": "redis", "backend": "redis", "capacity": "2MiB",
-             "options": {"host": "127.0.0.1", "port": redis_port, "password_env": REDIS_PASSWORD_ENV}},
-            {"name": "s3", "backend": "s3", "capacity": "256MiB",
-             "options": {"endpoint_url": s3_url, "bucket": "kvb-secrets", "create_bucket": True,
-                         "addressing_style": "path", "part_size": "512KiB", "max_attempts": 1}},
-        ]},
-        "declaration": {"network": {"fabric": f"RoCE, monitored at {dashboard}"},
-                        "notes": f"metrics pushed to https://push.example/?password={SECRETS['url password']}"},
-        "output": {"directory": str(tmp_path / "out"), "formats": ["json", "xlsx", "png"], "progress": "on",
-                   "interval": 0.2, "io_log": str(tmp_path / "out" / "io.jsonl")},
-    }
+    tiers = [
+        {"name": "redis", "backend": "redis", "capacity": "2MiB",
+         "options": {"host": "127.0.0.1", "port": redis_port, "password_env": REDIS_PASSWORD_ENV}},
+        {"name": "s3", "backend": "s3", "capacity": "256MiB",
+         "options": {"endpoint_url": s3_url, "bucket": "kvb-secrets", "create_bucket": True,
+                     "addressing_style": "path", "part_size": "512KiB", "max_attempts": 1}},
+    ]
+    output = {"directory": str(tmp_path / "out"), "formats": ["json", "xlsx", "png"], "progress": "on",
+              "interval": 0.2, "io_log": str(tmp_path / "out" / "io.jsonl")}
+    return history_spec(
+        tiers, users=3, name="secrets", seed=9, output=output, description=f"dashboard: {dashboard}",
+        declaration={"network": {"fabric": f"RoCE, monitored at {dashboard}"},
+                     "notes": f"metrics pushed to https://push.example/?password={SECRETS['url password']}"})
 
 
 def kvbench(tmp_path: Path, spec: dict[str, Any], *extra: str) -> subprocess.CompletedProcess[str]:

@@ -7,12 +7,34 @@ two shared cores and still exercises reads, writes, demotion and both tiers.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from kvbench_core.cli import main
+
+
+def history_spec(tiers: list[dict[str, Any]], *, users: int = 2, **top: Any) -> dict[str, Any]:
+    """16 requests of small tiny-1b chatbot users that also read history (two-turn conversations, shared
+    prefixes), behind a 1 MiB DRAM tier and ``tiers``: every kind of read and write in a second.
+    ``top`` sets or replaces top-level fields (name, seed, output, …)."""
+    spec: dict[str, Any] = {
+        "version": 1, "name": "history", "seed": 1,
+        "model": {"name": "tiny-1b"},
+        "requests": 16,
+        "workload": {"users": users, "max_inflight": 2, "generation": "none", "options": {
+            "profiles": {"chatbot": {"context": [16, 48], "generate": [1, 64], "think_s": [0, 0]}},
+            "profile_mix": {"chatbot": 1}, "multi_turn": {"max_turns": 2, "turn_tokens": [4, 16]},
+            "prefix_caching": {"prefix_tokens": [4, 16]}}},
+        "cache": {"tiers": [{"name": "dram", "backend": "cpu", "capacity": "1MiB"}, *tiers]},
+    }
+    spec.update(top)
+    return spec
 
 
 def tiny_spec(tmp_path: Path, **overrides: Any) -> Path:
@@ -52,3 +74,15 @@ def result_validator() -> Any:
 def assert_valid_result(result: dict[str, Any]) -> None:
     errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in result_validator().iter_errors(result)]
     assert not errors, "\n".join(errors[:10])
+
+
+def run_cli(root: Path, spec: dict[str, Any]) -> tuple[int, str, str]:
+    """``kvbench run --quiet`` in-process on ``spec`` (written to ``root/spec.yaml``): (exit code, stdout,
+    stderr); a user error never ends in a traceback."""
+    path = root / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["run", str(path), "--quiet"])
+    assert "Traceback" not in err.getvalue()
+    return code, out.getvalue(), err.getvalue()
