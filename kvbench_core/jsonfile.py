@@ -14,6 +14,10 @@ from typing import Any
 from kvbench_core.errors import InputFileError
 
 
+class JsonLinesGiven(InputFileError):
+    """The file holds one JSON value per line (a trace, a log), where one JSON document was expected."""
+
+
 def read_json(path: str, what: str) -> Any:
     """The parsed content of ``path``; ``what`` names the expected file in errors ("model config")."""
     return read_json_text(path, what)[0]
@@ -28,6 +32,9 @@ def read_json_text(path: str, what: str) -> tuple[Any, str]:
     except FileNotFoundError:
         raise InputFileError(f"{path}: no such {what} file") from None
     except json.JSONDecodeError as error:
+        if error.msg == "Extra data" and text[:error.pos].rstrip(" \t").endswith("\n"):
+            raise JsonLinesGiven(f"{path}: line {error.lineno}: invalid JSON: {error.msg} "
+                                 f"(one JSON value per line, not one {what})") from None
         raise InputFileError(f"{path}: line {error.lineno}: invalid JSON: {error.msg}") from None
     except (OSError, UnicodeDecodeError) as error:
         raise InputFileError(f"{path}: cannot read the {what}: {getattr(error, 'strerror', None) or error}") from None

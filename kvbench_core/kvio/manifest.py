@@ -22,7 +22,7 @@ from jsonschema import Draft202012Validator
 from kvbench_core.backend import check_key
 from kvbench_core.errors import InputFileError, SpecError
 from kvbench_core.iolog import TRACE_ID_BITS, trace_id_for
-from kvbench_core.jsonfile import json_line, read_json_text, write_text
+from kvbench_core.jsonfile import JsonLinesGiven, json_line, read_json_text, write_text
 from kvbench_core.kvio.commands import TransferGeometry
 from kvbench_core.validation import schema_errors
 
@@ -170,11 +170,9 @@ class Manifest:
         """A manifest file, or the manifest embedded in a ``kvbench plan --json`` output."""
         try:
             data, text = read_json_text(path, "manifest")
-        except InputFileError as error:
-            if "line 2: invalid JSON: Extra data" in str(error):  # one JSON object per line: a trace
-                raise InputFileError(f"{path}: a JSONL trace (one record per line), not a kvio manifest; "
-                                     "a measured trace goes to --measured") from None
-            raise
+        except JsonLinesGiven:
+            raise InputFileError(f"{path}: a JSONL trace (one record per line), not a kvio manifest; "
+                                 "a measured trace goes to --measured") from None
         if isinstance(data, dict) and "kvbench_result" in data:
             raise InputFileError(f"{path}: a kvbench result, not a kvio manifest; make one with "
                                  "`kvbench plan --record MANIFEST`") from None

@@ -91,8 +91,7 @@ def _write_atomically(path: Path, fill: Any) -> Path:
         book.close()  # xlsxwriter creates the file here; its FileCreateError carries the OSError
         os.replace(tmp, path)
     except Exception as error:
-        cause = error.__context__ if not isinstance(error, OSError) and isinstance(error.__context__, OSError) \
-            else error
+        cause = error if isinstance(error, OSError) else error.__context__  # xlsxwriter wraps the OSError
         if not isinstance(cause, OSError):
             raise
         raise UserError(f"{path}: cannot write the workbook: {cause.strerror or cause}") from None
