@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-PLUGINS := plugins/kvbench_nvme plugins/kvbench_redis plugins/kvbench_s3 plugins/kvbench_traces plugins/kvbench_gds plugins/kvbench_trace
+PLUGINS := plugins/kvbench_nvme plugins/kvbench_redis plugins/kvbench_s3 plugins/kvbench_workloads plugins/kvbench_gds plugins/kvbench_blktrace
 PYTEST_ARGS ?=
 
 .PHONY: run test test-fast venv test-venv system-deps template-check lint clean

@@ -69,9 +69,9 @@ bandwidth() {
 """Same entries, same directory: nvme (POSIX O_DIRECT + fsync) vs gds in each payload origin."""
 import json, os, time
 from concurrent.futures import ThreadPoolExecutor
-from kvbench_core.backend import DISCARD, BackendContext
-from kvbench_core.payload import NoisePool
-from kvbench_core.tiers.memory import GPUMemoryBackend
+from kvbench_core.contracts.backend import DISCARD, BackendContext
+from kvbench_core.engine.payload import NoisePool
+from kvbench_core.builtins.memory import GPUMemoryBackend
 from kvbench_gds.backend import GDSBackend
 from kvbench_nvme.backend import NVMeBackend
 

@@ -15,17 +15,17 @@ from typing import Any
 import pytest
 import yaml
 
-from kvbench_core.backend import BackendContext
-from kvbench_core.executor import RequestExecutor
-from kvbench_core.payload import NoisePool
-from kvbench_core.results import build_result
-from kvbench_core.runner import Runner, RunState
-from kvbench_core.spec import _deep_merge, resolve, validate
-from kvbench_core.telemetry import Telemetry
-from kvbench_core.testing import sigint_reaches_children
-from kvbench_core.tiers.memory import CPUMemoryBackend
-from kvbench_core.waterfall import MultiTierCache, Tier
-from kvbench_core.workload import DEFAULT_QOS
+from kvbench_core.builtins.memory import CPUMemoryBackend
+from kvbench_core.contracts.backend import BackendContext
+from kvbench_core.contracts.conformance import sigint_reaches_children
+from kvbench_core.contracts.workload import DEFAULT_QOS
+from kvbench_core.engine.executor import RequestExecutor
+from kvbench_core.engine.payload import NoisePool
+from kvbench_core.engine.runner import Runner, RunState
+from kvbench_core.engine.telemetry import Telemetry
+from kvbench_core.engine.waterfall import MultiTierCache, Tier
+from kvbench_core.results.result import build_result
+from kvbench_core.spec.loader import _deep_merge, resolve, validate
 
 sigint_reaches_children()  # the signal tests interrupt kvbench children
 

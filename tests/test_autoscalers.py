@@ -9,10 +9,10 @@ from typing import Any, ClassVar
 import pytest
 from conftest import small_spec
 
-from kvbench_core.autoscaler import Autoscaler, Decision, TelemetrySample
-from kvbench_core.autoscalers import CapacityAutoscaler, QoSAutoscaler
-from kvbench_core.plugins import get_plugin_manager, hookimpl, registry
-from kvbench_core.workload import DEFAULT_QOS
+from kvbench_core.builtins.autoscalers import CapacityAutoscaler, QoSAutoscaler
+from kvbench_core.contracts.autoscaler import Autoscaler, Decision, TelemetrySample
+from kvbench_core.contracts.plugins import get_plugin_manager, hookimpl, registry
+from kvbench_core.contracts.workload import DEFAULT_QOS
 
 SLA_P95 = {name: c.p95_target_s for name, c in DEFAULT_QOS.items()}
 SLA_P99 = {name: c.p99_target_s for name, c in DEFAULT_QOS.items()}

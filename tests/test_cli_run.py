@@ -38,8 +38,8 @@ def test_run_writes_a_result_and_prints_its_path(write_spec: Any, tmp_path: Path
 def test_a_result_the_output_directory_cannot_take_goes_to_the_temp_directory(
         write_spec: Any, tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The output file system filling up during the run must not lose the measurement."""
-    from kvbench_core import session
-    from kvbench_core.errors import InputFileError
+    from kvbench_core.contracts.errors import InputFileError
+    from kvbench_core.scaleout import session
 
     out, spare = tmp_path / "out", tmp_path / "spare"
     spare.mkdir()

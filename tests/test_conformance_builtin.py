@@ -9,9 +9,9 @@ from typing import ClassVar
 
 import pytest
 
-from kvbench_core.backend import BackendContext, StorageBackend
-from kvbench_core.testing import BackendConformance
-from kvbench_core.tiers.factory import create_backend
+from kvbench_core.contracts.backend import BackendContext, StorageBackend
+from kvbench_core.contracts.conformance import BackendConformance
+from kvbench_core.engine.factory import create_backend
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 

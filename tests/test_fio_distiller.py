@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from kvbench_core.cli import main
-from kvbench_core.errors import UserError
-from kvbench_core.fio import MAX_SPLIT, block_split, distill
+from kvbench_core.contracts.errors import UserError
+from kvbench_core.reports.fio import MAX_SPLIT, block_split, distill
 
 MiB = 1 << 20
 needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")

@@ -40,7 +40,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from kvbench_core.cli import main
-from kvbench_core.plugins import registry
+from kvbench_core.contracts.plugins import registry
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("kvbench_nvme") is None,
                                 reason="the kvbench-nvme plugin is not installed")
@@ -356,7 +356,7 @@ def unknown_key_case(draw: st.DrawFn, root: Path) -> Case:
 @functools.cache
 def _known_keys(where: JsonPath) -> frozenset[str]:
     """Keys the schema allows at ``where`` (absent from the base spec, so the fuzzer must not add them)."""
-    from kvbench_core.spec import full_schema
+    from kvbench_core.spec.loader import full_schema
 
     node: Any = full_schema()
     for part in where:
@@ -410,7 +410,7 @@ def unknown_model_case(draw: st.DrawFn, root: Path) -> Case:
 
 
 def _catalog() -> set[str]:
-    from kvbench_core.geometry import catalog
+    from kvbench_core.spec.geometry import catalog
 
     return set(catalog())
 
@@ -632,7 +632,7 @@ BAD_TRACES = {
 
 @pytest.mark.parametrize("name", list(BAD_TRACES))
 def test_a_malformed_trace_names_file_line_and_field(sandbox: Path, name: str) -> None:
-    pytest.importorskip("kvbench_traces", reason="the kvbench-traces plugin is not installed")
+    pytest.importorskip("kvbench_workloads", reason="the kvbench-workloads plugin is not installed")
     content, line, field = BAD_TRACES[name]
     path = sandbox / name
     path.write_text(content)
@@ -644,7 +644,7 @@ def test_a_malformed_trace_names_file_line_and_field(sandbox: Path, name: str) -
 
 
 def test_a_run_over_a_malformed_trace_stops_before_touching_storage(sandbox: Path) -> None:
-    pytest.importorskip("kvbench_traces", reason="the kvbench-traces plugin is not installed")
+    pytest.importorskip("kvbench_workloads", reason="the kvbench-workloads plugin is not installed")
     content, _, _ = BAD_TRACES["mooncake.jsonl"]
     (sandbox / "trace.jsonl").write_text(content)
     spec = base_spec(FUZZ_ROOT)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from kvbench_core.cli import main
-from kvbench_core.errors import InputFileError, SpecError
-from kvbench_core.geometry import (
+from kvbench_core.contracts.errors import InputFileError, SpecError
+from kvbench_core.spec.geometry import (
     DTYPE_BYTES,
     catalog,
     catalog_model,

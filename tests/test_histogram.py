@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from kvbench_core.histogram import DEFAULT_ACCURACY, LatencyHistogram
+from kvbench_core.engine.histogram import DEFAULT_ACCURACY, LatencyHistogram
 
 QUANTILES = (0.0, 0.01, 0.25, 0.5, 0.9, 0.95, 0.99, 0.999, 1.0)
 

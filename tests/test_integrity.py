@@ -2,7 +2,7 @@
 costs what it costs in its own figure, and no tier combination loses or changes a byte.
 
 What stands in for a stored checksum: an entry's bytes are a pure function of
-its key and offset (``kvbench_core.payload``: a seeded noise pool plus an
+its key and offset (``kvbench_core.engine.payload``: a seeded noise pool plus an
 ``(entry id, block index)`` stamp in every 512-byte block), so a verified read
 regenerates exactly what must come back and compares every byte, which no
 checksum collision can fool and no header has to carry.
@@ -26,13 +26,13 @@ import numpy as np
 import pytest
 from tiny_spec import run_cli
 
-from kvbench_core.backend import BackendContext, ByteSource, IOTiming
-from kvbench_core.executor import RequestExecutor
-from kvbench_core.payload import NoisePool, VerifySink
-from kvbench_core.plugins import get_plugin_manager, hookimpl, registry
-from kvbench_core.telemetry import Telemetry
-from kvbench_core.waterfall import MultiTierCache, Tier
-from kvbench_core.workload import DEFAULT_QOS, Read, Request
+from kvbench_core.contracts.backend import BackendContext, ByteSource, IOTiming
+from kvbench_core.contracts.plugins import get_plugin_manager, hookimpl, registry
+from kvbench_core.contracts.workload import DEFAULT_QOS, Read, Request
+from kvbench_core.engine.executor import RequestExecutor
+from kvbench_core.engine.payload import NoisePool, VerifySink
+from kvbench_core.engine.telemetry import Telemetry
+from kvbench_core.engine.waterfall import MultiTierCache, Tier
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "plugins/kvbench_redis/tests"), str(REPO / "plugins/kvbench_s3/tests")]

@@ -8,13 +8,13 @@ import threading
 
 import pytest
 
-from kvbench_core.errors import InputFileError, SpecError
-from kvbench_core.geometry import resolve_model
-from kvbench_core.iolog import IOLog, trace_id_for
+from kvbench_core.contracts.errors import InputFileError, SpecError
+from kvbench_core.engine.iolog import IOLog, trace_id_for
 from kvbench_core.kvio import manifest as manifest_module
 from kvbench_core.kvio.commands import TransferGeometry
 from kvbench_core.kvio.manifest import KVObject, Manifest
 from kvbench_core.kvio.plan import build_manifest
+from kvbench_core.spec.geometry import resolve_model
 
 
 def _manifest() -> Manifest:

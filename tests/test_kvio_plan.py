@@ -8,11 +8,11 @@ from collections import Counter
 import pytest
 
 from kvbench_core.cli import main
-from kvbench_core.errors import SpecError
-from kvbench_core.geometry import resolve_model
+from kvbench_core.contracts.errors import SpecError
 from kvbench_core.kvio.commands import TransferGeometry, log2_histogram, size_bin
 from kvbench_core.kvio.manifest import Manifest
 from kvbench_core.kvio.plan import build_manifest, chunk_token_counts, planned_commands, summarize
+from kvbench_core.spec.geometry import resolve_model
 
 KiB, MiB = 1 << 10, 1 << 20
 

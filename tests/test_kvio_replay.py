@@ -9,18 +9,18 @@ from typing import Any, ClassVar
 
 import pytest
 
-from kvbench_core.backend import ByteSource, IOTiming
+from kvbench_core.builtins.memory import CPUMemoryBackend
 from kvbench_core.cli import main
-from kvbench_core.errors import InputFileError, SpecError
-from kvbench_core.geometry import resolve_model
+from kvbench_core.contracts.backend import ByteSource, IOTiming
+from kvbench_core.contracts.errors import InputFileError, SpecError
+from kvbench_core.contracts.plugins import registry
 from kvbench_core.kvio.commands import TransferGeometry
 from kvbench_core.kvio.diskcheck import DiskWindow, expected_requests, max_io_bytes, read_counters
 from kvbench_core.kvio.manifest import Manifest
 from kvbench_core.kvio.plan import build_manifest
 from kvbench_core.kvio.replay import ReplaySettings, replay, tier_from_argument
 from kvbench_core.kvio.validate import read_trace, validate
-from kvbench_core.plugins import registry
-from kvbench_core.tiers.memory import CPUMemoryBackend
+from kvbench_core.spec.geometry import resolve_model
 
 KiB = 1 << 10
 needs_nvme = pytest.mark.skipif("nvme" not in registry("backend"), reason="kvbench-nvme plugin not installed")

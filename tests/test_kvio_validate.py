@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 
 from kvbench_core.cli import main
-from kvbench_core.errors import InputFileError
-from kvbench_core.geometry import resolve_model
-from kvbench_core.iolog import IOLog
+from kvbench_core.contracts.errors import InputFileError
+from kvbench_core.engine.iolog import IOLog
 from kvbench_core.kvio.commands import TransferGeometry
 from kvbench_core.kvio.manifest import Manifest
 from kvbench_core.kvio.plan import build_manifest
 from kvbench_core.kvio.semantic import read_semantic
 from kvbench_core.kvio.validate import read_trace, tv_distance, validate, validate_expected
+from kvbench_core.spec.geometry import resolve_model
 
 KiB = 1 << 10
 
@@ -132,7 +132,7 @@ def test_tracer_bytes_can_be_recomputed_from_nlb_and_hex_user_data_is_read(tmp_p
 
 
 def test_a_zero_block_size_is_refused(tmp_path, manifest):
-    from kvbench_core.errors import SpecError
+    from kvbench_core.contracts.errors import SpecError
 
     with pytest.raises(SpecError, match="--lba-bytes: expected the capture's logical block size"):
         read_trace(_log(tmp_path / "io.jsonl", manifest), lba_bytes=0)

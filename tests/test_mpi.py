@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from tiny_spec import assert_valid_result, tiny_spec
 
-from kvbench_core.mpi import detect_world
+from kvbench_core.scaleout.mpi import detect_world
 
 MPIRUN = shutil.which("mpirun")
 needs_mpi = pytest.mark.skipif(MPIRUN is None or importlib.util.find_spec("mpi4py") is None,

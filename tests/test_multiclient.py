@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 from tiny_spec import assert_valid_result, tiny_spec
 
-from kvbench_core.clients import ClientLayout, DirectorySnapshot, client_seed, client_spec, tier_directories
-from kvbench_core.histogram import DEFAULT_ACCURACY, LatencyHistogram
-from kvbench_core.merge import ClientReport, merge_results
-from kvbench_core.runner import users_for_client
-from kvbench_core.session import run_session
-from kvbench_core.spec import load_spec
+from kvbench_core.engine.histogram import DEFAULT_ACCURACY, LatencyHistogram
+from kvbench_core.engine.runner import users_for_client
+from kvbench_core.results.merge import ClientReport, merge_results
+from kvbench_core.scaleout.clients import ClientLayout, DirectorySnapshot, client_seed, client_spec, tier_directories
+from kvbench_core.scaleout.session import run_session
+from kvbench_core.spec.loader import load_spec
 
 PYTHON = sys.executable
 

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from conftest import small_spec
 
-from kvbench_core.errors import SpecError
-from kvbench_core.spec import apply_overrides, load_spec
+from kvbench_core.contracts.errors import SpecError
+from kvbench_core.spec.loader import apply_overrides, load_spec
 
 
 def two_tier_spec() -> dict[str, Any]:

@@ -9,7 +9,7 @@ import zlib
 import numpy as np
 import pytest
 
-from kvbench_core.payload import BLOCK, ChecksumSink, NoisePool, VerifySink, entry_id_for
+from kvbench_core.engine.payload import BLOCK, ChecksumSink, NoisePool, VerifySink, entry_id_for
 
 POOL = NoisePool(seed=9, pool_bytes=1 << 20, max_piece=1 << 20)
 

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from kvbench_core import plugins
-from kvbench_core.backend import BackendContext, ByteSink, ByteSource, IOTiming
+from kvbench_core.builtins.memory import CPUMemoryBackend
 from kvbench_core.cli import main
-from kvbench_core.testing import BackendHarness, run_checks
-from kvbench_core.tiers.memory import CPUMemoryBackend
+from kvbench_core.contracts import plugins
+from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, IOTiming
+from kvbench_core.contracts.conformance import BackendHarness, run_checks
 
 
 class CorruptingTier(CPUMemoryBackend):

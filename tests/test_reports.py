@@ -16,13 +16,13 @@ from tiny_spec import assert_valid_result, result_validator, tiny_spec
 
 import kvbench_core.reports as reports
 from kvbench_core.cli import main
-from kvbench_core.clients import client_seed
-from kvbench_core.errors import MissingDependency
-from kvbench_core.histogram import DEFAULT_ACCURACY, LatencyHistogram
-from kvbench_core.merge import ClientReport, merge_results
+from kvbench_core.contracts.errors import MissingDependency
+from kvbench_core.engine.histogram import DEFAULT_ACCURACY, LatencyHistogram
 from kvbench_core.reports.aggregate import summarize_trials
 from kvbench_core.reports.plots import cdf_points, plot_result
 from kvbench_core.reports.xlsx import write_workbook
+from kvbench_core.results.merge import ClientReport, merge_results
+from kvbench_core.scaleout.clients import client_seed
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from conftest import HAS_NVME, small_spec
 
-from kvbench_core.backend import IOTiming
-from kvbench_core.errors import InputFileError
-from kvbench_core.results import build_result, read_result, write_result
-from kvbench_core.runner import Runner
-from kvbench_core.spec import load_spec, resolve, spec_sha256, validate
-from kvbench_core.telemetry import OpStats, Telemetry
+from kvbench_core.contracts.backend import IOTiming
+from kvbench_core.contracts.errors import InputFileError
+from kvbench_core.engine.runner import Runner
+from kvbench_core.engine.telemetry import OpStats, Telemetry
+from kvbench_core.results.result import build_result, read_result, write_result
+from kvbench_core.spec.loader import load_spec, resolve, spec_sha256, validate
 
 SECRET = "hunter2-4f9c81d7e2"  # an environment credential's value
 URL_PASSWORD = "pa55w0rd-in-a-url"

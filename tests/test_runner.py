@@ -11,13 +11,13 @@ from typing import Any, ClassVar
 import pytest
 from conftest import memory_executor, small_spec
 
-from kvbench_core.backend import ByteSink, ByteSource, IOTiming
-from kvbench_core.plugins import get_plugin_manager, hookimpl, registry
-from kvbench_core.runner import Runner
-from kvbench_core.scheduler import EventHeap, PriorityRequestQueue
-from kvbench_core.spec import resolve, validate
-from kvbench_core.tiers.memory import CPUMemoryBackend
-from kvbench_core.workload import DEFAULT_QOS, Phase, Read, Request, Write, decode_read_count, derive_phase
+from kvbench_core.builtins.memory import CPUMemoryBackend
+from kvbench_core.contracts.backend import ByteSink, ByteSource, IOTiming
+from kvbench_core.contracts.plugins import get_plugin_manager, hookimpl, registry
+from kvbench_core.contracts.workload import DEFAULT_QOS, Phase, Read, Request, Write, decode_read_count, derive_phase
+from kvbench_core.engine.runner import Runner
+from kvbench_core.engine.scheduler import EventHeap, PriorityRequestQueue
+from kvbench_core.spec.loader import resolve, validate
 
 # -- phases and decode reads (executor) ------------------------------------------------------------------------
 

@@ -11,9 +11,9 @@ import pytest
 from conftest import HAS_NVME, small_spec
 
 from kvbench_core.cli import main
-from kvbench_core.errors import SpecError
-from kvbench_core.plugins import registry
-from kvbench_core.spec import apply_overrides, full_schema, validate
+from kvbench_core.contracts.errors import SpecError
+from kvbench_core.contracts.plugins import registry
+from kvbench_core.spec.loader import apply_overrides, full_schema, validate
 
 nvme_only = pytest.mark.skipif(not HAS_NVME, reason="the kvbench-nvme plugin is not installed")
 

@@ -12,9 +12,9 @@ import pytest
 from conftest import HAS_NVME, small_spec
 
 from kvbench_core.cli import main
-from kvbench_core.errors import InputFileError, SpecError
-from kvbench_core.plugins import registry
-from kvbench_core.spec import apply_overrides, load_spec, resolve, validate
+from kvbench_core.contracts.errors import InputFileError, SpecError
+from kvbench_core.contracts.plugins import registry
+from kvbench_core.spec.loader import apply_overrides, load_spec, resolve, validate
 
 
 def spec_error(raw: dict[str, Any]) -> str:

@@ -13,15 +13,22 @@ import numpy as np
 import pytest
 from conftest import memory_executor, small_spec
 
-from kvbench_core.backend import BackendContext, ByteSource, IOTiming
-from kvbench_core.errors import SpecError
-from kvbench_core.payload import NoisePool
-from kvbench_core.precondition import precondition_bottom_tier
-from kvbench_core.spec import validate
-from kvbench_core.synthetic import DEFAULT_PROFILES, SYSTEM_PROMPTS, SyntheticSource
-from kvbench_core.tiers.memory import CPUMemoryBackend
-from kvbench_core.waterfall import Tier
-from kvbench_core.workload import DEFAULT_QOS, Phase, Request, WorkloadContext, decode_read_count, derive_phase
+from kvbench_core.builtins.memory import CPUMemoryBackend
+from kvbench_core.builtins.synthetic import DEFAULT_PROFILES, SYSTEM_PROMPTS, SyntheticSource
+from kvbench_core.contracts.backend import BackendContext, ByteSource, IOTiming
+from kvbench_core.contracts.errors import SpecError
+from kvbench_core.contracts.workload import (
+    DEFAULT_QOS,
+    Phase,
+    Request,
+    WorkloadContext,
+    decode_read_count,
+    derive_phase,
+)
+from kvbench_core.engine.payload import NoisePool
+from kvbench_core.engine.precondition import precondition_bottom_tier
+from kvbench_core.engine.waterfall import Tier
+from kvbench_core.spec.loader import validate
 
 BPT = 1024  # bytes per token in the executor-level tests
 NO_HISTORY = {"multi_turn": {"enabled": False}, "prefix_caching": {"enabled": False}}

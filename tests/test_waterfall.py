@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 from conftest import HAS_NVME, HAS_TORCH, small_spec
 
-from kvbench_core.backend import BackendContext, ByteSink, ByteSource, IOTiming, StorageBackend
-from kvbench_core.errors import StorageError
-from kvbench_core.payload import NoisePool, VerifySink
-from kvbench_core.telemetry import Telemetry
-from kvbench_core.tiers.factory import create_backend
-from kvbench_core.waterfall import EvictionPolicy, MultiTierCache, Tier
+from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, IOTiming, StorageBackend
+from kvbench_core.contracts.errors import StorageError
+from kvbench_core.engine.factory import create_backend
+from kvbench_core.engine.payload import NoisePool, VerifySink
+from kvbench_core.engine.telemetry import Telemetry
+from kvbench_core.engine.waterfall import EvictionPolicy, MultiTierCache, Tier
 
 KiB = 1024
 S = 64 * KiB  # the entry size of most tests

@@ -1,6 +1,6 @@
 """The ``kvbench`` command line: one module per command, each with ``register(subparsers)``.
 
-User errors (``kvbench_core.errors.UserError``) print one clear line on stderr
+User errors (``kvbench_core.contracts.errors.UserError``) print one clear line on stderr
 and exit with their code; a traceback means a kvbench bug.
 """
 
@@ -14,7 +14,7 @@ import threading
 from typing import Any
 
 from kvbench_core import __version__
-from kvbench_core.errors import UserError
+from kvbench_core.contracts.errors import UserError
 
 #: Command modules under kvbench_core.cli, in the order ``--help`` lists them.
 COMMAND_MODULES = [

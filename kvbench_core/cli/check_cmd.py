@@ -14,7 +14,7 @@ from rich.table import Table
 
 from kvbench_core.cli.console import console
 from kvbench_core.reports.rules import RULESETS, check
-from kvbench_core.results import read_result
+from kvbench_core.results.result import read_result
 
 FAILED_EXIT = 1
 

@@ -14,9 +14,9 @@ from pathlib import Path
 from rich.table import Table
 
 from kvbench_core.cli.console import console
-from kvbench_core.errors import UserError
+from kvbench_core.contracts.errors import UserError
 from kvbench_core.reports.compare import Cell, caveats, compare, rows_as_json
-from kvbench_core.results import read_result
+from kvbench_core.results.result import read_result
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kvbench_core.errors import SpecError
-from kvbench_core.fio import SOURCES, distill
-from kvbench_core.results import read_result
-from kvbench_core.units import parse_duration, parse_size
+from kvbench_core.contracts.errors import SpecError
+from kvbench_core.reports.fio import SOURCES, distill
+from kvbench_core.results.result import read_result
+from kvbench_core.spec.units import parse_duration, parse_size
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

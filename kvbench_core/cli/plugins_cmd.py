@@ -1,7 +1,7 @@
 """``kvbench plugins``: what is installed and what each plugin provides.
 
 ``kvbench plugins --check NAME --options '{...}'`` runs the quick subset of the
-backend conformance suite (``kvbench_core.testing``) against one configured
+backend conformance suite (``kvbench_core.contracts.conformance``) against one configured
 tier, so a vendor or an operator can vet a tier on the target machine without
 pytest.  It writes and deletes a few small entries under a unique run id.
 """
@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
-from kvbench_core.backend import BackendContext, StorageBackend
-from kvbench_core.errors import SpecError
-from kvbench_core.plugins import installed_plugins
+from kvbench_core.contracts.backend import BackendContext, StorageBackend
+from kvbench_core.contracts.errors import SpecError
+from kvbench_core.contracts.plugins import installed_plugins
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -63,8 +63,8 @@ def parse_options(text: str) -> dict[str, Any]:
 
 def check_backend(name: str, options: dict[str, Any], *, as_json: bool) -> int:
     """Select and open the tier once (errors there are one clear line), then run the quick checks."""
-    from kvbench_core.testing import BackendHarness, run_checks
-    from kvbench_core.tiers.factory import create_backend
+    from kvbench_core.contracts.conformance import BackendHarness, run_checks
+    from kvbench_core.engine.factory import create_backend
 
     tier = {"name": "check", "backend": name, "options": options}
 

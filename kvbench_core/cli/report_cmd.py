@@ -14,7 +14,7 @@ from pathlib import Path
 from kvbench_core.reports import require_formats, write_reports
 from kvbench_core.reports.plots import plot_result
 from kvbench_core.reports.xlsx import write_comparison, write_workbook
-from kvbench_core.results import read_result
+from kvbench_core.results.result import read_result
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

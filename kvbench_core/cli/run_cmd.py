@@ -12,8 +12,8 @@ import argparse
 import sys
 from typing import Any
 
-from kvbench_core.session import run_session
-from kvbench_core.spec import load_spec
+from kvbench_core.scaleout.session import run_session
+from kvbench_core.spec.loader import load_spec
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from kvbench_core.declaration import CHECKLIST, missing_fields
-from kvbench_core.spec import full_schema, load_spec
+from kvbench_core.spec.declaration import CHECKLIST, missing_fields
+from kvbench_core.spec.loader import full_schema, load_spec
 
 #: Declaration fields a run fills in itself (from backends, the workload and the machine).
 DETECTED_AT_RUN = {

@@ -1,6 +1,6 @@
 """``kvbench trace stats FILE``: what a trace holds, as a run would replay it.
 
-The figures come from the kvbench-traces plugin (``kvbench_traces.stats``),
+The figures come from the kvbench-workloads plugin (``kvbench_workloads.stats``),
 the same ones its sources put into every result that used the trace.  The
 plugin is imported only when the command runs, so the core CLI works, and
 says what to install, without it.
@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from kvbench_core.errors import MissingDependency, SpecError
+from kvbench_core.contracts.errors import MissingDependency, SpecError
 
 FORMATS = ("sharegpt", "burstgpt", "mooncake")
 
@@ -49,13 +49,13 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
 
 def handle_stats(args: argparse.Namespace) -> int:
     try:
-        from kvbench_traces.stats import trace_stats
+        from kvbench_workloads.stats import trace_stats
     except ModuleNotFoundError as error:
-        if error.name != "kvbench_traces" and not (error.name or "").startswith("kvbench_traces."):
+        if error.name != "kvbench_workloads" and not (error.name or "").startswith("kvbench_workloads."):
             raise
         raise MissingDependency(
-            "kvbench trace needs the kvbench-traces plugin: pip install kvbench-traces "
-            "(from a checkout: pip install -e plugins/kvbench_traces)"
+            "kvbench trace needs the kvbench-workloads plugin: pip install kvbench-workloads "
+            "(from a checkout: pip install -e plugins/kvbench_workloads)"
         ) from None
     figures = trace_stats(args.file, args.format, parse_options(args.option))
     if args.json:

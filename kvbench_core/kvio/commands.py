@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from kvbench_core.errors import SpecError
+from kvbench_core.contracts.errors import SpecError
 
 DEFAULT_MAX_TRANSFER = 128 << 10  # a common NVMe MDTS, and raw_block's max_data_transfer_size in the seed
 DEFAULT_ALIGN = 4096

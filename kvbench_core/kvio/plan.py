@@ -15,10 +15,10 @@ import re
 from collections import Counter
 from typing import Any
 
-from kvbench_core.errors import SpecError
-from kvbench_core.geometry import ResolvedModel
+from kvbench_core.contracts.errors import SpecError
 from kvbench_core.kvio.commands import OPS, TransferGeometry, log2_histogram, total_bytes
 from kvbench_core.kvio.manifest import KVObject, Manifest
+from kvbench_core.spec.geometry import ResolvedModel
 
 DEFAULT_CHUNK_TOKENS = 256  # LMCache's default chunk size
 

@@ -23,18 +23,18 @@ from typing import Any, cast
 
 import yaml
 
-from kvbench_core.backend import DISCARD, BackendContext, IOTiming, StorageBackend
-from kvbench_core.errors import InputFileError, SpecError, StorageError
-from kvbench_core.histogram import LatencyHistogram
-from kvbench_core.iolog import IOLog
+from kvbench_core.contracts.backend import DISCARD, BackendContext, IOTiming, StorageBackend
+from kvbench_core.contracts.errors import InputFileError, SpecError, StorageError
+from kvbench_core.contracts.plugins import lookup
+from kvbench_core.engine.factory import create_backend
+from kvbench_core.engine.histogram import LatencyHistogram
+from kvbench_core.engine.iolog import IOLog
+from kvbench_core.engine.payload import POOL_BYTES, NoisePool
 from kvbench_core.kvio.commands import OPS
 from kvbench_core.kvio.diskcheck import DiskWindow
 from kvbench_core.kvio.manifest import KVObject, Manifest
 from kvbench_core.kvio.plan import planned_commands, recompute_breakeven
-from kvbench_core.payload import POOL_BYTES, NoisePool
-from kvbench_core.plugins import lookup
-from kvbench_core.spec import read_spec_file
-from kvbench_core.tiers.factory import create_backend
+from kvbench_core.spec.loader import read_spec_file
 
 FORMAT = "kvbench-kvio-replay"
 VERSION = 1

@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvbench_core.errors import InputFileError
+from kvbench_core.contracts.errors import InputFileError
 from kvbench_core.kvio.commands import TransferGeometry
 from kvbench_core.kvio.validate import Expected
 

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvbench_core.errors import InputFileError, SpecError
+from kvbench_core.contracts.errors import InputFileError, SpecError
 from kvbench_core.kvio.commands import OPS, log2_histogram, total_bytes
 from kvbench_core.kvio.manifest import Manifest
 

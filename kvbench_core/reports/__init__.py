@@ -12,7 +12,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from kvbench_core.errors import MissingDependency
+from kvbench_core.contracts.errors import MissingDependency
 
 #: output format -> the module it needs
 FORMAT_MODULES = {"xlsx": "xlsxwriter", "png": "matplotlib"}

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from kvbench_core.histogram import LatencyHistogram
+from kvbench_core.engine.histogram import LatencyHistogram
 from kvbench_core.reports import autoscaler_trajectories, require
 from kvbench_core.reports.metrics import HEADLINE
 

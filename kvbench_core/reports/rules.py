@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kvbench_core.units import format_bytes
+from kvbench_core.spec.units import format_bytes
 
 GIB = 1 << 30
 MIN_DURATION_S = 300.0

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from kvbench_core.errors import UserError
+from kvbench_core.contracts.errors import UserError
 from kvbench_core.reports import autoscaler_trajectories, require
 from kvbench_core.reports.metrics import HEADLINE, figure_values
 

@@ -20,8 +20,8 @@ import threading
 import time
 from typing import Any, ClassVar
 
-from kvbench_core.backend import BackendContext, ByteSink, ByteSource, IOTiming, StorageBackend
-from kvbench_core.units import SIZE_PATTERN, parse_size
+from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, IOTiming, StorageBackend
+from kvbench_core.spec.units import SIZE_PATTERN, parse_size
 
 
 class TemplateMemoryBackend(StorageBackend):

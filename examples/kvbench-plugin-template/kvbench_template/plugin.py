@@ -7,7 +7,7 @@ works even where your tier's heavy dependencies are not installed.
 
 from __future__ import annotations
 
-from kvbench_core.plugins import hookimpl
+from kvbench_core.contracts.plugins import hookimpl
 
 
 @hookimpl

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
-from kvbench_core.backend import StorageBackend
-from kvbench_core.testing import BackendConformance
+from kvbench_core.contracts.backend import StorageBackend
+from kvbench_core.contracts.conformance import BackendConformance
 
 
 class TestTemplateMemory(BackendConformance):

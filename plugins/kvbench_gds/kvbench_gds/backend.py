@@ -55,10 +55,10 @@ from kvbench_nvme.directory import TierDirectory
 from kvbench_nvme.entry_files import EntryFilesBackend
 from kvbench_nvme.fsinfo import describe_location
 
-from kvbench_core.backend import BackendContext, ByteSink, ByteSource, DiscardSink, IOTiming, check_key
-from kvbench_core.errors import BackendUnavailable, SpecError
-from kvbench_core.payload import EntryPayload
-from kvbench_core.units import SIZE_PATTERN, parse_size
+from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, DiscardSink, IOTiming, check_key
+from kvbench_core.contracts.errors import BackendUnavailable, SpecError
+from kvbench_core.engine.payload import EntryPayload
+from kvbench_core.spec.units import SIZE_PATTERN, parse_size
 from kvbench_gds.probe import (
     INSTALL_HINT,
     AccessPath,

@@ -4,7 +4,7 @@ In a real engine KV tensors are born in GPU memory; with ``payload_origin: gpu``
 the gds tier renders an entry's bytes on the GPU instead of filling a host
 buffer and copying it over, so the write path is GPU → cuFile → NVMe with no
 host bytes at all (the seed's "GPU-native mode").  The bytes are exactly those
-``kvbench_core.payload.NoisePool.render`` produces for the same entry and
+``kvbench_core.engine.payload.NoisePool.render`` produces for the same entry and
 offset, so a verified read compares them with the host-side generator and
 dedup-resistance is unchanged: one copy of the pool's bytes plus a strided
 ``(entry_id, block_index)`` stamp every 512 bytes.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvbench_core.payload import BLOCK, NoisePool
+from kvbench_core.engine.payload import BLOCK, NoisePool
 
 _STAMP_BYTES = 16  # two little-endian 64-bit words
 

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from gds_fakes import gpu_host_problem
 
-from kvbench_core.backend import BackendContext, StorageBackend
-from kvbench_core.payload import NoisePool, VerifySink
-from kvbench_core.testing import BackendConformance, remaining_files
-from kvbench_core.tiers.factory import create_backend
+from kvbench_core.contracts.backend import BackendContext, StorageBackend
+from kvbench_core.contracts.conformance import BackendConformance, remaining_files
+from kvbench_core.engine.factory import create_backend
+from kvbench_core.engine.payload import NoisePool, VerifySink
 
 PROBLEM = gpu_host_problem()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(PROBLEM is not None, reason=f"not a GDS-ready GPU host: {PROBLEM}")]
@@ -48,7 +48,7 @@ def open_tier(tmp_path: Path, **options: Any) -> Any:
 
 
 def test_a_gpu_tier_entry_reaches_storage_without_a_host_copy(tmp_path: Path) -> None:
-    from kvbench_core.tiers.memory import GPUMemoryBackend
+    from kvbench_core.builtins.memory import GPUMemoryBackend
 
     pool = NoisePool(seed=9, pool_bytes=8 << 20, max_piece=16 << 20)
     hbm = GPUMemoryBackend({"device": "cuda"}, BackendContext(tier_name="hbm", run_id="gputest"))

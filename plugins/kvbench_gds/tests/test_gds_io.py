@@ -12,10 +12,10 @@ import pytest
 from gds_fakes import HAS_TORCH
 from kvbench_gds import probe
 
-from kvbench_core.backend import BackendContext, StorageBackend
-from kvbench_core.payload import NoisePool, VerifySink
-from kvbench_core.testing import BackendConformance, remaining_files
-from kvbench_core.tiers.factory import create_backend
+from kvbench_core.contracts.backend import BackendContext, StorageBackend
+from kvbench_core.contracts.conformance import BackendConformance, remaining_files
+from kvbench_core.engine.factory import create_backend
+from kvbench_core.engine.payload import NoisePool, VerifySink
 
 pytestmark = [pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed"),
               pytest.mark.usefixtures("fake_kvikio")]
@@ -75,7 +75,7 @@ def test_gpu_origin_writes_render_on_the_device_and_are_counted(opened: Any) -> 
 
 
 def test_a_gpu_tier_entry_is_demoted_straight_from_its_tensor(opened: Any) -> None:
-    from kvbench_core.tiers.memory import GPUMemoryBackend
+    from kvbench_core.builtins.memory import GPUMemoryBackend
 
     pool = NoisePool(seed=5, pool_bytes=256 << 10, max_piece=16 << 20)
     hbm = GPUMemoryBackend({"device": "cpu"}, BackendContext(tier_name="hbm", run_id="r1"))

@@ -8,10 +8,10 @@ import sys
 import pytest
 from kvbench_gds.backend import GDSBackend
 
-from kvbench_core.backend import BackendContext
-from kvbench_core.errors import SpecError
-from kvbench_core.plugins import registry
-from kvbench_core.validation import validate_or_raise
+from kvbench_core.contracts.backend import BackendContext
+from kvbench_core.contracts.errors import SpecError
+from kvbench_core.contracts.plugins import registry
+from kvbench_core.contracts.validation import validate_or_raise
 
 
 def test_the_entry_point_registers_the_gds_backend() -> None:
@@ -19,7 +19,7 @@ def test_the_entry_point_registers_the_gds_backend() -> None:
 
 
 def test_listing_plugins_imports_neither_kvikio_nor_torch() -> None:
-    code = ("import sys; from kvbench_core.plugins import registry; registry('backend')['gds']; "
+    code = ("import sys; from kvbench_core.contracts.plugins import registry; registry('backend')['gds']; "
             "print(sorted({'kvikio', 'torch', 'cupy'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from kvbench_core.backend import IOTiming
+from kvbench_core.contracts.backend import IOTiming
 
 T = TypeVar("T")
 

@@ -67,9 +67,9 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ClassVar
 
-from kvbench_core.backend import BackendContext, ByteSink, ByteSource, IOTiming, check_key
-from kvbench_core.errors import BackendUnavailable, SpecError
-from kvbench_core.units import SIZE_PATTERN, parse_size
+from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, IOTiming, check_key
+from kvbench_core.contracts.errors import BackendUnavailable, SpecError
+from kvbench_core.spec.units import SIZE_PATTERN, parse_size
 from kvbench_nvme.accounting import Phase
 from kvbench_nvme.directory import TierDirectory
 from kvbench_nvme.entry_files import EntryFilesBackend

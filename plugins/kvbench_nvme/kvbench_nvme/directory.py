@@ -4,7 +4,7 @@ A benchmark that writes and deletes thousands of files must never be pointed
 at the wrong place.  The rules:
 
 * system paths are refused outright (``/``, ``/etc``, ``/usr``, ``/proc``…, the
-  home directory itself), after resolving symlinks (``kvbench_core.safepaths``,
+  home directory itself), after resolving symlinks (``kvbench_core.spec.safepaths``,
   the list the result writer obeys too);
 * a directory kvbench creates gets a ``.kvbench-owner`` marker (JSON: run id,
   time, host, pid); a non-empty directory without the marker is refused unless
@@ -24,8 +24,8 @@ import os
 import socket
 import time
 
-from kvbench_core.errors import BackendUnavailable
-from kvbench_core.safepaths import refusal_reason
+from kvbench_core.contracts.errors import BackendUnavailable
+from kvbench_core.spec.safepaths import refusal_reason
 
 MARKER = ".kvbench-owner"
 

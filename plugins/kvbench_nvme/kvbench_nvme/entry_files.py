@@ -14,7 +14,7 @@ import shutil
 import threading
 from typing import Any
 
-from kvbench_core.backend import BackendContext, StorageBackend, check_key
+from kvbench_core.contracts.backend import BackendContext, StorageBackend, check_key
 from kvbench_nvme.directory import TierDirectory
 
 

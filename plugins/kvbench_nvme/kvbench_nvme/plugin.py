@@ -5,7 +5,7 @@ The backend class is imported inside the hook so ``kvbench plugins`` stays cheap
 
 from __future__ import annotations
 
-from kvbench_core.plugins import hookimpl
+from kvbench_core.contracts.plugins import hookimpl
 
 
 @hookimpl

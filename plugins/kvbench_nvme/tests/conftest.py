@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from kvbench_nvme.backend import NVMeBackend
 
-from kvbench_core.backend import BackendContext
-from kvbench_core.errors import BackendUnavailable
-from kvbench_core.payload import NoisePool, VerifySink
+from kvbench_core.contracts.backend import BackendContext
+from kvbench_core.contracts.errors import BackendUnavailable
+from kvbench_core.engine.payload import NoisePool, VerifySink
 
 SMALL_TRANSFER = 64 << 10  # small pieces make multi-piece entries cheap
 

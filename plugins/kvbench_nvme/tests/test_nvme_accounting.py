@@ -9,8 +9,8 @@ import pytest
 from kvbench_nvme.accounting import Phase, covered
 from kvbench_nvme.diskstats import DiskStats, process_io
 
-from kvbench_core.backend import DISCARD
-from kvbench_core.payload import NoisePool
+from kvbench_core.contracts.backend import DISCARD
+from kvbench_core.engine.payload import NoisePool
 
 
 def test_covered_is_the_length_of_the_union() -> None:

@@ -6,9 +6,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from kvbench_core.backend import BackendContext, StorageBackend
-from kvbench_core.testing import BackendConformance, remaining_files
-from kvbench_core.tiers.factory import create_backend
+from kvbench_core.contracts.backend import BackendContext, StorageBackend
+from kvbench_core.contracts.conformance import BackendConformance, remaining_files
+from kvbench_core.engine.factory import create_backend
 
 OPTIONS: dict[str, Any] = {"path": "{tmp_path}/tier", "transfer_size": "64KiB"}
 

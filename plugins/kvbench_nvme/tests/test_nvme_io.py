@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from kvbench_nvme.backend import FILL_AHEAD
 
-from kvbench_core.backend import DISCARD
-from kvbench_core.payload import NoisePool
+from kvbench_core.contracts.backend import DISCARD
+from kvbench_core.engine.payload import NoisePool
 
 TS = 64 << 10
 SIZES = [1, 511, 4095, 4096, 4097, TS - 1, TS, TS + 1, 3 * TS + 17, 5 * TS]

@@ -12,9 +12,9 @@ import pytest
 from kvbench_nvme.backend import NVMeBackend
 from kvbench_nvme.directory import MARKER
 
-from kvbench_core.backend import BackendContext
-from kvbench_core.errors import BackendUnavailable
-from kvbench_core.payload import NoisePool
+from kvbench_core.contracts.backend import BackendContext
+from kvbench_core.contracts.errors import BackendUnavailable
+from kvbench_core.engine.payload import NoisePool
 
 
 def unopened(path: str | Path, **options: Any) -> NVMeBackend:

@@ -31,10 +31,10 @@ from contextlib import contextmanager
 from itertools import islice
 from typing import Any, ClassVar
 
-from kvbench_core.backend import BackendContext, ByteSink, ByteSource, ClientBackend, IOTiming
-from kvbench_core.buffers import ThreadBuffers, consume_pieces, fill_pieces
-from kvbench_core.errors import BackendUnavailable
-from kvbench_core.units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
+from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, ClientBackend, IOTiming
+from kvbench_core.contracts.errors import BackendUnavailable
+from kvbench_core.engine.buffers import ThreadBuffers, consume_pieces, fill_pieces
+from kvbench_core.spec.units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
 from kvbench_redis.endpoint import Endpoint
 
 #: Largest piece handed to ``source.fill`` / ``sink.consume``: parts may be far larger than the

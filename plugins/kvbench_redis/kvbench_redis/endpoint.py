@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from kvbench_core.errors import SpecError
+from kvbench_core.contracts.errors import SpecError
 
 DEFAULT_PORT = 6379
 

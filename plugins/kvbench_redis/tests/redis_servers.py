@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import redis
 
-from kvbench_core import testing
-from kvbench_core.testing import ServerProcess
+from kvbench_core.contracts import conformance as testing
+from kvbench_core.contracts.conformance import ServerProcess
 
 REDIS_SERVER = shutil.which("redis-server")
 REDIS_CLI = shutil.which("redis-cli")

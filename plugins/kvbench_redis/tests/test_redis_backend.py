@@ -18,12 +18,12 @@ import redis
 from kvbench_redis.backend import DEFAULT_PROTO_MAX_BULK_LEN, PIECE, RedisBackend
 from redis_servers import RedisServer, free_port
 
-from kvbench_core.backend import DISCARD, BackendContext, StorageBackend
-from kvbench_core.errors import BackendUnavailable, SpecError
-from kvbench_core.payload import NoisePool
-from kvbench_core.plugins import registry
-from kvbench_core.testing import BackendConformance
-from kvbench_core.tiers.factory import create_backend
+from kvbench_core.contracts.backend import DISCARD, BackendContext, StorageBackend
+from kvbench_core.contracts.conformance import BackendConformance
+from kvbench_core.contracts.errors import BackendUnavailable, SpecError
+from kvbench_core.contracts.plugins import registry
+from kvbench_core.engine.factory import create_backend
+from kvbench_core.engine.payload import NoisePool
 
 pytestmark = pytest.mark.redis
 

@@ -9,10 +9,10 @@ import pytest
 from kvbench_redis.backend import RedisBackend
 from redis_servers import RedisCluster, RedisServer, free_port
 
-from kvbench_core.backend import BackendContext, StorageBackend
-from kvbench_core.payload import NoisePool
-from kvbench_core.testing import BackendConformance
-from kvbench_core.tiers.factory import create_backend
+from kvbench_core.contracts.backend import BackendContext, StorageBackend
+from kvbench_core.contracts.conformance import BackendConformance
+from kvbench_core.engine.factory import create_backend
+from kvbench_core.engine.payload import NoisePool
 
 pytestmark = pytest.mark.redis
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from redis_servers import RedisServer
 
-from kvbench_core.payload import NoisePool, VerifySink
-from kvbench_core.telemetry import Telemetry
-from kvbench_core.waterfall import MultiTierCache, Tier
+from kvbench_core.engine.payload import NoisePool, VerifySink
+from kvbench_core.engine.telemetry import Telemetry
+from kvbench_core.engine.waterfall import MultiTierCache, Tier
 
 pytestmark = pytest.mark.redis
 

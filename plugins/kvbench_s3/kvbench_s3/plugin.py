@@ -7,7 +7,7 @@ when a spec selects the backend.
 
 from __future__ import annotations
 
-from kvbench_core.plugins import hookimpl
+from kvbench_core.contracts.plugins import hookimpl
 
 
 @hookimpl

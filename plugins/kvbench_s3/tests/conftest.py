@@ -11,8 +11,8 @@ import pytest
 from kvbench_s3.backend import S3Backend
 from s3_servers import MotoServer, fake_aws_environment, require_moto, start_moto
 
-from kvbench_core.payload import NoisePool
-from kvbench_core.testing import backend_fixtures
+from kvbench_core.contracts.conformance import backend_fixtures
+from kvbench_core.engine.payload import NoisePool
 
 
 @pytest.fixture(autouse=True)

@@ -17,9 +17,9 @@ import pytest
 from kvbench_s3.backend import S3Backend
 from s3_servers import free_port
 
-from kvbench_core.backend import DISCARD, BackendContext
-from kvbench_core.errors import BackendUnavailable
-from kvbench_core.payload import NoisePool
+from kvbench_core.contracts.backend import DISCARD, BackendContext
+from kvbench_core.contracts.errors import BackendUnavailable
+from kvbench_core.engine.payload import NoisePool
 
 pytestmark = pytest.mark.s3
 

@@ -1,0 +1,30 @@
+"""The core's own plugin: built-in tiers, the synthetic workload and the autoscalers.
+
+Registered through the ``kvbench`` entry-point group like any vendor plugin.
+Classes are imported inside the hooks so listing plugins stays cheap.
+"""
+
+from __future__ import annotations
+
+from kvbench_core.contracts.plugins import hookimpl
+
+
+@hookimpl
+def kvbench_storage_backends() -> dict[str, type]:
+    from kvbench_core.builtins.memory import CPUMemoryBackend, GPUMemoryBackend
+
+    return {"cpu": CPUMemoryBackend, "gpu": GPUMemoryBackend}
+
+
+@hookimpl
+def kvbench_workload_sources() -> dict[str, type]:
+    from kvbench_core.builtins.synthetic import SyntheticSource
+
+    return {"synthetic": SyntheticSource}
+
+
+@hookimpl
+def kvbench_autoscalers() -> dict[str, type]:
+    from kvbench_core.builtins.autoscalers import CapacityAutoscaler, QoSAutoscaler
+
+    return {"qos": QoSAutoscaler, "capacity": CapacityAutoscaler}

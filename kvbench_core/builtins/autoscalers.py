@@ -1,0 +1,140 @@
+"""The built-in ``qos`` and ``capacity`` autoscalers (seed §3.12).
+
+Both see only the ``TelemetrySample`` the runner hands every autoscaler, so a
+third-party autoscaler plugin has exactly the same powers.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+from kvbench_core.contracts.autoscaler import Autoscaler, Decision, TelemetrySample
+
+_POSITIVE = {"type": "number", "exclusiveMinimum": 0}
+_RATIO = {"type": "number", "minimum": 0}
+
+
+class QoSAutoscaler(Autoscaler):
+    """Largest user count that keeps every QoS class inside its SLA.
+
+    Saturation is the worst class's interval p95 *service* latency (enqueued
+    until its storage work is done) divided by its p95 target (1.0 = exactly at
+    the SLA).  Not end-to-end: that includes the simulated generation time
+    (30 ms/token with ``realistic`` pacing, 1.5 s for a 50-token reply), which
+    no storage can shorten and which alone exceeds every class's target.  Below ``low`` add users, between ``low`` and
+    ``high`` hold, above ``high`` remove users and cool down; the band defaults
+    to ``target_saturation`` (0.8) +- 0.1.  After
+    ``stable_intervals`` consecutive holds the count is reported as stabilised.
+    """
+
+    name = "qos"
+    options_schema: ClassVar[dict[str, Any]] = {
+        "type": "object", "additionalProperties": False,
+        "properties": {
+            "interval_s": _POSITIVE, "target_saturation": _RATIO, "low": _RATIO, "high": _RATIO,
+            "step_up": _RATIO, "step_down": _RATIO, "cooldown_s": _RATIO,
+            "stable_intervals": {"type": "integer", "minimum": 1}, "min_users": {"type": "integer", "minimum": 1},
+        },
+    }
+
+    def __init__(self, options: dict[str, Any], *, initial_users: int, max_users: int) -> None:
+        super().__init__(options, initial_users=initial_users, max_users=max_users)
+        # The seed: compare saturation with the target (0.8) and hold within +-0.1 of it.
+        target = float(options.get("target_saturation", 0.8))
+        self.low = float(options.get("low", round(target - 0.1, 9)))
+        self.high = float(options.get("high", round(target + 0.1, 9)))
+        self.step_up = float(options.get("step_up", 0.15))
+        self.step_down = float(options.get("step_down", 0.10))
+        self.cooldown_s = float(options.get("cooldown_s", 30.0))
+        self.stable_intervals = int(options.get("stable_intervals", 3))
+        self.min_users = int(options.get("min_users", 1))
+        self.users = initial_users
+        self._cooldown_until = -math.inf
+        self._holds = 0
+        self._best_within_sla: int | None = None
+
+    @staticmethod
+    def saturation(sample: TelemetrySample) -> float | None:
+        ratios = [sample.service_p95_s[q] / sample.sla_p95_s[q]
+                  for q in sample.service_p95_s if q in sample.sla_p95_s and sample.sla_p95_s[q] > 0]
+        return max(ratios) if ratios else None
+
+    def decide(self, sample: TelemetrySample) -> Decision:
+        saturation = self.saturation(sample)
+        if saturation is None:
+            return Decision(self.users, "hold", None, reason="no completed requests this interval")
+        if sample.t_s < self._cooldown_until:
+            return Decision(self.users, "cooldown", saturation, reason="cooling down after a scale-down")
+        if saturation <= self.high:
+            self._best_within_sla = max(self._best_within_sla or 0, self.users)
+        if saturation < self.low and self.users < self.max_users:
+            self._holds = 0
+            self.users = min(self.max_users, max(self.users + 1, math.ceil(self.users * (1 + self.step_up))))
+            return Decision(self.users, "scale_up", saturation, reason=f"saturation {saturation:.2f} < {self.low}")
+        if saturation > self.high:
+            self._holds = 0
+            self.users = max(self.min_users, min(self.users - 1, math.floor(self.users * (1 - self.step_down))))
+            self._cooldown_until = sample.t_s + self.cooldown_s
+            return Decision(self.users, "scale_down", saturation,
+                            reason=f"saturation {saturation:.2f} > {self.high}")
+        self._holds += 1
+        if self._holds >= self.stable_intervals:
+            return Decision(self.users, "stabilized", saturation, converged=True,
+                            reason=f"held {self._holds} intervals inside the SLA band")
+        return Decision(self.users, "hold", saturation, reason=f"saturation {saturation:.2f} in band")
+
+    def summary(self) -> dict[str, Any]:
+        return {"final_users": self.users, "max_users_within_sla": self._best_within_sla}
+
+
+class CapacityAutoscaler(Autoscaler):
+    """Peak throughput regardless of latency: double users while throughput grows fast, then x1.5,
+    stop when throughput falls below the previous stage and report the best stage."""
+
+    name = "capacity"
+    options_schema: ClassVar[dict[str, Any]] = {
+        "type": "object", "additionalProperties": False,
+        "properties": {"interval_s": _POSITIVE, "fast_growth": _RATIO, "fine_factor": _POSITIVE,
+                       "ramp_factor": _POSITIVE},
+    }
+
+    def __init__(self, options: dict[str, Any], *, initial_users: int, max_users: int) -> None:
+        super().__init__(options, initial_users=initial_users, max_users=max_users)
+        self.fast_growth = float(options.get("fast_growth", 0.2))
+        self.ramp_factor = float(options.get("ramp_factor", 2.0))
+        self.fine_factor = float(options.get("fine_factor", 1.5))
+        self.users = initial_users
+        self._previous: float | None = None
+        self._best = (0.0, initial_users)
+        self._done = False
+
+    @property
+    def interval_s(self) -> float:
+        return float(self.options.get("interval_s", 10.0))
+
+    def decide(self, sample: TelemetrySample) -> Decision:
+        throughput = sample.throughput_tokens_per_s
+        if self._done:
+            return Decision(self.users, "peak_found", converged=True, reason="Peak capacity found")
+        if throughput > self._best[0]:
+            self._best = (throughput, self.users)
+        previous, self._previous = self._previous, throughput
+        if previous is not None and throughput < previous:
+            self._done = True
+            self.users = self._best[1]
+            return Decision(self.users, "peak_found", converged=True, reason="Peak capacity found",
+                            extra={"peak_throughput_tokens_per_s": self._best[0], "peak_users": self._best[1]})
+        if self.users >= self.max_users:
+            self._done = True
+            return Decision(self.users, "peak_found", converged=True, reason="Reached max_users",
+                            extra={"peak_throughput_tokens_per_s": self._best[0], "peak_users": self._best[1]})
+        growth = math.inf if not previous else (throughput - previous) / previous
+        factor = self.ramp_factor if growth >= self.fast_growth else self.fine_factor
+        self.users = min(self.max_users, max(self.users + 1, math.ceil(self.users * factor)))
+        action = "scale_up" if factor == self.ramp_factor else "fine_tune"
+        return Decision(self.users, action, reason=f"throughput growth {growth:.0%}" if previous else "first stage")
+
+    def summary(self) -> dict[str, Any]:
+        return {"peak_throughput_tokens_per_s": self._best[0], "peak_users": self._best[1],
+                "reason": "Peak capacity found" if self._done else "search not finished"}

@@ -1,0 +1,268 @@
+"""DRAM (``cpu``) and GPU-memory (``gpu``) tiers.
+
+A memory tier really holds the bytes (that memory *is* the cache content,
+bounded by the tier's capacity).  Writes fill it piece by piece from the
+source; reads hand out zero-copy views.
+Host time is the whole operation (there is no device to wait for in DRAM);
+for the GPU tier, device time is the host<->device copy.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, ClassVar
+
+import numpy as np
+
+from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, IOTiming, StorageBackend
+from kvbench_core.contracts.errors import BackendUnavailable
+
+PIECE = 16 << 20  # how much a memory tier moves per source/sink call
+
+
+def _mem_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+BLOCK = 4 << 20  # DRAM tier block (and transfer) size
+
+
+class BlockArena:
+    """Fixed-size blocks recycled through a free list.
+
+    Freshly mapped memory is expensive to touch (page faults; on VMs tens of
+    MB/s), and numpy returns large arrays to the OS on free.  A DRAM KV pool
+    in a real engine is allocated once and reused; so is this one: after
+    warm-up, writes land in already-faulted blocks and the tier measures
+    memory bandwidth, not the kernel's page-fault path.
+    """
+
+    def __init__(self, block_bytes: int = BLOCK) -> None:
+        self.block_bytes = block_bytes
+        self._free: list[np.ndarray] = []
+        self._lock = threading.Lock()
+
+    def take(self, count: int) -> list[np.ndarray]:
+        with self._lock:
+            reused = [self._free.pop() for _ in range(min(count, len(self._free)))]
+        return reused + [np.empty(self.block_bytes, dtype=np.uint8) for _ in range(count - len(reused))]
+
+    def give(self, blocks: list[np.ndarray]) -> None:
+        """Return whole blocks to the free list (exact-size tails are simply dropped)."""
+        with self._lock:
+            self._free.extend(block for block in blocks if block.shape[0] == self.block_bytes)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._free.clear()
+
+
+class CPUMemoryBackend(StorageBackend):
+    """DRAM tier: an entry is a list of recycled 4 MiB blocks held by the process."""
+
+    name = "cpu"
+    volatile = True
+    transfer_size = BLOCK
+    options_schema: ClassVar[dict[str, Any]] = {"type": "object", "additionalProperties": False,
+                                                "properties": {}}
+
+    def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
+        super().__init__(options, context)
+        self._entries: dict[str, list[np.ndarray]] = {}
+        self._lock = threading.Lock()
+        self._arena = BlockArena()
+
+    def write(self, key: str, source: ByteSource) -> IOTiming:
+        start = time.perf_counter()
+        full, tail = divmod(source.size, BLOCK)
+        # Whole blocks come recycled from the arena; a tail gets an exact-size array, so a small entry
+        # costs its size, not a 4 MiB block.
+        blocks = self._arena.take(full) + ([np.empty(tail, dtype=np.uint8)] if tail else [])
+        for index, block in enumerate(blocks):
+            offset = index * BLOCK
+            source.fill(offset, memoryview(block)[: min(BLOCK, source.size - offset)])
+        with self._lock:
+            old = self._entries.pop(key, None)
+            self._entries[key] = blocks
+        if old:
+            self._arena.give(old)
+        elapsed = time.perf_counter() - start
+        return IOTiming(total=elapsed, host=elapsed, device=0.0, nbytes=source.size, commands=len(blocks))
+
+    def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
+        start = time.perf_counter()
+        blocks = self._entry(key)
+        for index, block in enumerate(blocks):
+            offset = index * BLOCK
+            sink.consume(offset, memoryview(block)[: min(BLOCK, size - offset)])
+        elapsed = time.perf_counter() - start
+        return IOTiming(total=elapsed, host=elapsed, device=0.0, nbytes=size, commands=len(blocks))
+
+    def read_range(self, key: str, offset: int, out: memoryview) -> None:
+        blocks = self._entry(key)
+        done = 0
+        while done < len(out):
+            index, within = divmod(offset + done, BLOCK)
+            n = min(BLOCK - within, len(out) - done)
+            out[done:done + n] = memoryview(blocks[index])[within:within + n]
+            done += n
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            blocks = self._entries.pop(key, None)
+        if blocks:
+            self._arena.give(blocks)
+
+    def capacity_bytes(self) -> int | None:
+        available = _mem_available()
+        return None if available is None else available // 2
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": self.name, "medium": "DRAM",
+                "access_mechanism": "process memory (memcpy into recycled 4 MiB blocks)"}
+
+    def close(self) -> None:
+        with self._lock:
+            self._entries.clear()
+        self._arena.clear()
+
+    def _entry(self, key: str) -> list[np.ndarray]:
+        try:
+            return self._entries[key]
+        except KeyError:
+            raise KeyError(f"no entry {key!r} in tier {self.context.tier_name!r}") from None
+
+
+class GPUMemoryBackend(StorageBackend):
+    """GPU-memory tier on torch tensors.  ``device`` defaults to ``cuda``; ``cpu`` exercises the
+    logic without a GPU (tests), and is reported as such so it is never mistaken for HBM."""
+
+    name = "gpu"
+    volatile = True
+    transfer_size = PIECE
+    requires: ClassVar[dict[str, str]] = {"torch": "pip install 'kvbench-core[gpu]' (torch)"}
+    options_schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "device": {"type": "string", "pattern": "^(cuda(:[0-9]+)?|cpu)$", "default": "cuda",
+                       "description": "torch device holding the entries; 'cpu' is for testing only"},
+        },
+    }
+
+    def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
+        super().__init__(options, context)
+        self.device_name = options.get("device", "cuda")
+        self._entries: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._staging = threading.local()
+
+    def open(self) -> None:
+        import torch
+
+        self._torch = torch
+        if self.device_name.startswith("cuda") and not torch.cuda.is_available():
+            raise BackendUnavailable(
+                f"tier '{self.context.tier_name}' (gpu): CUDA is not available "
+                f"(torch {torch.__version__}, built for CUDA {torch.version.cuda or 'none'}); "
+                "install a CUDA build of torch on a machine with an NVIDIA driver, or set the tier's "
+                "capacity to 0"
+            )
+        self.device = torch.device(self.device_name)
+
+    def _pinned(self) -> Any:
+        buffer = getattr(self._staging, "buffer", None)
+        if buffer is None:
+            pin = self.device.type == "cuda"
+            buffer = self._torch.empty(PIECE, dtype=self._torch.uint8, pin_memory=pin)
+            self._staging.buffer = buffer
+        return buffer
+
+    def write(self, key: str, source: ByteSource) -> IOTiming:
+        torch = self._torch
+        start = time.perf_counter()
+        tensor = torch.empty(source.size, dtype=torch.uint8, device=self.device)
+        staging = self._pinned()
+        staging_view = memoryview(staging.numpy())
+        host = device = 0.0
+        for offset in range(0, source.size, PIECE):
+            n = min(PIECE, source.size - offset)
+            t0 = time.perf_counter()
+            source.fill(offset, staging_view[:n])
+            t1 = time.perf_counter()
+            tensor[offset:offset + n].copy_(staging[:n])
+            self._sync()
+            host += t1 - t0
+            device += time.perf_counter() - t1
+        with self._lock:
+            self._entries[key] = tensor
+        return IOTiming(time.perf_counter() - start, host, device, source.size, -(-source.size // PIECE))
+
+    def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
+        start = time.perf_counter()
+        tensor = self._entry(key)
+        staging = self._pinned()
+        staging_view = memoryview(staging.numpy())
+        host = device = 0.0
+        for offset in range(0, size, PIECE):
+            n = min(PIECE, size - offset)
+            t0 = time.perf_counter()
+            staging[:n].copy_(tensor[offset:offset + n])
+            self._sync()
+            t1 = time.perf_counter()
+            sink.consume(offset, staging_view[:n])
+            device += t1 - t0
+            host += time.perf_counter() - t1
+        return IOTiming(time.perf_counter() - start, host, device, size, -(-size // PIECE))
+
+    def read_range(self, key: str, offset: int, out: memoryview) -> None:
+        tensor = self._entry(key)
+        n = len(out)
+        host = self._torch.frombuffer(out, dtype=self._torch.uint8)
+        host.copy_(tensor[offset:offset + n])
+        self._sync()
+
+    def tensor(self, key: str) -> Any:
+        """The entry's device tensor, for GPU-native demotion (e.g. straight into the gds tier)."""
+        return self._entry(key)
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+
+    def capacity_bytes(self) -> int | None:
+        if self.device.type != "cuda":
+            return None
+        free, _total = self._torch.cuda.mem_get_info(self.device)
+        return int(free * 0.9)
+
+    def describe(self) -> dict[str, Any]:
+        info: dict[str, Any] = {"backend": self.name, "device": str(self.device_name)}
+        if self.device_name.startswith("cuda") and hasattr(self, "device"):
+            info["medium"] = "GPU HBM"
+            info["gpu_model"] = self._torch.cuda.get_device_name(self.device)
+        else:
+            info["medium"] = "host memory via torch (test device, not HBM)"
+        return info
+
+    def close(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            self._torch.cuda.synchronize(self.device)
+
+    def _entry(self, key: str) -> Any:
+        try:
+            return self._entries[key]
+        except KeyError:
+            raise KeyError(f"no entry {key!r} in tier {self.context.tier_name!r}") from None

@@ -1,0 +1,324 @@
+"""The built-in ``synthetic`` workload source (seed §3.9–3.12, §4.1, §4.8, §8.1).
+
+User profiles (chatbot / coding / document) with the seed's context,
+generation and think-time ranges; QoS classes mixed 15/35/50; multi-turn
+conversations whose turns read the previous turn's entry and store their
+whole grown context under their own key, as the seed's reference does (§3.1:
+the context size is the write size; §8.1: each turn can use the previous
+turn's KV), so decode reads and turn reads cover the full context; shared system
+prompts stored once under a content-hash key; RAG queries that load top-k
+document-chunk entries before their prefill; closed-loop users with think
+time or open-loop Poisson arrivals; mixed, prefill-only and decode-only modes.
+
+Determinism: each user draws from its own RNG stream seeded by (seed, user),
+so a user's request sequence does not depend on thread timing; the open-loop
+arrival clock has its own stream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from kvbench_core.contracts.errors import SpecError
+from kvbench_core.contracts.workload import Phase, Read, Request, WorkloadContext, WorkloadSource, Write
+
+DEFAULT_PROFILES: dict[str, dict[str, list[float]]] = {
+    "chatbot": {"context": [512, 4096], "generate": [50, 200], "think_s": [0.1, 0.5]},
+    "coding": {"context": [4096, 25000], "generate": [100, 500], "think_s": [0.2, 1.0]},
+    "document": {"context": [4096, 16384], "generate": [200, 800], "think_s": [0.3, 1.5]},
+}
+DEFAULT_QOS_MIX = {"interactive": 0.15, "responsive": 0.35, "batch": 0.50}
+SYSTEM_PROMPTS = (
+    "You are a helpful assistant.",
+    "You are an AI assistant helping with coding tasks.",
+    "You are a professional writing assistant.",
+)
+DECODE_ONLY_ENTRIES_PER_USER = 10
+
+_RANGE = {"type": "array", "items": {"type": "number", "minimum": 0}, "minItems": 2, "maxItems": 2}
+_PROB = {"type": "number", "minimum": 0, "maximum": 1}
+
+
+def _section(properties: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "additionalProperties": False, "properties": properties}
+
+
+OPTIONS_SCHEMA: dict[str, Any] = _section({
+    "profiles": {"type": "object", "additionalProperties": _section(
+        {"context": _RANGE, "generate": _RANGE, "think_s": _RANGE})},
+    "profile_mix": {"type": "object", "additionalProperties": {"type": "number", "minimum": 0}},
+    "qos_mix": _section({name: _PROB for name in DEFAULT_QOS_MIX}),
+    "multi_turn": _section({"enabled": {"type": "boolean"}, "max_turns": {"type": "integer", "minimum": 1},
+                            "end_probability": _PROB,
+                            "max_live_conversations": {"type": "integer", "minimum": 1},
+                            "turn_tokens": _RANGE}),
+    "prefix_caching": _section({"enabled": {"type": "boolean"}, "probability": _PROB,
+                                "prompts": {"type": "integer", "minimum": 1, "maximum": 1000},
+                                "prefix_tokens": _RANGE}),
+    "rag": _section({"enabled": {"type": "boolean"}, "probability": _PROB,
+                     "documents": {"type": "integer", "minimum": 1},
+                     "chunks_per_document": {"type": "integer", "minimum": 1},
+                     "chunk_tokens": {"type": "integer", "minimum": 1},
+                     "top_k": {"type": "integer", "minimum": 1}}),
+    "arrival": _section({"process": {"enum": ["closed", "poisson"]},
+                         "rate": {"type": "number", "exclusiveMinimum": 0,
+                                  "description": "requests per second (poisson)"}}),
+    "no_reads": {"type": "boolean", "description": "prefill-only: issue no reads at all"},
+})
+
+
+def merged_profiles(options: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
+    """The seed's profiles with the spec's overrides; a partial override keeps the other default ranges."""
+    profiles = {name: dict(ranges) for name, ranges in DEFAULT_PROFILES.items()}
+    for name, ranges in (options.get("profiles") or {}).items():
+        profiles[name] = {**profiles.get(name, {}), **ranges}
+    return profiles
+
+
+@dataclass
+class _Conversation:
+    conv_id: str
+    turn: int
+    context_tokens: int
+    last_key: str
+    last_tokens: int
+
+
+class SyntheticSource(WorkloadSource):
+    """Synthetic inference traffic shaped like the MLPerf KV-cache v3 reference."""
+
+    name = "synthetic"
+    options_schema: ClassVar[dict[str, Any]] = OPTIONS_SCHEMA
+
+    def __init__(self, options: dict[str, Any], context: WorkloadContext) -> None:
+        super().__init__(options, context)
+        self.check_options(options)
+        self.profiles = merged_profiles(options)
+        mix = options.get("profile_mix") or {name: 1.0 for name in DEFAULT_PROFILES}
+        self.profile_names = [name for name in mix if mix[name] > 0]
+        weights = np.array([mix[name] for name in self.profile_names], dtype=float)
+        self.profile_weights = weights / weights.sum()
+        qos_mix = {**DEFAULT_QOS_MIX, **options.get("qos_mix", {})}
+        self.qos_names = [name for name in qos_mix if qos_mix[name] > 0]
+        qos_weights = np.array([qos_mix[name] for name in self.qos_names], dtype=float)
+        self.qos_weights = qos_weights / qos_weights.sum()
+        prefill_only = context.mode == "prefill-only"
+        no_reads = prefill_only and options.get("no_reads", False)
+        self.multi_turn = {"enabled": not no_reads, "max_turns": 10, "end_probability": 0.2,
+                           "max_live_conversations": 100_000, "turn_tokens": [64, 1024],
+                           **options.get("multi_turn", {})}
+        self.prefix = {"enabled": not no_reads, "probability": 0.5, "prompts": len(SYSTEM_PROMPTS),
+                       "prefix_tokens": [128, 1024], **options.get("prefix_caching", {})}
+        self.rag = {"enabled": False, "probability": 0.1, "documents": 20, "chunks_per_document": 8,
+                    "chunk_tokens": 512, "top_k": 5, **options.get("rag", {})}
+        if no_reads:
+            self.multi_turn["enabled"] = self.prefix["enabled"] = self.rag["enabled"] = False
+        arrival = {"process": "closed", "rate": 10.0, **options.get("arrival", {})}
+        self.open_loop = arrival["process"] == "poisson"
+        self.arrival_rate = float(arrival["rate"])
+        self._arrival_rng = np.random.default_rng([context.seed, 0xA771])
+        self._arrival_clock = 0.0
+        self._users: dict[int, _UserState] = {}
+        self._conversations: OrderedDict[int, _Conversation] = OrderedDict()
+        self._prefix_prompts = self._make_prefix_prompts()
+
+    @staticmethod
+    def check_options(options: dict[str, Any], path: str = "workload.options") -> None:
+        """What the JSON Schema cannot say: known profiles, non-zero mixes, ranges with low <= high.
+
+        The spec validation calls this too, so ``kvbench spec validate`` reports these before a run.
+        """
+        profiles = merged_profiles(options)
+        for name in options.get("profiles") or {}:
+            for field in ("context", "generate", "think_s"):
+                if field not in profiles[name]:
+                    raise SpecError(f"{path}.profiles.{name}.{field}: required field is missing "
+                                    f"(a new profile needs context, generate and think_s)")
+        ranges_at = [(f"{path}.profiles.{name}.{field}", bounds) for name, profile in profiles.items()
+                     for field, bounds in profile.items()]
+        for section, field in (("multi_turn", "turn_tokens"), ("prefix_caching", "prefix_tokens")):
+            if field in (options.get(section) or {}):
+                ranges_at.append((f"{path}.{section}.{field}", options[section][field]))
+        for where, (low, high) in ranges_at:
+            if low > high:
+                raise SpecError(f"{where}: expected [low, high] with low <= high, got [{low}, {high}]")
+        mix = options.get("profile_mix")
+        if mix is not None:
+            unknown = sorted(set(mix) - set(profiles))
+            if unknown:
+                raise SpecError(f"{path}.profile_mix.{unknown[0]}: no such profile; "
+                                f"known: {', '.join(sorted(profiles))}")
+            if not any(weight > 0 for weight in mix.values()):
+                raise SpecError(f"{path}.profile_mix: every weight is 0; give at least one profile a weight")
+        if not any(weight > 0 for weight in {**DEFAULT_QOS_MIX, **(options.get("qos_mix") or {})}.values()):
+            raise SpecError(f"{path}.qos_mix: every share is 0; give at least one QoS class a share")
+
+    # -- set-up ----------------------------------------------------------------------------------------
+    def _make_prefix_prompts(self) -> list[tuple[str, int]]:
+        """(content-hash key, token count) per shared system prompt, deterministic under the seed."""
+        rng = np.random.default_rng([self.context.seed, 0x5157])
+        low, high = self.prefix["prefix_tokens"]
+        prompts = []
+        for i in range(int(self.prefix["prompts"])):
+            text = SYSTEM_PROMPTS[i % len(SYSTEM_PROMPTS)] + ("" if i < len(SYSTEM_PROMPTS) else f" #{i}")
+            digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+            prompts.append((f"kv_system_{digest}", int(rng.integers(low, high + 1))))
+        return prompts
+
+    def _rag_keys(self) -> list[str]:
+        return [f"rag_doc{d}_chunk{c}" for d in range(int(self.rag["documents"]))
+                for c in range(int(self.rag["chunks_per_document"]))]
+
+    def preload(self) -> Iterable[Write]:
+        if self.rag["enabled"]:
+            for key in self._rag_keys():
+                yield Write(key, int(self.rag["chunk_tokens"]), "rag")
+        if self.context.mode == "decode-only":
+            for user_id in range(self.context.users):
+                state = self._user(user_id)
+                for i in range(DECODE_ONLY_ENTRIES_PER_USER):
+                    yield Write(f"pre_u{user_id}_{i}", state.preload_tokens(i), "preload")
+
+    def _user(self, user_id: int) -> _UserState:
+        state = self._users.get(user_id)
+        if state is None:
+            rng = np.random.default_rng([self.context.seed, user_id])
+            profile = self.profile_names[int(rng.choice(len(self.profile_names), p=self.profile_weights))]
+            qos = self.qos_names[int(rng.choice(len(self.qos_names), p=self.qos_weights))]
+            state = _UserState(user_id, profile, qos, self.profiles[profile], rng, self.context.seed)
+            self._users[user_id] = state
+        return state
+
+    # -- requests --------------------------------------------------------------------------------------
+    def next_request(self, user_id: int) -> Request | None:
+        state = self._user(user_id)
+        state.seq += 1
+        arrival = self._next_arrival() if self.open_loop else None
+        generate = state.sample("generate")
+        think = state.sample_float("think_s")
+        if self.context.mode == "decode-only":
+            slot = int(state.rng.integers(0, DECODE_ONLY_ENTRIES_PER_USER))
+            key = f"pre_u{user_id}_{slot}"
+            return Request(user_id, state.seq, state.qos, state.preload_tokens(slot), generate,
+                           decode_keys=(key,), phase=Phase.DECODE, arrival_s=arrival, think_s=think,
+                           tags={"profile": state.profile})
+        phase = Phase.PREFILL if self.context.mode == "prefill-only" else None
+        reads: list[Read] = []
+        tags: dict[str, Any] = {"profile": state.profile}
+        conversation = self._continue_conversation(state)
+        if conversation is not None:
+            new_tokens = state.sample_range(self.multi_turn["turn_tokens"])
+            reads.append(Read(conversation.last_key, conversation.last_tokens, "turn"))
+            context = conversation.context_tokens + new_tokens
+            key = f"{conversation.conv_id}_turn_{conversation.turn + 1}"
+            write_tokens = context  # the whole grown context, not only the new tokens (see the module doc)
+            decode_keys: tuple[str, ...] = ()  # ... so this turn's own entry is its whole KV
+            conv_id = conversation.conv_id
+            conversation.turn += 1
+        else:
+            context = state.sample_context()
+            write_tokens = context
+            prefix_tokens = 0
+            if self.prefix["enabled"] and state.rng.random() < self.prefix["probability"]:
+                prefix_key, prefix_tokens = self._prefix_prompts[int(state.rng.integers(len(self._prefix_prompts)))]
+                prefix_tokens = min(prefix_tokens, context - 1)
+                reads.append(Read(prefix_key, prefix_tokens, "prefix", on_miss=Write(prefix_key, prefix_tokens,
+                                                                                      "prefix")))
+                write_tokens = context - prefix_tokens
+            if self.rag["enabled"] and state.rng.random() < self.rag["probability"]:
+                rag_keys = self._rag_keys()
+                chosen = state.rng.choice(len(rag_keys), size=min(int(self.rag["top_k"]), len(rag_keys)),
+                                          replace=False)
+                chunk = int(self.rag["chunk_tokens"])
+                reads.extend(Read(rag_keys[i], chunk, "rag", on_miss=Write(rag_keys[i], chunk, "rag"))
+                             for i in sorted(int(c) for c in chosen))
+                context += chunk * len(chosen)
+                tags["rag"] = True
+            state.conversations += 1
+            conv_id = f"u{user_id}_c{state.conversations}"
+            key = f"{conv_id}_turn_1"
+            conversation = _Conversation(conv_id, 1, context, key, write_tokens)
+            # the context is the shared prefix + the RAG chunks + what this request writes: decode reads them all
+            decode_keys = (*(read.key for read in reads), key) if reads else ()
+        conversation.context_tokens = context
+        conversation.last_key, conversation.last_tokens = key, write_tokens
+        self._remember(state, conversation)
+        return Request(user_id, state.seq, state.qos, context, generate, reads=tuple(reads),
+                       write=Write(key, write_tokens), decode_keys=decode_keys, phase=phase, arrival_s=arrival,
+                       think_s=think, conversation=conv_id, tags=tags)
+
+    def _continue_conversation(self, state: _UserState) -> _Conversation | None:
+        """The user's live conversation if it goes on for another turn, else None (start a new one)."""
+        if not self.multi_turn["enabled"]:
+            return None
+        conversation = self._conversations.get(state.user_id)
+        if conversation is None:
+            return None
+        ends = state.rng.random() < self.multi_turn["end_probability"]
+        if ends or conversation.turn >= self.multi_turn["max_turns"]:
+            del self._conversations[state.user_id]
+            return None
+        return conversation
+
+    def _remember(self, state: _UserState, conversation: _Conversation) -> None:
+        """Keep conversation metadata (never files) for a bounded number of live conversations."""
+        if not self.multi_turn["enabled"]:
+            return
+        self._conversations[state.user_id] = conversation
+        self._conversations.move_to_end(state.user_id)
+        while len(self._conversations) > self.multi_turn["max_live_conversations"]:
+            self._conversations.popitem(last=False)
+
+    def _next_arrival(self) -> float:
+        self._arrival_clock += float(self._arrival_rng.exponential(1.0 / self.arrival_rate))
+        return self._arrival_clock
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "source": self.name,
+            "arrival_process": f"poisson {self.arrival_rate}/s" if self.open_loop else "closed loop with think time",
+            "profiles": {name: self.profiles[name] for name in self.profile_names},
+            "profile_mix": dict(zip(self.profile_names, self.profile_weights.round(4).tolist(), strict=True)),
+            "qos_mix": dict(zip(self.qos_names, self.qos_weights.round(4).tolist(), strict=True)),
+            "multi_turn": self.multi_turn, "prefix_caching": self.prefix, "rag": self.rag,
+        }
+
+
+class _UserState:
+    """Per-user RNG stream and profile."""
+
+    def __init__(self, user_id: int, profile: str, qos: str, ranges: dict[str, list[float]],
+                 rng: np.random.Generator, seed: int) -> None:
+        self.user_id, self.profile, self.qos, self.ranges, self.rng = user_id, profile, qos, ranges, rng
+        self.seed = seed
+        self.seq = 0
+        self.conversations = 0
+        self._preload_tokens: dict[int, int] = {}
+
+    def sample_range(self, bounds: list[float]) -> int:
+        low, high = int(bounds[0]), int(bounds[1])
+        return int(self.rng.integers(low, max(low, high) + 1))
+
+    def sample(self, name: str) -> int:
+        return self.sample_range(self.ranges[name])
+
+    def sample_float(self, name: str) -> float:
+        low, high = self.ranges[name]
+        return float(self.rng.uniform(low, high))
+
+    def sample_context(self) -> int:
+        return self.sample("context")
+
+    def preload_tokens(self, slot: int) -> int:
+        """Size of a decode-only pre-populated entry: drawn once from a separate stream, so stable."""
+        if slot not in self._preload_tokens:
+            rng = np.random.default_rng([self.seed, self.user_id, slot, 0xDEC])
+            low, high = (int(v) for v in self.ranges["context"])
+            self._preload_tokens[slot] = int(rng.integers(low, high + 1))
+        return self._preload_tokens[slot]

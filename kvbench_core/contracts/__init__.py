@@ -1,0 +1,1 @@
+"""What plugins build against: hook specs, the backend/source/autoscaler contracts, errors, the registry."""

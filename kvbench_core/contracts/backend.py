@@ -1,0 +1,181 @@
+"""The storage-backend contract every tier implements (built-in or vendor plugin).
+
+A backend moves KV entries between kvbench's reusable buffers and one storage
+tier.  Payloads are *streamed*: ``write`` pulls bytes from a ``ByteSource`` in
+pieces no larger than the backend's transfer size, ``read`` pushes what it read
+into a ``ByteSink`` piece by piece.  So no entry is ever materialised whole in
+Python memory, and memory stays bounded by what is in flight.
+
+Every operation returns an ``IOTiming`` with the seed's L4 split:
+``host`` is user-space preparation (filling/copying buffers, serialising
+headers, hashing), ``device`` is time spent waiting on the storage (inside the
+read/write/fsync syscalls, the network round trip, the cuFile call).
+``host + device <= total``; the remainder is untracked overhead.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+
+@dataclass(slots=True)
+class IOTiming:
+    """Timing of one tier operation in seconds, plus what it moved."""
+
+    total: float
+    host: float
+    device: float
+    nbytes: int
+    commands: int = 1  # device commands issued (pread/pwrite calls, HTTP parts, cuFile tasks)
+
+
+class ByteSource(Protocol):
+    """Where a write's bytes come from: the payload generator, or an upper tier during demotion."""
+
+    size: int
+
+    def fill(self, offset: int, out: memoryview) -> None:
+        """Write the entry's bytes ``[offset, offset + len(out))`` into ``out``."""
+
+
+class ByteSink(Protocol):
+    """Where a read's bytes go: discarded, verified against the payload, or collected."""
+
+    def consume(self, offset: int, data: memoryview) -> None:
+        """Receive the entry's bytes ``[offset, offset + len(data))``; ``data`` is reused after return."""
+
+
+class DiscardSink:
+    """The default sink: the benchmark reads for the device's sake, not for the bytes."""
+
+    def consume(self, offset: int, data: memoryview) -> None:
+        return None
+
+
+DISCARD = DiscardSink()
+
+
+@dataclass(slots=True)
+class BackendContext:
+    """What the run tells a backend when it is created.
+
+    ``run_id`` is unique per run and should prefix every key/file/object the
+    backend creates, so cleanup removes only kvbench's own data.  ``concurrency``
+    is the number of operations that may be in flight at once (size pools by it).
+    """
+
+    tier_name: str
+    run_id: str
+    seed: int = 0
+    concurrency: int = 1
+    keep: bool = False
+    io_log: Any = None  # optional per-command logger (kvbench_core.engine.iolog.IOLog) for kvio validation
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class StorageBackend(abc.ABC):
+    """One storage tier.  Subclass it, set ``name`` and ``options_schema``, register via the
+    ``kvbench_storage_backends`` hook.
+
+    Thread safety: the cache calls ``write``/``read``/``read_range``/``delete``
+    from many threads at once, but never concurrently for the same key.
+    Errors: raise ``kvbench_core.contracts.errors.BackendUnavailable`` from ``open`` when
+    the tier cannot be used (server down, no GPU); raise ``OSError`` (or any
+    exception) from I/O methods: the cache wraps it in a ``StorageError`` that
+    names the tier, operation and key.
+    """
+
+    name: ClassVar[str] = ""
+    #: JSON Schema fragment for this backend's ``options`` (validated at the spec boundary).
+    options_schema: ClassVar[dict[str, Any]] = {"type": "object", "additionalProperties": False}
+    #: Optional heavy imports this backend needs: import name -> install hint.
+    requires: ClassVar[dict[str, str]] = {}
+    #: Largest piece a single write/read command moves; sources fill at most this much at once.
+    transfer_size: int = 1 << 20
+    #: A volatile tier loses its contents with the process (DRAM, GPU); persistent ones are files/objects.
+    volatile: ClassVar[bool] = False
+
+    def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
+        self.options = options
+        self.context = context
+
+    def options_with_defaults(self) -> dict[str, Any]:
+        """``options`` over the ``default`` of every property in ``options_schema``, so a backend built
+        outside a spec (a bench script, a test) gets the values a validated spec would give it."""
+        properties = self.options_schema.get("properties", {})
+        return {**{key: spec["default"] for key, spec in properties.items() if "default" in spec}, **self.options}
+
+    def open(self) -> None:  # noqa: B027 - optional hook, most memory tiers need nothing
+        """Connect, create directories, check the endpoint; fail early with ``BackendUnavailable``."""
+
+    @abc.abstractmethod
+    def write(self, key: str, source: ByteSource) -> IOTiming:
+        """Store ``source.size`` bytes under ``key`` (overwriting), durably as the options say."""
+
+    @abc.abstractmethod
+    def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
+        """Read the whole entry (``size`` bytes) from the device, handing pieces to ``sink``."""
+
+    @abc.abstractmethod
+    def read_range(self, key: str, offset: int, out: memoryview) -> None:
+        """Copy ``len(out)`` bytes at ``offset`` into ``out``: the source side of a demotion."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove the entry; deleting a missing key is not an error."""
+
+    def lookup(self, key: str) -> int | None:
+        """Size of an entry *another process* stored under ``key`` in a shared tier (a Redis namespace
+        several clients name), so a local miss can still hit; None when absent or the tier is private."""
+        return None
+
+    def capacity_bytes(self) -> int | None:
+        """Capacity for ``capacity: auto`` (free disk, server maxmemory); None if unknown."""
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        """What the declaration should say about this tier: access mechanism, driver, queue depth…"""
+        return {"backend": self.name}
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources and remove every entry this run created unless ``context.keep``."""
+
+
+class ClientBackend(StorageBackend):
+    """A tier reached through a client object (a Redis connection pool, a boto3 client).
+
+    ``close`` is the same for all of them: nothing to do if ``open`` never
+    connected; otherwise remove this run's entries (unless ``context.keep``)
+    and release the client even when that cleanup fails (server gone).
+    """
+
+    _client: Any = None
+
+    def close(self) -> None:
+        if self._client is None:
+            return
+        try:
+            if not self.context.keep:
+                self._cleanup()
+        finally:
+            self._disconnect()
+
+    @abc.abstractmethod
+    def _cleanup(self) -> None:
+        """Delete every entry this run stored (and only those)."""
+
+    @abc.abstractmethod
+    def _disconnect(self) -> None:
+        """Release the client and whatever else ``open`` set up; safe to call twice."""
+
+
+def check_key(key: str) -> str:
+    """Reject keys that could escape a directory or a key prefix (path separators, dot-dot, NUL)."""
+    if not key or "/" in key or "\\" in key or "\x00" in key or key in (".", "..") or key.startswith("."):
+        raise ValueError(f"invalid cache key {key!r}")
+    if os.sep != "/" and os.sep in key:
+        raise ValueError(f"invalid cache key {key!r}")
+    return key

@@ -1,0 +1,72 @@
+"""Error types that reach the user as one clear line and a non-zero exit, never a traceback.
+
+Everything a user can cause (a bad spec, a missing file, a server that is down,
+a full disk) is a ``UserError``; the CLI prints ``str(error)`` and exits with
+``error.exit_code``.  Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """A problem the user can fix; printed without a traceback.
+
+    Its text is what reaches stderr, the result and the logs, so credentials are masked in it whatever
+    the message quotes (a URL with a password, a driver's message echoing a key, a secret's value)."""
+
+    exit_code = 2
+
+    def __str__(self) -> str:
+        from kvbench_core.spec.redact import environment_secrets, redact_text
+
+        return redact_text(super().__str__(), environment_secrets())
+
+
+class SpecError(UserError):
+    """The run spec (or an override) is invalid; the message names the JSON path."""
+
+
+class InputFileError(UserError):
+    """A trace, model config or manifest is missing or malformed (names file, line, field)."""
+
+
+class MissingDependency(UserError):
+    """An optional heavy dependency is not installed; the message says what to install."""
+
+
+class BackendUnavailable(UserError):
+    """A tier cannot be used on this machine or endpoint (server down, no GPU, no driver)."""
+
+    exit_code = 3
+
+
+class StorageError(UserError):
+    """An I/O operation on a tier failed during the run (disk full, server gone, permission)."""
+
+    exit_code = 4
+
+    def __init__(self, tier: str, op: str, key: str, cause: BaseException | str) -> None:
+        self.tier, self.op, self.key = tier, op, key
+        self.cause = cause
+        super().__init__(f"tier '{tier}': {op} of '{key}' failed: {cause}")
+
+
+class StorageErrorsCounted(UserError):
+    """``on_error: count`` let the run go on past failed storage operations; the exit code still says so."""
+
+    exit_code = 4
+
+
+class IntegrityError(UserError):
+    """A verified read returned bytes different from what was written."""
+
+    exit_code = 5
+
+
+class Interrupted(UserError):
+    """The run was stopped by SIGINT/SIGTERM; exit code follows the shell convention."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self.exit_code = 128 + signum
+        super().__init__(f"interrupted by signal {signum}")

@@ -1,0 +1,144 @@
+"""Plugin discovery (pluggy over the ``kvbench`` entry-point group) and name -> class lookup.
+
+The core's own tiers, workload source and autoscalers are registered through
+the same entry-point group (``kvbench_core.builtins``), so a vendor plugin is
+never a second-class citizen.  Optional heavy dependencies are checked when a
+class is *selected*, fsspec-style, so ``kvbench plugins`` works without them.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import sys
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import pluggy
+
+from kvbench_core.contracts import hookspecs
+from kvbench_core.contracts.errors import MissingDependency, SpecError
+
+hookimpl = pluggy.HookimplMarker("kvbench")
+
+KINDS = {
+    "backend": "kvbench_storage_backends",
+    "source": "kvbench_workload_sources",
+    "autoscaler": "kvbench_autoscalers",
+}
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """One installed plugin as ``kvbench plugins`` shows it."""
+
+    name: str
+    distribution: str
+    version: str
+    provides: dict[str, list[str]]
+
+
+#: Plugins whose entry point failed to import: ``{entry point name: reason}`` (shown by ``kvbench plugins``).
+BROKEN_PLUGINS: dict[str, str] = {}
+#: The distribution that registered each plugin (name and version for ``kvbench plugins`` and results).
+PLUGIN_DISTRIBUTIONS: dict[str, importlib.metadata.Distribution] = {}
+
+
+@cache
+def get_plugin_manager() -> pluggy.PluginManager:
+    """The process-wide manager with every installed ``kvbench`` entry point loaded.
+
+    Like ``PluginManager.load_setuptools_entrypoints("kvbench")``, except that one
+    broken plugin is reported (``kvbench plugins``, a warning on stderr) instead of
+    taking every command down with it.
+    """
+    manager = pluggy.PluginManager("kvbench")
+    manager.add_hookspecs(hookspecs)
+    for dist in list(importlib.metadata.distributions()):
+        for entry_point in dist.entry_points:
+            if entry_point.group != "kvbench" or manager.get_plugin(entry_point.name) is not None:
+                continue
+            try:
+                plugin = entry_point.load()
+            except Exception as error:  # a plugin's import error must not break kvbench itself
+                BROKEN_PLUGINS[entry_point.name] = f"{dist.metadata['Name']}: {type(error).__name__}: {error}"
+                print(f"kvbench: warning: plugin '{entry_point.name}' failed to load: {error}", file=sys.stderr)
+                continue
+            manager.register(plugin, name=entry_point.name)
+            PLUGIN_DISTRIBUTIONS[entry_point.name] = dist
+    return manager
+
+
+def _collect(hook_name: str) -> dict[str, type]:
+    manager = get_plugin_manager()
+    found: dict[str, type] = {}
+    for provided in getattr(manager.hook, hook_name)():
+        found.update(provided or {})
+    return found
+
+
+@cache
+def registry(kind: str) -> dict[str, type]:
+    """All installed implementations of one kind ("backend", "source", "autoscaler")."""
+    return _collect(KINDS[kind])
+
+
+def lookup(kind: str, name: str, *, path: str) -> type:
+    """The class registered as ``name``; unknown names list the installed ones (error at ``path``)."""
+    available = registry(kind)
+    if name not in available:
+        names = ", ".join(sorted(available)) or "none"
+        raise SpecError(f"{path}: unknown {kind} {name!r}; installed: {names}")
+    return available[name]
+
+
+def require_dependencies(cls: type, *, what: str) -> None:
+    """Fail at selection time with the install hint when an optional import is missing."""
+    for module, hint in getattr(cls, "requires", {}).items():
+        if importlib.util.find_spec(module) is None:
+            raise MissingDependency(f"{what} needs the Python package '{module}': {hint}")
+
+
+def extra_schema() -> dict[str, Any]:
+    """Top-level spec properties contributed by plugins (kvbench_spec_schema hook)."""
+    merged: dict[str, Any] = {}
+    for fragment in get_plugin_manager().hook.kvbench_spec_schema():
+        merged.update(fragment or {})
+    return merged
+
+
+def installed_plugins() -> list[PluginInfo]:
+    """Installed plugins with their distribution, version and what they provide."""
+    manager = get_plugin_manager()
+    infos = []
+    for name, plugin in manager.list_name_plugin():
+        if plugin is None:
+            continue
+        provides: dict[str, list[str]] = {}
+        for kind, hook_name in KINDS.items():
+            impl = getattr(plugin, hook_name, None)
+            if impl is not None:
+                provides[kind] = sorted(impl() or {})
+        # Plugins that act through lifecycle/schema hooks only (block tracing, say) list those hooks.
+        other_hooks = sorted(caller.name for caller in manager.get_hookcallers(plugin) or []
+                             if caller.name not in KINDS.values())
+        if other_hooks:
+            provides["hooks"] = other_hooks
+        dist = PLUGIN_DISTRIBUTIONS.get(name)
+        dist_name = dist.metadata["Name"] if dist else name
+        version = dist.version if dist else _version_of(dist_name)
+        infos.append(PluginInfo(name=name, distribution=dist_name, version=version, provides=provides))
+    return sorted(infos, key=lambda info: info.name)
+
+
+def _version_of(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def plugin_versions() -> dict[str, str]:
+    """``{distribution: version}`` of every installed plugin, for the result header."""
+    return {info.distribution: info.version for info in installed_plugins()}

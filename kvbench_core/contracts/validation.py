@@ -1,0 +1,151 @@
+"""JSON Schema validation with messages a person can act on.
+
+``workload.users: expected integer >= 1, got "ten"`` rather than jsonschema's
+raw wording; the path is dotted with ``[i]`` for list items.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import jsonschema
+from jsonschema.exceptions import ValidationError
+
+from kvbench_core.contracts.errors import SpecError
+from kvbench_core.spec.redact import redact_text
+
+
+def json_path(parts: Iterable[Any], root: str = "") -> str:
+    path = root
+    for part in parts:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path = f"{path}.{part}" if path else str(part)
+    return path or "(top level)"
+
+
+def _shown(value: Any) -> str:
+    """The offending value as the message quotes it, credentials (URL passwords, keys) masked."""
+    text = redact_text(json.dumps(value, default=str))
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _missing_field(error: ValidationError) -> str:
+    """The field a ``required`` error is about (jsonschema only says it in the message)."""
+    return error.message.split("'")[1] if "'" in error.message else error.message
+
+
+def describe_error(error: ValidationError, root: str = "") -> str:
+    """One line for one schema violation."""
+    path = json_path(error.absolute_path, root)
+    schema, value, kind = error.schema, error.instance, error.validator
+    if kind == "type":
+        expected = schema.get("type")
+        bounds = []
+        if "minimum" in schema:
+            bounds.append(f">= {schema['minimum']}")
+        if "maximum" in schema:
+            bounds.append(f"<= {schema['maximum']}")
+        expected_text = " or ".join(expected) if isinstance(expected, list) else str(expected)
+        return f"{path}: expected {expected_text}{' ' + ' and '.join(bounds) if bounds else ''}, got {_shown(value)}"
+    if kind in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+        op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[kind]
+        return f"{path}: expected a value {op} {error.validator_value}, got {_shown(value)}"
+    if kind == "enum":
+        choices = ", ".join(_shown(choice) for choice in error.validator_value)
+        return f"{path}: expected one of {choices}, got {_shown(value)}"
+    if kind == "const":
+        return f"{path}: expected {_shown(error.validator_value)}, got {_shown(value)}"
+    if kind == "required":
+        return f"{json_path([*error.absolute_path, _missing_field(error)], root)}: required field is missing"
+    if kind == "additionalProperties":
+        allowed = sorted(schema.get("properties", {}))
+        extras = sorted(set(value) - set(allowed)) if isinstance(value, dict) else []
+        where = json_path([*error.absolute_path, extras[0]], root) if extras else path
+        hint = f" (allowed: {', '.join(allowed)})" if allowed else ""
+        return f"{where}: unknown field{hint}"
+    if kind == "pattern":
+        hint = schema.get("description") or f"a string matching {error.validator_value}"
+        return f"{path}: expected {hint}, got {_shown(value)}"
+    if kind in ("minItems", "maxItems", "minLength", "maxLength"):
+        return f"{path}: {error.message}"
+    if kind in ("oneOf", "anyOf") and error.context:
+        return _describe_alternatives(error, root)
+    if kind == "not":
+        return f"{path}: {schema.get('description') or 'value not allowed here'}, got {_shown(value)}"
+    return f"{path}: {error.message}"
+
+
+#: Errors that only say "this branch does not apply to a value of this kind".
+_MISMATCH = ("type", "const", "enum", "pattern", "oneOf", "anyOf")
+
+
+def _describe_alternatives(error: ValidationError, root: str) -> str:
+    """One line for a value that matches none of ``oneOf``/``anyOf``'s branches.
+
+    The branch the value was meant for is the one that got further: an error
+    deeper in the value (``autoscaler.options.low``) beats "expected null"; a
+    bound violated by a value of the right type beats the other branches' type
+    errors.  Otherwise the node's own description says what is accepted.
+    """
+    depth = len(error.absolute_path)
+    deeper = [sub for sub in error.context if len(sub.absolute_path) > depth]
+    if deeper:
+        best = max(deeper, key=lambda sub: (len(sub.absolute_path), -len(sub.relative_schema_path)))
+        return describe_error(best, root)
+    if all(sub.validator == "required" for sub in error.context):
+        fields = [json_path([*sub.absolute_path, _missing_field(sub)], root) for sub in error.context]
+        return f"{fields[0]}: required field is missing (or give {' or '.join(fields[1:])} instead)"
+    specific = [sub for sub in error.context if sub.validator not in _MISMATCH]
+    if len(specific) == 1:
+        return describe_error(specific[0], root)
+    path, value = json_path(error.absolute_path, root), error.instance
+    if error.schema.get("description"):
+        return f"{path}: expected {error.schema['description']}, got {_shown(value)}"
+    if all(sub.validator == "type" for sub in error.context):
+        types: list[str] = []
+        for sub in error.context:
+            expected = sub.validator_value
+            types.extend(expected if isinstance(expected, list) else [expected])
+        return f"{path}: expected {' or '.join(dict.fromkeys(types))}, got {_shown(value)}"
+    best = min(error.context, key=lambda sub: len(list(sub.relative_schema_path)))
+    return describe_error(best, root)
+
+
+def non_finite_numbers(instance: Any, root: str = "") -> list[str]:
+    """NaN and infinity, wherever they are: JSON Schema cannot refuse them (every comparison with NaN is
+    false, so ``minimum`` lets it through; ``.inf`` passes any lower bound), yet YAML accepts both."""
+    found: list[tuple[list[Any], str]] = []
+    stack: list[tuple[list[Any], Any]] = [([], instance)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            found.append((path, f"{json_path(path, root)}: expected a finite number, got {value}"))
+        elif isinstance(value, dict):
+            stack.extend(([*path, key], item) for key, item in value.items())
+        elif isinstance(value, list):
+            stack.extend(([*path, index], item) for index, item in enumerate(value))
+    return [message for _, message in sorted(found, key=lambda item: str(item[0]))]
+
+
+def schema_errors(instance: Any, schema: dict[str, Any], root: str = "") -> list[str]:
+    """Every violation, most specific first, as one-line messages."""
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(instance), key=lambda e: (list(e.absolute_path), e.validator))
+    messages: list[str] = non_finite_numbers(instance, root)
+    for error in errors:
+        message = describe_error(error, root)
+        if message not in messages:
+            messages.append(message)
+    return messages
+
+
+def validate_or_raise(instance: Any, schema: dict[str, Any], root: str = "") -> None:
+    messages = schema_errors(instance, schema, root)
+    if messages:
+        raise SpecError("\n  ".join(messages) if len(messages) == 1 else
+                        "invalid spec:\n  " + "\n  ".join(messages))

@@ -1,0 +1,1 @@
+"""What runs a measurement: the runner, scheduler, executor, waterfall cache, payloads, telemetry."""

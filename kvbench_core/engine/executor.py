@@ -1,0 +1,114 @@
+"""Execute one request's storage steps against the cache (seed §3.1, §3.3).
+
+Reads before prefill (prefix, previous turn, RAG chunks; a miss performs the
+read's ``on_miss`` write), then the prefill write, then the decode reads
+batched by ``decode_batch``.  Returns the storage time (L2) and what happened,
+so the runner can fold it into the end-to-end latency (L1).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvbench_core.contracts.backend import DISCARD, ByteSink
+from kvbench_core.contracts.workload import Phase, Request, decode_read_count, derive_phase
+from kvbench_core.engine.payload import NoisePool, VerifySink
+from kvbench_core.engine.telemetry import Telemetry
+from kvbench_core.engine.waterfall import MultiTierCache
+
+
+@dataclass(slots=True)
+class StepOutcome:
+    storage_s: float
+    decode_tokens_read: int
+
+
+class RequestExecutor:
+    """Turns ``Request`` objects into cache operations; thread-safe, one instance per run."""
+
+    def __init__(self, cache: MultiTierCache, telemetry: Telemetry, bytes_per_token: int, decode_batch: int,
+                 *, pool: NoisePool | None = None, verify: bool = False) -> None:
+        self.cache = cache
+        self.telemetry = telemetry
+        self.bytes_per_token = bytes_per_token
+        self.decode_batch = decode_batch
+        self.pool = pool
+        self.verify = verify
+        self._scratch = threading.local()
+
+    def _sink(self, key: str) -> ByteSink:
+        if not self.verify or self.pool is None:
+            return DISCARD
+        scratch = getattr(self._scratch, "buffer", None)
+        if scratch is None:
+            scratch = np.empty(self.pool.max_piece, dtype=np.uint8)
+            self._scratch.buffer = scratch
+        return _TimedVerifySink(VerifySink(self.pool, key, scratch), self.telemetry)
+
+    def _read(self, key: str) -> str | None:
+        sink = self._sink(key)
+        tier = self.cache.get(key, sink)
+        if isinstance(sink, _TimedVerifySink):
+            sink.finish(tier, key)
+        return tier
+
+    def execute(self, request: Request) -> StepOutcome:
+        start = time.perf_counter()
+        bpt = self.bytes_per_token
+        for read in request.reads:
+            self.telemetry.count(f"{read.kind}_reads")
+            if self._read(read.key) is not None:
+                self.telemetry.count(f"{read.kind}_hits")
+            else:
+                self.telemetry.count(f"{read.kind}_misses")
+                if read.on_miss is not None:
+                    self.cache.put(read.on_miss.key, max(1, read.on_miss.tokens) * bpt)
+                    self.telemetry.count(f"{read.on_miss.kind}_writes")
+        if request.write is not None:
+            self.cache.put(request.write.key, max(1, request.write.tokens) * bpt)
+            self.telemetry.count("prefill_writes")
+        decode_tokens = 0
+        phase = derive_phase(request)
+        if phase in (Phase.PREFILL_DECODE, Phase.DECODE):
+            keys = request.decode_keys or ((request.write.key,) if request.write else ())
+            for _ in range(decode_read_count(request.generate_tokens, self.decode_batch) if keys else 0):
+                self.telemetry.count("decode_reads")
+                read_all = True
+                for key in keys:
+                    size = self.cache.entry_size(key)
+                    if size is None or self._read(key) is None:
+                        read_all = False
+                        break
+                    decode_tokens += size // bpt  # what was read counts, even in a step cut short
+                if not read_all:
+                    self.telemetry.count("decode_misses")
+                    break
+        return StepOutcome(time.perf_counter() - start, decode_tokens)
+
+
+class _TimedVerifySink:
+    """Wraps a VerifySink to time verification separately from the device timings."""
+
+    __slots__ = ("inner", "nbytes", "seconds", "telemetry")
+
+    def __init__(self, inner: VerifySink, telemetry: Telemetry) -> None:
+        self.inner, self.telemetry = inner, telemetry
+        self.seconds = 0.0
+        self.nbytes = 0
+
+    def consume(self, offset: int, data: memoryview) -> None:
+        start = time.perf_counter()
+        self.inner.consume(offset, data)
+        self.seconds += time.perf_counter() - start
+        self.nbytes += len(data)
+
+    def finish(self, tier: str | None, key: str) -> None:
+        if tier is None:
+            return
+        self.telemetry.record_verify(self.seconds, self.nbytes)
+        if self.inner.mismatches:
+            self.telemetry.record_integrity_error(tier, key, self.inner.first_bad_offset)

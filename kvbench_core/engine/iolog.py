@@ -1,0 +1,69 @@
+"""Per-command I/O log: one JSONL line for every device command a file tier issues.
+
+kvio validates a projection against what really happened.  A tier that was
+given ``BackendContext.io_log`` calls ``record`` once per ``pread``/``pwrite``
+(or equivalent) with the cache key; the log stamps the key's ``trace_id`` so
+the validator can join each command to the KV object that caused it, the way
+LMCache's raw_block engine plants ``trace_id`` in the high half of io_uring's
+``user_data``.  The manifest supplies the key -> trace_id map; without one the
+id is derived from the key, so a run and a later manifest agree.
+
+Lines go through the file object's buffer (bounded, ``BUFFER_BYTES``), under
+a lock because many tier threads record at once; ``close`` flushes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Mapping
+from types import TracebackType
+
+from kvbench_core.contracts.errors import InputFileError
+from kvbench_core.engine.payload import entry_id_for
+
+TRACE_ID_BITS = 32
+BUFFER_BYTES = 1 << 20
+
+
+def trace_id_for(key: str) -> int:
+    """A stable 32-bit id for ``key`` (it must fit the high half of a 64-bit ``user_data``).
+
+    Never 0: tracers read ``trace_id`` 0 as untagged traffic.
+    """
+    return (entry_id_for(key) & ((1 << TRACE_ID_BITS) - 1)) or 1
+
+
+class IOLog:
+    """Thread-safe JSONL writer of ``{trace_id, key, op, offset, bytes, start_s, end_s}`` records."""
+
+    def __init__(self, path: str, trace_ids: Mapping[str, int] | None = None) -> None:
+        path = os.path.expanduser(path)
+        self.path = path
+        self._trace_ids = trace_ids or {}
+        self._lock = threading.Lock()
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            self._file = open(path, "w", encoding="utf-8", buffering=BUFFER_BYTES)  # noqa: SIM115 - see close()
+        except OSError as error:
+            raise InputFileError(f"{path}: cannot write the I/O log: {error.strerror or error}") from None
+
+    def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float) -> None:
+        """Log one device command of ``op`` (``write``/``read``) on ``key``'s entry."""
+        trace_id = self._trace_ids.get(key) or trace_id_for(key)
+        line = (f'{{"trace_id":{trace_id},"key":{json.dumps(key)},"op":{json.dumps(op)},"offset":{offset},'
+                f'"bytes":{nbytes},"start_s":{start_s:.9f},"end_s":{end_s:.9f}}}\n')
+        with self._lock:
+            self._file.write(line)
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+    def __enter__(self) -> IOLog:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()

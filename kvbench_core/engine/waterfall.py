@@ -1,0 +1,433 @@
+"""The multi-tier waterfall LRU cache (seed §3.4–3.5).
+
+New entries go to the fastest enabled tier.  When a tier is above its target
+usage, its least-recently-used entry cascades to the next tier, which first
+makes room the same way (recursively); at the bottom tier LRU entries are
+deleted.  By default data only flows down (the seed's one-way design);
+``promotion: on_read`` moves a hit back to the top tier as production engines do.
+
+Concurrency: one metadata lock guards usage, LRU order and the key index, and
+is never held during I/O.  Space is *reserved* under that lock before any byte
+is written, so no tier ever exceeds its capacity.  Each entry has its own
+lock, held while it is read, written, demoted or deleted, so an entry is never
+demoted twice; eviction only picks entries whose lock it can take at once,
+which also rules out lock-order deadlocks.  A ``put`` publishes its new entry
+(locked) in the index before touching storage, so two puts of one key (two
+users missing the same shared prefix) run one after the other: the backend
+never sees concurrent operations on a key, and the replaced entry's bytes are
+released exactly once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvbench_core.contracts.backend import DISCARD, ByteSink, ByteSource, IOTiming, StorageBackend
+from kvbench_core.contracts.errors import StorageError
+from kvbench_core.engine.telemetry import Telemetry
+
+
+@dataclass
+class EvictionPolicy:
+    target_usage_ratio: float = 0.8
+    large_entry_limit_ratio: float = 0.95
+    max_recursion_depth: int = 10
+    max_evictions: int = 5000
+
+
+@dataclass
+class Tier:
+    """One enabled tier in waterfall order (index 0 is the fastest)."""
+
+    name: str
+    backend: StorageBackend
+    capacity: float  # bytes; math.inf when unbounded
+    cold_after: float | None = None  # entries idle this long in the tier above move down here
+    description: dict[str, Any] = field(default_factory=dict)  # backend.describe() taken when the tier opened
+    usage: int = 0  # reserved + stored bytes
+    lru: OrderedDict[str, Entry] = field(default_factory=OrderedDict, repr=False)  # stored here, oldest first
+
+    @property
+    def target(self) -> float:
+        return self.capacity
+
+
+@dataclass
+class Entry:
+    key: str
+    size: int
+    tier: Tier | None = field(default=None, repr=False)
+    last_access: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Stored by another process in a shared tier: readable here, but not ours to evict, count or delete.
+    foreign: bool = False
+
+
+class TierSource:
+    """``ByteSource`` that pulls an entry's bytes from an upper tier (the demotion read side)."""
+
+    __slots__ = ("backend", "key", "read_seconds", "size")
+
+    def __init__(self, backend: StorageBackend, key: str, size: int) -> None:
+        self.backend, self.key, self.size = backend, key, size
+        self.read_seconds = 0.0
+
+    def fill(self, offset: int, out: memoryview) -> None:
+        start = time.perf_counter()
+        self.backend.read_range(self.key, offset, out)
+        self.read_seconds += time.perf_counter() - start
+
+
+class MultiTierCache:
+    """Waterfall LRU over ``tiers``; payload bytes come from ``payload_for(key, size)``."""
+
+    def __init__(
+        self,
+        tiers: list[Tier],
+        telemetry: Telemetry,
+        payload_for: Callable[[str, int], ByteSource],
+        *,
+        policy: EvictionPolicy | None = None,
+        promotion: str = "none",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not tiers:
+            raise ValueError("a cache needs at least one enabled tier")
+        self.tiers = tiers
+        self.telemetry = telemetry
+        self.payload_for = payload_for
+        self.policy = policy or EvictionPolicy()
+        self.promotion = promotion
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._entries: dict[str, Entry] = {}
+
+    # -- public API ----------------------------------------------------------------------------------
+    def contains(self, key: str) -> bool:
+        with self._lock:
+            entry = self._entries.get(key)
+            return entry is not None and entry.tier is not None
+
+    def put(self, key: str, size: int) -> str | None:
+        """Store a new entry (replacing any old one); returns the tier it landed in, or None."""
+        entry = Entry(key=key, size=size, last_access=self.clock())
+        entry.lock.acquire()
+        try:
+            with self._lock:
+                old = self._entries.get(key)
+                self._entries[key] = entry  # readers and later puts of this key now wait for this one
+            if old is not None:
+                with old.lock:
+                    self._remove(old)
+            for tier in self._placement_order(size):
+                if self._make_room(self.tiers.index(tier), size, depth=0):
+                    self._write_new(tier, entry)
+                    self.telemetry.count("stored_entry_bytes", size)  # the working set the declaration reports
+                    return tier.name
+            self.telemetry.count("allocation_failed")
+            return None
+        finally:
+            if entry.tier is None:
+                with self._lock:
+                    if self._entries.get(key) is entry:
+                        del self._entries[key]
+            entry.lock.release()
+
+    def get(self, key: str, sink: ByteSink = DISCARD) -> str | None:
+        """Read an entry from wherever it lives; returns that tier's name, or None on a miss."""
+        with self._lock:
+            entry = self._entries.get(key)
+        if entry is None:
+            entry = self._adopt_shared(key)
+        if entry is None:
+            self.telemetry.record_read_outcome(None)
+            return None
+        with entry.lock:
+            tier = entry.tier
+            if tier is None:  # deleted while we waited for its lock
+                self.telemetry.record_read_outcome(None)
+                return None
+            self._timed(tier, "read", key, lambda: tier.backend.read(key, entry.size, sink))
+            entry.last_access = self.clock()
+            with self._lock:
+                if tier.lru.get(key) is entry:
+                    tier.lru.move_to_end(key)
+            self.telemetry.record_read_outcome(tier.name)
+            if self.promotion == "on_read" and tier is not self.tiers[0] and not entry.foreign:
+                self._promote(entry)
+            return tier.name
+
+    def _adopt_shared(self, key: str) -> Entry | None:
+        """A local miss may be a hit in a shared tier (another client's system prompt, seed §11.5)."""
+        for tier in self.tiers:
+            size = tier.backend.lookup(key)
+            if size:
+                entry = Entry(key=key, size=size, tier=tier, last_access=self.clock(), foreign=True)
+                with self._lock:
+                    entry = self._entries.setdefault(key, entry)
+                if entry.foreign:
+                    self.telemetry.count("shared_tier_hits")
+                return entry
+        return None
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            entry = self._entries.get(key)
+        if entry is None:
+            return
+        with entry.lock:
+            self._remove(entry)
+
+    def occupancy(self) -> dict[str, dict[str, float]]:
+        with self._lock:
+            return {t.name: {"entries": len(t.lru), "bytes": t.usage,
+                             "capacity": None if math.isinf(t.capacity) else t.capacity} for t in self.tiers}
+
+    def entry_size(self, key: str) -> int | None:
+        """Bytes of the entry stored under ``key``, or None when it is not cached."""
+        with self._lock:
+            entry = self._entries.get(key)
+            return entry.size if entry else None
+
+    def location(self, key: str) -> str | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            return entry.tier.name if entry and entry.tier else None
+
+    def demote_cold(self) -> int:
+        """Move entries idle longer than the lower tier's ``cold_after`` down one tier."""
+        moved = 0
+        now = self.clock()
+        for index, lower in enumerate(self.tiers[1:], start=1):
+            if lower.cold_after is None:
+                continue
+            upper = self.tiers[index - 1]
+            with self._lock:
+                cold = [e for e in upper.lru.values() if now - e.last_access >= lower.cold_after]
+            for entry in cold:
+                if not entry.lock.acquire(blocking=False):
+                    continue
+                try:
+                    target = self._demotion_target(index - 1, entry.size)
+                    if entry.tier is upper and target is not None and self._make_room(target, entry.size, depth=1):
+                        self._demote(entry, upper, self.tiers[target])
+                        moved += 1
+                finally:
+                    entry.lock.release()
+        if moved:
+            self.telemetry.count("cold_demotions", moved)
+        return moved
+
+    def clear(self) -> None:
+        """Delete every entry (end of run); errors are left to the backends' own cleanup."""
+        with self._lock:
+            entries = list(self._entries.values())
+        for entry in entries:
+            with entry.lock, contextlib.suppress(StorageError):
+                self._remove(entry)
+
+    # -- placement and eviction ------------------------------------------------------------------------
+    def _placement_order(self, size: int) -> list[Tier]:
+        """Tiers in waterfall order, skipping those the entry is too large for (seed: >95% skips)."""
+        limit = self.policy.large_entry_limit_ratio
+        return [t for t in self.tiers if size <= t.capacity * limit]
+
+    def _demotion_target(self, index: int, size: int) -> int | None:
+        """The first tier below ``index`` that admits an entry of ``size`` (the large-entry rule)."""
+        limit = self.policy.large_entry_limit_ratio
+        for below in range(index + 1, len(self.tiers)):
+            if size <= self.tiers[below].capacity * limit:
+                return below
+        return None
+
+    def _fits(self, tier: Tier, size: int) -> bool:
+        if tier.usage + size <= tier.capacity * self.policy.target_usage_ratio:
+            return True
+        # An entry larger than the target still fits an empty tier (it passed the large-entry rule).
+        return tier.usage == 0 and size <= tier.capacity
+
+    def _make_room(self, index: int, size: int, depth: int) -> bool:
+        """Reserve ``size`` bytes in tier ``index``, cascading LRU entries down as needed."""
+        if depth > self.policy.max_recursion_depth:
+            self.telemetry.count("recursion_limit_hit")
+            return False
+        tier = self.tiers[index]
+        evictions = 0
+        busy_waits = 0
+        while True:
+            with self._lock:
+                if self._fits(tier, size):
+                    tier.usage += size
+                    return True
+                victim = self._lock_lru_victim(tier)
+                if victim is None:
+                    busy = bool(tier.lru)
+            if victim is None:
+                # Every LRU entry is busy (being read or moved): wait briefly for one to free up.
+                if busy and busy_waits < 200:
+                    busy_waits += 1
+                    time.sleep(0.001)
+                    continue
+                return False
+            try:
+                evictions += 1
+                if evictions > self.policy.max_evictions:
+                    self.telemetry.count("eviction_cap_hit")
+                    with self._lock:
+                        tier.lru[victim.key] = victim
+                        tier.lru.move_to_end(victim.key, last=False)  # still the least recently used
+                    return False
+                # Below, the victim skips tiers it is too large for, as a new entry would.
+                target = self._demotion_target(index, victim.size)
+                if target is None:
+                    self._remove(victim)
+                    self.telemetry.record_eviction_delete()
+                elif self._make_room(target, victim.size, depth + 1):
+                    self._demote(victim, tier, self.tiers[target])
+                else:
+                    # The tier below cannot take it: the entry is dropped rather than stall the cache.
+                    self._remove(victim)
+                    self.telemetry.count("evicted_without_room_below")
+            finally:
+                victim.lock.release()
+
+    def _lock_lru_victim(self, tier: Tier) -> Entry | None:
+        """Oldest entry of ``tier`` whose lock is free; taken out of the LRU (caller holds _lock)."""
+        for key, entry in tier.lru.items():
+            if entry.lock.acquire(blocking=False):
+                del tier.lru[key]
+                return entry
+        return None
+
+    # -- I/O helpers (entry lock held, metadata lock not held) ----------------------------------------
+    def _write_new(self, tier: Tier, entry: Entry) -> None:
+        source = self.payload_for(entry.key, entry.size)
+        try:
+            self._timed(tier, "write", entry.key, lambda: tier.backend.write(entry.key, source))
+        except StorageError:
+            with self._lock:
+                tier.usage -= entry.size
+            raise
+        with self._lock:
+            entry.tier = tier
+            tier.lru[entry.key] = entry
+
+    def _demote(self, entry: Entry, upper: Tier, lower: Tier) -> None:
+        """Copy ``entry`` from ``upper`` to ``lower`` (space already reserved there), then free upper."""
+        source = TierSource(upper.backend, entry.key, entry.size)
+        # GPU tier -> GPUDirect tier: the entry's device tensor goes straight to storage, no host bounce.
+        tensor_of = getattr(upper.backend, "tensor", None)
+        write_tensor = getattr(lower.backend, "write_tensor", None)
+        try:
+            def write() -> IOTiming:
+                if tensor_of is not None and write_tensor is not None:
+                    return write_tensor(entry.key, tensor_of(entry.key))
+                return lower.backend.write(entry.key, source)
+
+            self._timed(lower, "write", entry.key, write)
+        except StorageError:
+            with self._lock:
+                lower.usage -= entry.size
+                upper.lru[entry.key] = entry
+                upper.lru.move_to_end(entry.key, last=False)
+            raise
+        self._record_demotion_read(upper, entry, source.read_seconds)
+        self._delete_from(upper, entry)
+        with self._lock:
+            if upper.lru.get(entry.key) is entry:  # a cold demotion takes it from the middle of the LRU
+                del upper.lru[entry.key]
+            upper.usage -= entry.size
+            entry.tier = lower
+            lower.lru[entry.key] = entry
+        self.telemetry.record_demotion(upper.name, lower.name, entry.size)
+
+    def _record_demotion_read(self, upper: Tier, entry: Entry, seconds: float) -> None:
+        """The demotion's read of the upper tier is real traffic on that tier: count it.  A memory
+        tier has no device to wait for, so its time is host time; a persistent tier's is device time."""
+        end = time.perf_counter()
+        host, device = (seconds, 0.0) if upper.backend.volatile else (0.0, seconds)
+        timing = IOTiming(total=seconds, host=host, device=device, nbytes=entry.size, commands=1)
+        self.telemetry.record_op(upper.name, "read", timing, end - seconds, end)
+
+    def _promote(self, entry: Entry) -> None:
+        top = self.tiers[0]
+        lower = entry.tier
+        assert lower is not None
+        if entry.size > top.capacity * self.policy.large_entry_limit_ratio:
+            return
+        if not self._make_room(0, entry.size, depth=0):
+            return
+        source = TierSource(lower.backend, entry.key, entry.size)
+        try:
+            self._timed(top, "write", entry.key, lambda: top.backend.write(entry.key, source))
+        except StorageError:
+            with self._lock:
+                top.usage -= entry.size
+            raise
+        with self._lock:
+            lower.lru.pop(entry.key, None)
+        self._delete_from(lower, entry)
+        with self._lock:
+            lower.usage -= entry.size
+            entry.tier = top
+            top.lru[entry.key] = entry
+        self.telemetry.record_promotion()
+
+    def _remove(self, entry: Entry) -> None:
+        """Delete the entry from its tier and the index (entry lock held)."""
+        tier = entry.tier
+        if tier is None:
+            return
+        if entry.foreign:  # another client's entry: forget it here, leave it in the shared tier
+            with self._lock:
+                entry.tier = None
+                if self._entries.get(entry.key) is entry:
+                    del self._entries[entry.key]
+            return
+        self._delete_from(tier, entry)
+        with self._lock:
+            if tier.lru.get(entry.key) is entry:
+                del tier.lru[entry.key]
+            tier.usage -= entry.size
+            entry.tier = None
+            if self._entries.get(entry.key) is entry:
+                del self._entries[entry.key]
+
+    def _delete_from(self, tier: Tier, entry: Entry) -> None:
+        try:
+            tier.backend.delete(entry.key)
+        except Exception as error:
+            self.telemetry.record_op_error(tier.name, "delete", entry.key, error)
+            raise StorageError(tier.name, "delete", entry.key, error) from error
+
+    def _timed(self, tier: Tier, op: str, key: str, action: Callable[[], IOTiming]) -> IOTiming:
+        start = time.perf_counter()
+        try:
+            timing = action()
+        except StorageError:
+            raise
+        except Exception as error:
+            self.telemetry.record_op_error(tier.name, op, key, error)
+            raise StorageError(tier.name, op, key, _describe(error)) from error
+        end = time.perf_counter()
+        self.telemetry.record_op(tier.name, op, timing, start, end)
+        return timing
+
+    def describe(self) -> dict[str, Any]:
+        return {"promotion": self.promotion, "policy": self.policy.__dict__,
+                "tiers": [{"name": t.name, "capacity": None if math.isinf(t.capacity) else t.capacity,
+                           "cold_after": t.cold_after} for t in self.tiers]}
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.strerror:
+        where = f" ({error.filename})" if error.filename else ""
+        return f"{error.strerror}{where} [errno {error.errno}]"
+    return f"{type(error).__name__}: {error}"

@@ -1,0 +1,298 @@
+"""Merge the results of a run's clients (local processes or MPI ranks) into one result.
+
+The rules (seed §11.6; docs/scale-out.md):
+
+* latency percentiles come from the clients' histograms merged bucket by
+  bucket, never from averaging or taking the max of per-client percentiles;
+* counts, bytes, tokens and times add up;
+* a bandwidth is the summed bytes over the union of the clients' I/O windows
+  on the wall clock (each client's monotonic times are converted with its own
+  ``window.monotonic_start``), so N clients started together report N times
+  the bytes over one common window;
+* the headline is recomputed from the merged sections by the single-client
+  formulas (``results.headline``);
+* each client keeps its own section (headline, tiers, time series, errors,
+  how it ended) under ``clients``.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvbench_core.engine.histogram import LatencyHistogram
+from kvbench_core.engine.telemetry import OpStats
+from kvbench_core.results.result import GB, headline, hit_rates, host_share, qos_section, spec_section
+
+MAX_LISTED_ERRORS = 100
+
+
+@dataclass
+class ClientReport:
+    """Everything the coordinator knows about one client after a trial."""
+
+    index: int
+    run_id: str
+    seed: int
+    users: int
+    directories: list[str]
+    host: str | None = None
+    pid: int | None = None
+    result: dict[str, Any] | None = None  # None: the client ended without reporting one
+    released_at: float | None = None  # wall clock right after the start barrier
+    ended: str | None = None  # how a client ended that did not report, e.g. "killed by SIGKILL"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return self.result is None or self.result["run"]["status"] == "failed"
+
+    def describe_failure(self, label: str) -> str:
+        """``client 1 (pid 4242 on host) was killed by SIGKILL``: who, and how it ended."""
+        where = ", ".join(part for part in (f"pid {self.pid}" if self.pid else "", self.host or "") if part)
+        who = f"{label} {self.index}" + (f" ({where})" if where else "")
+        if self.result is None:
+            return f"{who} {self.ended or 'ended without a result'}"
+        return f"{who} failed: {self.result['run']['error'] or self.result['run']['stop_reason']}"
+
+
+def merge_results(clients: list[ClientReport], *, mode: str, label: str, run_id: str, trial: int,
+                  as_written: dict[str, Any], spec: dict[str, Any], started_at: float) -> dict[str, Any]:
+    """One result for the whole run; ``clients`` in index order, at least one of them with a result."""
+    reported = [c for c in clients if c.result is not None]
+    if not reported:
+        raise ValueError("no client reported a result")
+    measured = [c.result for c in reported if c.result["metrics"]]
+    base = measured[0] if measured else reported[0].result  # a client that got furthest describes the run
+    metrics = _merge_metrics(measured, base["model"]["bytes_per_token_all_ranks"]) if measured else {}
+    failures = [c.describe_failure(label) for c in clients if c.failed]
+    statuses = {c.result["run"]["status"] for c in reported}
+    status = "failed" if failures else "interrupted" if "interrupted" in statuses else "completed"
+    reasons = sorted({c.result["run"]["stop_reason"] for c in reported if c.result["run"]["stop_reason"]})
+    users = [c.users for c in clients]
+    released = [c.released_at for c in clients if c.released_at is not None]
+    declaration = copy.deepcopy(base["declaration"])
+    concurrency = declaration.get("workload", {}).get("concurrency")
+    if isinstance(concurrency, dict):
+        concurrency.update(value=f"{sum(users)} users over {len(clients)} {label}s "
+                                 f"({spec['workload']['users_scope']}), max_inflight "
+                                 f"{spec['workload']['max_inflight']} per {label}", source="detected")
+    return {
+        "kvbench_result": base["kvbench_result"],
+        "kvbench_version": base["kvbench_version"],
+        "plugins": base["plugins"],
+        "run": {"id": run_id, "name": spec.get("name"), "status": status,
+                "stop_reason": "; ".join(failures) if failures else "; ".join(reasons),
+                "error": "; ".join(failures) if failures else None,
+                "trial": trial, "client_index": None, "started_at": started_at, "finished_at": time.time(),
+                "traced": any(c.result["run"]["traced"] for c in reported)},
+        "spec": spec_section(spec, as_written),
+        "model": base["model"],
+        "environment": base["environment"],
+        "declaration": declaration,
+        "workload": _merge_workload([c.result["workload"] for c in reported], base["workload"]["source"]),
+        "metrics": metrics,
+        "timeseries": _merge_series([c.result["timeseries"] for c in reported]),
+        "autoscaling": {"trajectory": [], "summary": {},
+                        "note": f"each {label} scales its own users: see clients[].autoscaling"},
+        "sections": {},
+        "errors": [{label: c.index, **e} for c in reported for e in c.result["errors"]][:MAX_LISTED_ERRORS],
+        "scale_out": {
+            "mode": mode, "label": label, "clients": len(clients),
+            "users_scope": spec["workload"]["users_scope"], "users_requested": spec["workload"]["users"],
+            "users_per_client": users, "users_total": sum(users),
+            "seeds": [c.seed for c in clients],
+            "cache_subdirectory": f"<tier path>/{label}<i>",
+            "hosts": sorted({c.host for c in clients if c.host}),
+            "clock_skew_s": round(max(released) - min(released), 6) if len(released) > 1 else 0.0,
+            "merge": "percentiles from merged histograms; counts and bytes summed; bandwidth = summed bytes "
+                     "over the union of the clients' I/O windows (wall clock); time series aligned by interval",
+        },
+        "clients": [_client_section(c, label) for c in clients],
+    }
+
+
+# -- metrics -------------------------------------------------------------------------------------------
+def _merge_metrics(results: list[dict[str, Any]], bytes_per_token: int) -> dict[str, Any]:
+    sections = [r["metrics"] for r in results]
+    tiers = _merge_tiers(results)
+    hists = {name: _merge_hists(s["histograms"][name] for s in sections)
+             for name in ("end_to_end", "queue_wait", "storage")}
+    by_qos, service_by_qos = ({q: _merge_hists(s["histograms"][name][q] for s in sections)
+                               for q in sections[0]["histograms"][name]}
+                              for name in ("end_to_end_by_qos", "service_by_qos"))
+    starts = [s["window"]["started_at"] for s in sections if s["window"]["started_at"] is not None]
+    ends = [s["window"]["ended_at"] for s in sections if s["window"]["ended_at"] is not None]
+    io_starts = [t[op]["first_start"] for t in tiers.values() for op in ("read", "write") if t[op]["first_start"]]
+    io_ends = [t[op]["last_end"] for t in tiers.values() for op in ("read", "write") if t[op]["last_end"]]
+    cache = _sum_dicts(s["cache"] for s in sections)
+    cache.update(hit_rates(cache["counters"]))
+    cpu_s = sum(s["cpu"]["process_cpu_s"] for s in sections)
+    moved = sum(t[op]["bytes"] for t in tiers.values() for op in ("read", "write"))
+    verify = _sum_dicts({k: v for k, v in s["verify"].items() if k not in ("enabled", "mismatches")}
+                        for s in sections)
+    metrics = {
+        "window": {"measured_s": round(max(ends) - min(starts), 6) if starts and ends else 0.0,
+                   "io_active_s": round(max(io_ends) - min(io_starts), 6) if io_starts and io_ends else None,
+                   "started_at": min(starts) if starts else None, "ended_at": max(ends) if ends else None,
+                   "monotonic_start": None},
+        "requests": _sum_dicts(s["requests"] for s in sections),
+        "latency_ms": {name: hist.summary() for name, hist in hists.items()},
+        "histograms": {**{name: hist.to_dict() for name, hist in hists.items()},
+                       "end_to_end_by_qos": {q: h.to_dict() for q, h in by_qos.items()},
+                       "service_by_qos": {q: h.to_dict() for q, h in service_by_qos.items()}},
+        "qos": qos_section(by_qos, service_by_qos),
+        "tiers": tiers,
+        "cache": cache,
+        "verify": {"enabled": sections[0]["verify"]["enabled"], **verify,
+                   "mismatches": [m for s in sections for m in s["verify"]["mismatches"]][:MAX_LISTED_ERRORS]},
+        "cpu": {"process_cpu_s": round(cpu_s, 3),
+                "peak_rss_bytes": sum(s["cpu"]["peak_rss_bytes"] for s in sections),
+                "cpu_s_per_gb_moved": round(cpu_s / (moved / GB), 4) if moved else None,
+                "host_share_of_tier_time": host_share(tiers)},
+    }
+    return {"headline": headline(metrics, bytes_per_token), **metrics}
+
+
+def _merge_hists(dicts: Iterable[dict[str, Any]]) -> LatencyHistogram:
+    merged: LatencyHistogram | None = None
+    for data in dicts:
+        hist = LatencyHistogram.from_dict(data)
+        if merged is None:
+            merged = hist
+        else:
+            merged.merge(hist)
+    return merged if merged is not None else LatencyHistogram()
+
+
+def _to_wall(result: dict[str, Any], monotonic: float | None) -> float | None:
+    """A client's perf_counter reading on the wall clock, via its own measurement start."""
+    window = result["metrics"]["window"]
+    if monotonic is None or window.get("monotonic_start") is None or window["started_at"] is None:
+        return monotonic
+    return window["started_at"] + (monotonic - window["monotonic_start"])
+
+
+def _merge_tiers(results: list[dict[str, Any]]) -> dict[str, Any]:
+    names = list(dict.fromkeys(name for r in results for name in r["metrics"]["tiers"]))
+    out: dict[str, Any] = {}
+    for name in names:
+        parts = [(r, r["metrics"]["tiers"][name]) for r in results if name in r["metrics"]["tiers"]]
+        first = parts[0][1]
+        capacities = [t["capacity_bytes"] for _, t in parts]
+        merged = {"backend": first["backend"],
+                  "capacity_bytes": None if None in capacities else sum(capacities),
+                  "volatile": first["volatile"], "describe": first["describe"]}
+        for op in ("read", "write"):
+            stats = OpStats()
+            for result, tier in parts:
+                one = OpStats.from_dict(tier[op])
+                one.first_start = _to_wall(result, one.first_start)
+                one.last_end = _to_wall(result, one.last_end)
+                stats.merge(one)
+            merged[op] = stats.to_dict()
+        merged["reads_served"] = sum(t["reads_served"] for _, t in parts)
+        if "counters" in first:
+            merged["counters"] = _sum_dicts(t.get("counters", {}) for _, t in parts)
+        out[name] = merged
+    return out
+
+
+def _sum_dicts(dicts: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Numbers add up (nested dicts too); anything else keeps the first client's value."""
+    out: dict[str, Any] = {}
+    for data in dicts:
+        for key, value in data.items():
+            if key not in out:
+                out[key] = copy.deepcopy(value)
+            elif isinstance(value, dict) and isinstance(out[key], dict):
+                out[key] = _sum_dicts([out[key], value])
+            elif _is_number(value) and _is_number(out[key]):
+                out[key] += value
+    return out
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _merge_series(series: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Aggregate points by interval index (clients start measuring together and share the interval).
+
+    Rates, counts and occupancy add up; interval percentiles cannot be merged from a point's summary,
+    so they stay in each client's own series."""
+    merged = []
+    for i in range(max((len(s) for s in series), default=0)):
+        points = [s[i] for s in series if i < len(s)]
+        merged.append({
+            "t_s": max(p["t_s"] for p in points), "interval_s": max(p["interval_s"] for p in points),
+            "clients": len(points),
+            **{key: sum(p.get(key, 0) for p in points)
+               for key in ("users", "requests", "tokens_per_s", "read_bytes_per_s", "write_bytes_per_s", "queue")},
+            "occupancy": _sum_dicts(p.get("occupancy", {}) for p in points),
+        })
+    return merged
+
+
+def _merge_workload(sections: list[dict[str, Any]], source: dict[str, Any]) -> dict[str, Any]:
+    stats = [s["stats"] for s in sections]
+    return {
+        "source": source,
+        "stats": {"input_length": _merge_length_stats([s["input_length"] for s in stats]),
+                  "generation_length": _merge_length_stats([s["generation_length"] for s in stats]),
+                  "requests_issued": sum(s["requests_issued"] for s in stats)},
+        "preload": _sum_dicts(s["preload"] for s in sections),
+        "precondition": None,
+        "users_final": sum(s["users_final"] for s in sections),
+        "workers": sum(s["workers"] for s in sections),
+    }
+
+
+def _merge_length_stats(stats: list[dict[str, Any]]) -> dict[str, Any]:
+    """Count, mean and max merge exactly; sample percentiles do not (they stay per client)."""
+    counted = [s for s in stats if s["count"]]
+    count = sum(s["count"] for s in counted)
+    return {"count": count,
+            "mean": round(sum(s["mean"] * s["count"] for s in counted) / count, 2) if count else None,
+            "p50": None, "p90": None, "p99": None,
+            "max": max((s["max"] for s in counted), default=None)}
+
+
+# -- per-client sections -------------------------------------------------------------------------------
+def _client_section(client: ClientReport, label: str) -> dict[str, Any]:
+    section: dict[str, Any] = {
+        "index": client.index, "host": client.host, "pid": client.pid, "run_id": client.run_id,
+        "seed": client.seed, "users": client.users, "directories": client.directories,
+        "released_at": client.released_at, "ended": client.ended, **client.extra,
+    }
+    result = client.result
+    if result is None:
+        return {**section, "status": "failed", "stop_reason": client.describe_failure(label), "error": None}
+    return {
+        **section,
+        "status": result["run"]["status"], "stop_reason": result["run"]["stop_reason"],
+        "error": result["run"]["error"], "traced": result["run"]["traced"],
+        "metrics": _without_histograms(result["metrics"]),
+        "workload": {k: v for k, v in result["workload"].items() if k != "source"},
+        "timeseries": result["timeseries"],
+        "autoscaling": result["autoscaling"],
+        "sections": result["sections"],
+        "errors": result["errors"],
+    }
+
+
+def _without_histograms(metrics: dict[str, Any]) -> dict[str, Any]:
+    """A client's metrics without histograms: the merged result holds the merged ones, and N clients'
+    bucket tables would dominate the file."""
+    if not metrics:
+        return {}
+    tiers = {name: {key: _drop(value, "histograms") if key in ("read", "write") else value
+                    for key, value in tier.items()} for name, tier in metrics["tiers"].items()}
+    return {**_drop(metrics, "histograms"), "tiers": tiers}
+
+
+def _drop(data: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k != key}

@@ -1,0 +1,111 @@
+"""One trial of one client in this process, and what a launcher hands back to the session.
+
+The session (trials, result files, reports) does not care whether a trial ran
+as one ``Runner`` here, as N local client processes or as N MPI ranks; each
+launcher returns a ``TrialRun``.  ``run_once`` is the piece all three share:
+run a ``Runner`` and build its result.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kvbench_core.contracts.errors import UserError
+from kvbench_core.engine.progress import ProgressPrinter
+from kvbench_core.engine.runner import Runner, RunState
+from kvbench_core.results.result import build_result
+
+
+@dataclass
+class TrialRun:
+    """One trial as this process saw it.  ``result`` is None on MPI ranks other than 0 (rank 0 writes)."""
+
+    result: dict[str, Any] | None
+    error: UserError | None = None
+    crash: BaseException | None = None  # a kvbench bug in this process: re-raised once the result is saved
+
+
+class Launcher(Protocol):
+    """How a trial's clients run: in this process, as local processes, or as MPI ranks."""
+
+    #: Whether this process writes results and prints the summary (false on MPI ranks other than 0).
+    writer: bool
+
+    def agree(self, run_id: str) -> str:
+        """The run id every client of the session uses (MPI: rank 0's)."""
+
+    def agree_stop(self, stop: bool) -> bool:
+        """Whether to stop between trials; every process must take the same decision."""
+
+    def run_trial(self, as_written: dict[str, Any], spec: dict[str, Any], *, run_id: str, trial: int,
+                  printer: ProgressPrinter) -> TrialRun:
+        """Run one trial and return it (merged over the clients where there are several)."""
+
+    def stop(self, reason: str) -> None:
+        """Stop the trial in progress cleanly (a signal arrived)."""
+
+
+def run_once(spec: dict[str, Any], as_written: dict[str, Any], runners: list[Runner], *, run_id: str,
+             trial: int, client_index: int = 0, on_progress: Callable[[dict[str, Any]], None] | None = None,
+             barrier: Callable[[], None] | None = None) -> tuple[dict[str, Any], RunState]:
+    """Run ``spec`` once with a ``Runner`` (published in ``runners`` so signals can stop it) and build
+    its result."""
+    runner = Runner(spec, run_id=run_id, client_index=client_index, on_progress=on_progress, barrier=barrier)
+    runners[:] = [runner]
+    started = time.time()
+    state = runner.run()
+    return build_result(state, as_written, trial=trial, started_at=started), state
+
+
+def stop_runners(runners: list[Runner], reason: str) -> None:
+    for runner in runners:
+        runner.request_stop(reason, status="interrupted")
+
+
+@contextmanager
+def stop_on_signals(on_signal: Callable[[str], None], received: list[int]) -> Iterator[None]:
+    """SIGINT/SIGTERM stop the current run cleanly (partial result, cleanup) instead of killing it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: Any) -> None:
+        received.append(signum)
+        on_signal(f"signal {signal.Signals(signum).name}")
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+class InProcess:
+    """The default: the trial is one ``Runner`` in this process."""
+
+    writer = True
+
+    def __init__(self) -> None:
+        self.runners: list[Runner] = []
+
+    def agree(self, run_id: str) -> str:
+        return run_id
+
+    def agree_stop(self, stop: bool) -> bool:
+        return stop
+
+    def run_trial(self, as_written: dict[str, Any], spec: dict[str, Any], *, run_id: str, trial: int,
+                  printer: ProgressPrinter) -> TrialRun:
+        result, state = run_once(spec, as_written, self.runners, run_id=run_id, trial=trial, on_progress=printer)
+        printer.finish()
+        return TrialRun(result, error=state.error, crash=state.crash)
+
+    def stop(self, reason: str) -> None:
+        stop_runners(self.runners, reason)

@@ -1,0 +1,1 @@
+"""One run on many clients: local processes, MPI, and the session that runs trials."""

@@ -1,0 +1,282 @@
+"""Local multi-client, the embedded default for scaling out on one machine (seed §2.1, §11.6).
+
+``clients: N`` runs N client processes (multiprocessing, ``spawn``: a fresh
+interpreter each, so N processes escape one GIL as N inference engines on a
+server would).  This process coordinates and runs no client itself:
+
+* each client runs the spec derived by ``kvbench_core.scaleout.clients`` (own seed,
+  own ``<tier path>/client<i>`` subdirectory, its share of users);
+* all report "ready" after set-up (preload, preconditioning) and wait for
+  one "go", so they start measuring together;
+* their progress points arrive here and are printed as one aggregate line;
+* a client that dies (killed, crashed) or fails stops all the others; so
+  does Ctrl-C or SIGTERM here (a second one kills the clients outright); the
+  merged result names the client and how it ended, and what a dead client
+  could not clean up is removed for it;
+* results come back and are merged (``kvbench_core.results.merge``).
+
+Each client talks to the coordinator over its own pipe, never through a
+shared lock, condition or barrier: a client killed while holding one of
+those would freeze everybody else (``multiprocessing.Barrier.abort`` waits
+for every sleeper to acknowledge, a dead one never does).  A pipe to a dead
+process just reads end-of-file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import signal
+import socket
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from kvbench_core.engine.progress import ProgressPrinter
+from kvbench_core.engine.runner import Runner, users_for_client
+from kvbench_core.results.merge import ClientReport, merge_results
+from kvbench_core.results.trial import TrialRun, run_once, stop_on_signals, stop_runners
+from kvbench_core.scaleout.clients import ClientFailed, ClientLayout, DirectorySnapshot, client_spec, tier_directories
+
+POLL_S = 0.2
+JOIN_S = 10.0  # after its result, a client only has to exit; past this it is killed
+
+
+@dataclass
+class ClientJob:
+    """What a client process needs (pickled to it by ``spawn``)."""
+
+    index: int
+    spec: dict[str, Any]
+    as_written: dict[str, Any]
+    run_id: str
+    trial: int
+
+
+class LocalClients:
+    """Runs each trial as ``spec['clients']`` local processes and merges their results."""
+
+    writer = True
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.layout = ClientLayout("client", spec["clients"])
+        self._stop_reasons: list[str] = []
+
+    def agree(self, run_id: str) -> str:
+        return run_id
+
+    def agree_stop(self, stop: bool) -> bool:
+        return stop
+
+    def stop(self, reason: str) -> None:
+        """A signal here (noted; the coordinator loop stops every client, a second signal kills them)."""
+        self._stop_reasons.append(reason)
+
+    def run_trial(self, as_written: dict[str, Any], spec: dict[str, Any], *, run_id: str, trial: int,
+                  printer: ProgressPrinter) -> TrialRun:
+        context = multiprocessing.get_context("spawn")
+        total = self.layout.total
+        specs = [client_spec(spec, self.layout, i) for i in range(total)]
+        snapshot = DirectorySnapshot([d for s in specs for d in tier_directories(s)])
+        host = socket.gethostname()
+        reports = [ClientReport(index=i, run_id=self.layout.run_id(run_id, i), seed=specs[i]["seed"],
+                                users=users_for_client(spec["workload"], total, i),
+                                directories=tier_directories(specs[i]), host=host) for i in range(total)]
+        pipes = [context.Pipe() for _ in range(total)]
+        processes = [context.Process(target=client_main, name=f"kvbench-client{i}",
+                                     args=(ClientJob(i, specs[i], as_written, reports[i].run_id, trial), pipes[i][1]))
+                     for i in range(total)]
+        printer.prefix = f"{printer.prefix}{total} clients "
+        self._stop_reasons.clear()
+        started = time.time()
+        for process, report, (_, child_end) in zip(processes, reports, pipes, strict=True):
+            process.start()
+            child_end.close()  # the child holds it now; EOF on ours then means the child is gone
+            report.pid = process.pid
+        try:
+            _Coordinator(processes, [parent for parent, _ in pipes], reports, printer, self._stop_reasons).run()
+        finally:
+            for process in processes:
+                process.join(JOIN_S)
+                if process.is_alive():
+                    process.kill()
+                    process.join()
+            for report in reports:
+                if report.result is None:
+                    for directory in report.directories:
+                        snapshot.remove_leftovers(directory, report.run_id)
+            snapshot.remove_empty()
+        printer.finish()
+        failed = [r for r in reports if r.failed]
+        error = None
+        if failed:
+            error = ClientFailed("; ".join(r.describe_failure("client") for r in failed))
+            codes = [r.extra.get("exit_code") for r in failed if r.extra.get("exit_code")]
+            error.exit_code = codes[0] if codes else ClientFailed.exit_code
+        if not any(r.result for r in reports):
+            return TrialRun(None, error=error)
+        merged = merge_results(reports, mode="local", label="client", run_id=run_id, trial=trial,
+                               as_written=as_written, spec=spec, started_at=started)
+        return TrialRun(merged, error=error)
+
+
+class _Coordinator:
+    """The parent's loop: ready/go, progress, results, deaths noticed, everybody stopped together."""
+
+    def __init__(self, processes: list[Any], conns: list[Connection], reports: list[ClientReport],
+                 printer: ProgressPrinter, stop_reasons: list[str]) -> None:
+        self.processes, self.conns, self.reports, self.printer = processes, conns, reports, printer
+        self.stop_reasons = stop_reasons
+        self.pending = set(range(len(processes)))  # neither a result nor an exit seen yet
+        self.ready: set[int] = set()
+        self.went = False
+        self.stopped = False
+        self.killed = False
+        self.points: dict[int, dict[str, Any]] = {}
+        self.fresh: set[int] = set()
+        self.last_print = 0.0
+
+    def run(self) -> None:
+        by_handle = {p.sentinel: i for i, p in enumerate(self.processes)}
+        by_conn = {id(c): i for i, c in enumerate(self.conns)}
+        while self.pending:
+            waitables = [self.conns[i] for i in self.pending] + [self.processes[i].sentinel for i in self.pending]
+            for item in wait(waitables, timeout=POLL_S):
+                if isinstance(item, int):
+                    self._exited(by_handle[item])
+                elif not self._receive(by_conn[id(item)]):
+                    self._exited(by_conn[id(item)])
+            if self.stop_reasons and not self.stopped:
+                self._stop_all(self.stop_reasons[0])
+            if len(self.stop_reasons) > 1 and not self.killed:
+                self.killed = True
+                for index in self.pending:
+                    self.processes[index].kill()
+
+    def _receive(self, index: int) -> bool:
+        """Handle one message from client ``index``; false at end-of-file (the client is ending)."""
+        try:
+            kind, payload = self.conns[index].recv()
+        except (EOFError, OSError):
+            return False
+        report = self.reports[index]
+        if kind == "ready":
+            self.ready.add(index)
+            if len(self.ready) == len(self.processes) and not self.stopped:
+                self.went = True
+                self._send_all(("go", None))
+        elif kind == "released":
+            report.released_at = payload
+        elif kind == "progress":
+            self._progress(index, payload)
+        elif kind == "result":
+            report.result = payload["result"]
+            report.extra["exit_code"] = payload["exit_code"]
+            if report.failed:
+                self._stop_all(f"client {index} failed")
+        return True
+
+    def _exited(self, index: int) -> None:
+        if index not in self.pending:
+            return
+        conn = self.conns[index]
+        while self.reports[index].result is None and _readable(conn) and self._receive(index):
+            pass  # its result may still be in the pipe
+        self.processes[index].join()
+        self.pending.discard(index)
+        report = self.reports[index]
+        if report.result is None:
+            code = self.processes[index].exitcode
+            report.ended = (f"was killed by {signal.Signals(-code).name}" if code < 0
+                            else f"exited with status {code} without a result")
+            self._stop_all(f"client {index} {report.ended}")
+
+    def _stop_all(self, reason: str) -> None:
+        if not self.stopped:
+            self.stopped = True
+            self._send_all(("stop", f"stopped: {reason}"))
+
+    def _send_all(self, message: tuple[str, Any]) -> None:
+        for index in self.pending:
+            try:
+                self.conns[index].send(message)
+            except OSError:  # that client is gone; its exit is handled on its own
+                continue
+
+    def _progress(self, index: int, point: dict[str, Any]) -> None:
+        """One aggregate line once every live client sent a new point: sums over the clients' latest
+        points (percentiles cannot be merged from points, so the line shows none)."""
+        self.points[index] = point
+        self.fresh.add(index)
+        interval = point.get("interval_s") or 1.0
+        if not (self.fresh >= self.pending or time.monotonic() - self.last_print > 2 * interval):
+            return
+        self.fresh.clear()
+        self.last_print = time.monotonic()
+        points = list(self.points.values())
+        measuring = [p for p in points if p.get("phase") == "measure"]
+        shown = measuring or points
+        self.printer({
+            "phase": "measure" if measuring else "warmup",
+            "elapsed_s": max(p.get("elapsed_s", 0.0) for p in shown),
+            "t_s": max(p.get("t_s", 0.0) for p in shown),
+            "duration_s": shown[0].get("duration_s"), "warmup_s": shown[0].get("warmup_s"),
+            **{key: sum(p.get(key, 0) for p in shown)
+               for key in ("users", "requests", "read_bytes_per_s", "write_bytes_per_s", "queue")},
+        })
+
+
+def _readable(conn: Connection) -> bool:
+    try:
+        return conn.poll(0.05)
+    except (EOFError, OSError):
+        return False
+
+
+def client_main(job: ClientJob, conn: Connection) -> None:
+    """A client process: run the trial, talk to the coordinator over ``conn``."""
+    runners: list[Runner] = []
+    received: list[int] = []
+    go = threading.Event()
+    stop_reasons: list[str] = []  # a stop may arrive before the runner exists; the barrier applies it
+    send_lock = threading.Lock()
+
+    def send(kind: str, payload: Any) -> None:
+        with send_lock, contextlib.suppress(OSError):  # coordinator gone: listen() stops the run
+            conn.send((kind, payload))
+
+    def listen() -> None:
+        """Messages from the coordinator: "go", or "stop" with the reason; end-of-file: it is gone."""
+        while True:
+            try:
+                kind, payload = conn.recv()
+            except (EOFError, OSError):
+                kind, payload = "stop", "stopped: the coordinator is gone"
+            if kind != "stop":
+                go.set()
+                continue
+            stop_reasons.append(payload)  # before go, so the barrier sees it
+            stop_runners(runners, payload)
+            go.set()
+            return
+
+    def start_together() -> None:
+        send("ready", None)
+        go.wait()
+        if stop_reasons:
+            stop_runners(runners, stop_reasons[0])
+        else:
+            send("released", time.time())
+
+    threading.Thread(target=listen, name="kvbench-coordinator", daemon=True).start()
+    with stop_on_signals(lambda reason: stop_runners(runners, reason), received):
+        result, state = run_once(job.spec, job.as_written, runners, run_id=job.run_id, trial=job.trial,
+                                 client_index=job.index, barrier=start_together,
+                                 on_progress=lambda point: send("progress", point))
+    send("result", {"result": result, "exit_code": state.error.exit_code if state.error else 0})
+    if state.crash is not None:
+        traceback.print_exception(state.crash)
+    conn.close()

@@ -1,0 +1,146 @@
+"""A session runs a spec end to end: its trials, on one process, N local client processes or N MPI
+ranks; signal handling; each trial's result file and reports; the trials summary.
+
+Kept apart from the runner so trial/multi-client orchestration and output
+formats grow here without the runner knowing them.  Which launcher runs the
+clients is decided once: under ``mpirun`` each rank is a client
+(``kvbench_core.scaleout.mpi``), else ``clients: N > 1`` starts local processes
+(``kvbench_core.scaleout.multiclient``), else the trial is one ``Runner`` here.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvbench_core.contracts.errors import InputFileError, IntegrityError, Interrupted, StorageErrorsCounted, UserError
+from kvbench_core.engine.progress import ProgressPrinter
+from kvbench_core.engine.runner import new_run_id
+from kvbench_core.reports import require_formats, write_reports
+from kvbench_core.reports.aggregate import summarize_trials
+from kvbench_core.results.result import write_result
+from kvbench_core.results.trial import InProcess, Launcher, stop_on_signals
+
+
+@dataclass
+class SessionOutcome:
+    results: list[dict[str, Any]] = field(default_factory=list)
+    paths: list[Path] = field(default_factory=list)
+    summary: dict[str, Any] | None = None  # the trials summary (trials > 1)
+    summary_path: Path | None = None
+    reports: list[Path] = field(default_factory=list)  # xlsx/png written next to the results
+    exit_code: int = 0
+    error: UserError | None = None
+    writer: bool = True  # false on MPI ranks other than 0: they print and write nothing
+    save_error: UserError | None = None  # a result that had to go to the temp directory
+
+
+def launcher_for(spec: dict[str, Any]) -> Launcher:
+    """MPI ranks when started by mpirun, local processes for ``clients > 1``, else this process."""
+    from kvbench_core.scaleout.mpi import detect_world
+
+    comm = detect_world()
+    if comm is not None:
+        from kvbench_core.scaleout.mpi import MpiRanks
+
+        return MpiRanks(comm, spec)
+    if spec["clients"] > 1:
+        from kvbench_core.scaleout.multiclient import LocalClients
+
+        return LocalClients(spec)
+    return InProcess()
+
+
+def result_path(spec: dict[str, Any], session_id: str, suffix: str = "") -> Path:
+    """``<directory>/<name>-<session id><suffix>.json``; suffix ``-trial<n>`` or ``-summary`` with trials."""
+    directory = Path(spec["output"]["directory"]).expanduser()
+    if not directory.is_absolute():
+        directory = Path.cwd() / directory
+    return directory / f"{spec.get('name') or 'run'}-{session_id}{suffix}.json"
+
+
+def run_session(as_written: dict[str, Any], spec: dict[str, Any], *, quiet: bool = False) -> SessionOutcome:
+    """Run every trial of ``spec``; each trial writes its own result, even when it fails or is stopped."""
+    formats = spec["output"]["formats"]
+    require_formats(formats)  # a missing reports extra fails now, not after a 300 s run
+    launcher = launcher_for(spec)
+    outcome = SessionOutcome(writer=launcher.writer)
+    trials = spec["trials"]
+    received: list[int] = []
+    session_id = launcher.agree(new_run_id(spec))
+    with stop_on_signals(launcher.stop, received):
+        for trial in range(1, trials + 1):
+            printer = ProgressPrinter("off" if quiet or not launcher.writer else spec["output"]["progress"],
+                                      prefix=f"trial {trial}/{trials} " if trials > 1 else "")
+            run = launcher.run_trial(as_written, spec, run_id=session_id if trials == 1 else f"{session_id}-t{trial}",
+                                     trial=trial, printer=printer)
+            if run.result is not None:
+                path = result_path(spec, session_id, f"-trial{trial}" if trials > 1 else "")
+                outcome.results.append(run.result)
+                saved = _save(run.result, path, outcome)
+                outcome.paths.append(saved)
+                if saved == path:
+                    outcome.reports += write_reports(run.result, path, formats)
+            if run.crash is not None:
+                raise run.crash
+            if run.error is not None:
+                outcome.error = run.error
+                break
+            if trial < trials and (launcher.agree_stop(bool(received))
+                                   or launcher.agree_stop(_pause(spec["trial_pause"], received))):
+                break
+    if trials > 1 and outcome.results:
+        outcome.summary = summarize_trials(outcome.results, outcome.paths, session_id=session_id, requested=trials)
+        wanted = result_path(spec, session_id, "-summary")
+        outcome.summary_path = _save(outcome.summary, wanted, outcome)
+        if outcome.summary_path == wanted:
+            outcome.reports += write_reports(outcome.summary, outcome.summary_path, formats)
+    if received:
+        outcome.error = Interrupted(received[0])
+    if spec["verify"] and not outcome.error:
+        errors = sum(r["metrics"].get("verify", {}).get("integrity_errors", 0) for r in outcome.results if r["metrics"])
+        if errors:
+            outcome.error = IntegrityError(f"{errors} verified reads returned bytes different from what was written")
+    if not outcome.error:  # on_error: count ran on past storage errors; the exit code must not say "all fine"
+        outcome.error = counted_storage_errors(outcome.results)
+    if not outcome.error:
+        outcome.error = outcome.save_error
+    outcome.exit_code = outcome.error.exit_code if outcome.error else 0
+    return outcome
+
+
+def _save(result: dict[str, Any], path: Path, outcome: SessionOutcome) -> Path:
+    """Write ``result`` to ``path``; when that fails (the output file system filled up during the run, or
+    went away), to the temp directory instead, so the measurement is not lost, and remember the error
+    for the exit code.  Raises only when neither place takes it."""
+    try:
+        return write_result(result, path)
+    except InputFileError as error:
+        fallback = Path(tempfile.gettempdir()) / path.name
+        try:
+            saved = write_result(result, fallback)
+        except InputFileError:
+            raise error from None
+        outcome.save_error = outcome.save_error or InputFileError(f"{error}; saved it to {saved} instead")
+        return saved
+
+
+def counted_storage_errors(results: list[dict[str, Any]]) -> StorageErrorsCounted | None:
+    """The error for requests that failed on storage errors without stopping the run (on_error: count)."""
+    failed = sum(((r.get("metrics") or {}).get("requests") or {}).get("failed", 0) for r in results)
+    if not failed:
+        return None
+    first = next((error for r in results for error in r.get("errors") or []), None)
+    detail = f"; first: tier '{first['tier']}': {first['op']} of '{first['key']}': {first['error']}" if first else ""
+    return StorageErrorsCounted(f"{failed} requests failed on storage errors (on_error: count){detail}")
+
+
+def _pause(seconds: float, received: list[int]) -> bool:
+    """Sleep ``trial_pause`` seconds, cut short by a signal; true when a signal arrived."""
+    deadline = time.monotonic() + seconds
+    while not received and time.monotonic() < deadline:
+        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+    return bool(received)

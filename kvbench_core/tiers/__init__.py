@@ -1,1 +1,0 @@
-"""The core's built-in memory tiers (registered through ``kvbench_core.builtins``)."""

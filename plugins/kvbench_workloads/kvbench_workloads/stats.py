@@ -1,0 +1,135 @@
+"""Workload figures of a trace: lengths, conversations, prefix reuse, arrivals.
+
+They are computed from the requests a source actually replays (after filters,
+truncation and skipped rows), not from the raw file, so ``kvbench trace
+stats`` shows exactly what a run with the same options puts in its result.
+Percentiles interpolate linearly (numpy's default).  Reuse assumes an
+unbounded cache: it is the trace's ceiling, which a run's hit rate is
+measured against.
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kvbench_core.contracts.errors import InputFileError
+from kvbench_core.contracts.validation import validate_or_raise
+from kvbench_core.contracts.workload import Request, WorkloadContext
+from kvbench_workloads import plugin
+from kvbench_workloads.rows import LoadReport
+
+
+def distribution(values: np.ndarray) -> dict[str, float]:
+    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    return {"mean": round(float(values.mean()), 3), "p50": round(float(p50), 3), "p90": round(float(p90), 3),
+            "p99": round(float(p99), 3), "max": round(float(values.max()), 3)}
+
+
+class TraceStats:
+    """Accumulates one cycle of requests, in trace order."""
+
+    def __init__(self) -> None:
+        self._inputs = array("q")
+        self._outputs = array("q")
+        self._times = array("d")
+        self._turns: Counter[str] = Counter()
+        self._single = 0
+        self._reused_tokens = 0
+        self._blocks = 0
+        self._blocks_seen = 0
+        self._stored_blocks: set[str] = set()
+
+    @property
+    def requests(self) -> int:
+        return len(self._inputs)
+
+    def add(self, request: Request, trace_s: float | None) -> None:
+        self._inputs.append(request.context_tokens)
+        self._outputs.append(request.generate_tokens)
+        if trace_s is not None:
+            self._times.append(trace_s)
+        if request.conversation is None:
+            self._single += 1
+        else:
+            self._turns[request.conversation] += 1
+        for read in request.reads:
+            if read.on_miss is None:  # an earlier turn of this conversation, stored by this replay
+                self._reused_tokens += read.tokens
+                continue
+            self._blocks += 1
+            if read.key in self._stored_blocks:
+                self._blocks_seen += 1
+                self._reused_tokens += read.tokens
+            else:
+                self._stored_blocks.add(read.key)
+
+    def summary(self, report: LoadReport) -> dict[str, Any]:
+        """The figures; needs at least one request."""
+        turns = np.fromiter(self._turns.values(), dtype=np.int64, count=len(self._turns))
+        input_total = sum(self._inputs)
+        gaps = np.diff(np.asarray(self._times))
+        figures: dict[str, Any] = {
+            "requests": self.requests,
+            "conversations": len(turns),
+            "multi_turn_conversations": int((turns >= 2).sum()),
+            "turns_per_conversation": (
+                {"mean": round(float(turns.mean()), 3), "max": int(turns.max())} if len(turns) else None
+            ),
+            "single_requests": self._single,
+            "input_tokens": distribution(np.asarray(self._inputs)),
+            "output_tokens": distribution(np.asarray(self._outputs)),
+            "prefix_reuse_rate": {
+                "by_tokens": round(self._reused_tokens / input_total, 4) if input_total else 0.0,
+                "by_blocks": round(self._blocks_seen / self._blocks, 4) if self._blocks else None,
+            },
+            "span_s": round(self._times[-1] - self._times[0], 3) if self._times else None,
+            "inter_arrival_s": distribution(gaps) if len(gaps) else None,
+            "skipped": dict(sorted(report.skipped.items())),
+        }
+        if report.bad_row_examples:
+            figures["bad_row_examples"] = list(report.bad_row_examples)
+        return figures
+
+
+def detect_format(path: Path) -> str:
+    """The trace format from the file name (a directory: its first file with a known one), else the content."""
+    sources = plugin.kvbench_workload_sources()
+    samples = [path]
+    if path.is_dir():
+        samples = sorted(entry for entry in path.iterdir() if entry.is_file() and not entry.name.startswith("."))
+        if not samples:
+            raise InputFileError(f"{path}: directory holds no files")
+    by_suffix = sorted(((suffix, name) for name, cls in sources.items() for suffix in cls.suffixes),
+                       key=lambda item: -len(item[0]))  # ".jsonl" before ".json"
+    for sample in samples:
+        for suffix, name in by_suffix:
+            if sample.name.lower().endswith(suffix):
+                return name
+    try:
+        with samples[0].open(encoding="utf-8", errors="replace") as file:
+            head = file.read(4096).lstrip()
+    except OSError as error:
+        raise InputFileError(f"{samples[0]}: cannot read: {error.strerror or error}") from error
+    if head.startswith("["):
+        return "sharegpt"
+    if head.startswith("{"):
+        return "mooncake"
+    if head.split("\n", 1)[0].lower().startswith("timestamp,"):
+        return "burstgpt"
+    raise InputFileError(f"{samples[0]}: cannot tell the trace format; pass --format sharegpt|burstgpt|mooncake")
+
+
+def trace_stats(path: str, fmt: str | None = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``describe()`` of the source replaying ``path`` with ``options`` (defaults otherwise)."""
+    fmt = fmt or detect_format(Path(path))
+    source_class = plugin.kvbench_workload_sources()[fmt]
+    options = {**(options or {}), "path": path}
+    validate_or_raise(options, source_class.options_schema, root="option")
+    context = WorkloadContext(seed=0, users=1, bytes_per_token=1, spec_dir=os.getcwd())
+    return source_class(options, context).describe()
