@@ -70,23 +70,47 @@ def get_plugin_manager() -> pluggy.PluginManager:
     return manager
 
 
-def _collect(hook_name: str) -> dict[str, type]:
+def _distribution_name(plugin_name: str) -> str:
+    dist = PLUGIN_DISTRIBUTIONS.get(plugin_name)
+    return dist.metadata["Name"] if dist else plugin_name
+
+
+def _collect(hook_name: str) -> tuple[dict[str, type], dict[str, list[str]]]:
+    """Every ``{name: class}`` the plugins provide, and the names that more than one provides.
+
+    A name two distributions both provide is left out of the registry instead of letting
+    pluggy's call order pick one silently: the spec that names it gets an error naming both.
+    """
     manager = get_plugin_manager()
     found: dict[str, type] = {}
-    for provided in getattr(manager.hook, hook_name)():
-        found.update(provided or {})
-    return found
+    providers: dict[str, list[str]] = {}
+    for impl in getattr(manager.hook, hook_name).get_hookimpls():
+        for name, cls in (impl.function() or {}).items():
+            providers.setdefault(name, []).append(_distribution_name(impl.plugin_name))
+            found[name] = cls
+    clashes = {name: sorted(dists) for name, dists in providers.items() if len(dists) > 1}
+    for name in clashes:
+        del found[name]
+    return found, clashes
 
 
 @cache
 def registry(kind: str) -> dict[str, type]:
     """All installed implementations of one kind ("backend", "source", "autoscaler")."""
-    return _collect(KINDS[kind])
+    return _collect(KINDS[kind])[0]
+
+
+def clashes(kind: str) -> dict[str, list[str]]:
+    """``{name: [distributions]}`` for names of one kind that several plugins provide."""
+    return _collect(KINDS[kind])[1]
 
 
 def lookup(kind: str, name: str, *, path: str) -> type:
     """The class registered as ``name``; unknown names list the installed ones (error at ``path``)."""
     available = registry(kind)
+    if name not in available and name in (clashed := clashes(kind)):
+        raise SpecError(f"{path}: {kind} {name!r} is provided by more than one plugin "
+                        f"({' and '.join(clashed[name])}); uninstall one of them")
     if name not in available:
         names = ", ".join(sorted(available)) or "none"
         raise SpecError(f"{path}: unknown {kind} {name!r}; installed: {names}")
@@ -126,7 +150,7 @@ def installed_plugins() -> list[PluginInfo]:
         if other_hooks:
             provides["hooks"] = other_hooks
         dist = PLUGIN_DISTRIBUTIONS.get(name)
-        dist_name = dist.metadata["Name"] if dist else name
+        dist_name = _distribution_name(name)
         version = dist.version if dist else _version_of(dist_name)
         infos.append(PluginInfo(name=name, distribution=dist_name, version=version, provides=provides))
     return sorted(infos, key=lambda info: info.name)

@@ -21,7 +21,7 @@ import yaml
 
 from kvbench_core.contracts.backend import BackendContext
 from kvbench_core.contracts.errors import InputFileError, SpecError
-from kvbench_core.contracts.plugins import extra_schema, registry
+from kvbench_core.contracts.plugins import extra_schema, lookup, registry
 from kvbench_core.contracts.validation import validate_or_raise
 from kvbench_core.spec.declaration import declaration_schema
 from kvbench_core.spec.units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
@@ -412,26 +412,17 @@ def _check_cross_fields(raw: dict[str, Any]) -> None:
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         raise SpecError(f"cache.tiers: tier names must be unique, repeated: {', '.join(duplicates)}")
-    backends = registry("backend")
     for i, tier in enumerate(cache["tiers"]):
-        if tier["backend"] not in backends:
-            raise SpecError(f"cache.tiers[{i}].backend: unknown backend {tier['backend']!r}; "
-                            f"installed: {', '.join(sorted(backends))}")
-        _check_backend_options(tier, backends[tier["backend"]])
+        _check_backend_options(tier, lookup("backend", tier["backend"], path=f"cache.tiers[{i}].backend"))
     source = (raw.get("workload") or {}).get("source", DEFAULTS["workload"]["source"])
-    sources = registry("source")
-    if source not in sources:
-        raise SpecError(f"workload.source: unknown source {source!r}; installed: {', '.join(sorted(sources))}")
+    source_class = lookup("source", source, path="workload.source")
     # An implementation may check what its schema fragment cannot say (raises SpecError naming the path).
-    check_options = getattr(sources[source], "check_options", None)
+    check_options = getattr(source_class, "check_options", None)
     if callable(check_options):
         check_options((raw.get("workload") or {}).get("options") or {}, "workload.options")
     autoscaler = raw.get("autoscaler")
     if autoscaler:
-        scalers = registry("autoscaler")
-        if autoscaler["name"] not in scalers:
-            raise SpecError(f"autoscaler.name: unknown autoscaler {autoscaler['name']!r}; "
-                            f"installed: {', '.join(sorted(scalers))}")
+        lookup("autoscaler", autoscaler["name"], path="autoscaler.name")
     if not raw.get("model", {}).get("name") and not raw.get("model", {}).get("config"):
         raise SpecError("model: give a catalog name (model.name) or a config.json path (model.config)")
     if raw.get("duration") is not None and parse_duration(raw["duration"]) == 0:
