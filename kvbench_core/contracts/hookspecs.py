@@ -1,4 +1,4 @@
-"""Every kvbench hook, in one screen.  Plugins implement them with ``@kvbench_core.hookimpl``.
+"""Every kvbench hook, in one screen.  Plugins implement them with ``@hookimpl`` (``kvbench_core.contracts.plugins``).
 
 Providers return a mapping ``{name: class}``; the class carries its own
 ``options_schema`` (a JSON Schema fragment) that the core composes into the
