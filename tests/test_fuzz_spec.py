@@ -636,7 +636,7 @@ def test_a_malformed_trace_names_file_line_and_field(sandbox: Path, name: str) -
     content, line, field = BAD_TRACES[name]
     path = sandbox / name
     path.write_text(content)
-    outcome = run_in_process(["trace", "stats", str(path)])
+    outcome = run_in_process(["workload", "stats", str(path)])
     CASES["malformed trace"] += 1
     assert outcome.code == 2, outcome
     assert outcome.stderr.startswith(f"kvbench: error: {path}{line} ") and field in outcome.stderr, outcome.stderr

@@ -1,5 +1,8 @@
 """The ``kvbench`` command line: one module per command, each with ``register(subparsers)``.
 
+Plugins add their own commands through the ``kvbench_cli_commands`` hook (``kvbench
+workload`` comes from kvbench-workloads), so the core imports no plugin.
+
 User errors (``kvbench_core.contracts.errors.UserError``) print one clear line on stderr
 and exit with their code; a traceback means a kvbench bug.
 """
@@ -15,6 +18,7 @@ from typing import Any
 
 from kvbench_core import __version__
 from kvbench_core.contracts.errors import UserError
+from kvbench_core.contracts.plugins import get_plugin_manager
 
 #: Command modules under kvbench_core.cli, in the order ``--help`` lists them.
 COMMAND_MODULES = [
@@ -28,7 +32,6 @@ COMMAND_MODULES = [
     "plan_cmd",
     "replay_cmd",
     "validate_cmd",
-    "trace_cmd",
     "fio_cmd",
 ]
 
@@ -42,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in COMMAND_MODULES:
         importlib.import_module(f"kvbench_core.cli.{module_name}").register(subparsers)
+    get_plugin_manager().hook.kvbench_cli_commands(subparsers=subparsers)
     _describe_commands(subparsers)
     return parser
 

@@ -36,6 +36,11 @@ def kvbench_spec_schema() -> dict[str, Any]:
 
 
 @hookspec
+def kvbench_cli_commands(subparsers: Any) -> None:
+    """Add this plugin's ``kvbench`` subcommands: ``subparsers.add_parser(...)``, with ``handler`` as default."""
+
+
+@hookspec
 def kvbench_measurement_started(run: Any) -> None:
     """Called right before the measured window opens (after warm-up and preconditioning)."""
 

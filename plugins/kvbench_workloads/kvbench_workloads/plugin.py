@@ -1,18 +1,24 @@
-"""Registers the trace sources under the ``kvbench`` entry-point group.
+"""Registers the trace sources and the ``kvbench workload`` command under the ``kvbench`` entry-point group.
 
-Classes are imported inside the hook, as in the core's built-ins, so listing
-plugins stays cheap and ``kvbench_workloads.stats`` can import this module freely.
+Classes are imported inside the hooks, as in the core's built-ins, so listing plugins stays cheap.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from kvbench_core.contracts.plugins import hookimpl
 
 
 @hookimpl
 def kvbench_workload_sources() -> dict[str, type]:
-    from kvbench_workloads.burstgpt import BurstGPTSource
-    from kvbench_workloads.mooncake import MooncakeSource
-    from kvbench_workloads.sharegpt import ShareGPTSource
+    from kvbench_workloads.catalog import sources
 
-    return {"sharegpt": ShareGPTSource, "burstgpt": BurstGPTSource, "mooncake": MooncakeSource}
+    return sources()
+
+
+@hookimpl
+def kvbench_cli_commands(subparsers: Any) -> None:
+    from kvbench_workloads import command
+
+    command.register(subparsers)

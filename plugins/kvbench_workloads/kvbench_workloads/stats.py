@@ -1,7 +1,7 @@
 """Workload figures of a trace: lengths, conversations, prefix reuse, arrivals.
 
 They are computed from the requests a source actually replays (after filters,
-truncation and skipped rows), not from the raw file, so ``kvbench trace
+truncation and skipped rows), not from the raw file, so ``kvbench workload
 stats`` shows exactly what a run with the same options puts in its result.
 Percentiles interpolate linearly (numpy's default).  Reuse assumes an
 unbounded cache: it is the trace's ceiling, which a run's hit rate is
@@ -10,18 +10,13 @@ measured against.
 
 from __future__ import annotations
 
-import os
 from array import array
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from kvbench_core.contracts.errors import InputFileError
-from kvbench_core.contracts.validation import validate_or_raise
-from kvbench_core.contracts.workload import Request, WorkloadContext
-from kvbench_workloads import plugin
+from kvbench_core.contracts.workload import Request
 from kvbench_workloads.rows import LoadReport
 
 
@@ -95,41 +90,3 @@ class TraceStats:
         if report.bad_row_examples:
             figures["bad_row_examples"] = list(report.bad_row_examples)
         return figures
-
-
-def detect_format(path: Path) -> str:
-    """The trace format from the file name (a directory: its first file with a known one), else the content."""
-    sources = plugin.kvbench_workload_sources()
-    samples = [path]
-    if path.is_dir():
-        samples = sorted(entry for entry in path.iterdir() if entry.is_file() and not entry.name.startswith("."))
-        if not samples:
-            raise InputFileError(f"{path}: directory holds no files")
-    by_suffix = sorted(((suffix, name) for name, cls in sources.items() for suffix in cls.suffixes),
-                       key=lambda item: -len(item[0]))  # ".jsonl" before ".json"
-    for sample in samples:
-        for suffix, name in by_suffix:
-            if sample.name.lower().endswith(suffix):
-                return name
-    try:
-        with samples[0].open(encoding="utf-8", errors="replace") as file:
-            head = file.read(4096).lstrip()
-    except OSError as error:
-        raise InputFileError(f"{samples[0]}: cannot read: {error.strerror or error}") from error
-    if head.startswith("["):
-        return "sharegpt"
-    if head.startswith("{"):
-        return "mooncake"
-    if head.split("\n", 1)[0].lower().startswith("timestamp,"):
-        return "burstgpt"
-    raise InputFileError(f"{samples[0]}: cannot tell the trace format; pass --format sharegpt|burstgpt|mooncake")
-
-
-def trace_stats(path: str, fmt: str | None = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``describe()`` of the source replaying ``path`` with ``options`` (defaults otherwise)."""
-    fmt = fmt or detect_format(Path(path))
-    source_class = plugin.kvbench_workload_sources()[fmt]
-    options = {**(options or {}), "path": path}
-    validate_or_raise(options, source_class.options_schema, root="option")
-    context = WorkloadContext(seed=0, users=1, bytes_per_token=1, spec_dir=os.getcwd())
-    return source_class(options, context).describe()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -15,12 +14,12 @@ from kvbench_workloads.burstgpt import BurstGPTSource
 from kvbench_workloads.mooncake import MooncakeSource
 from kvbench_workloads.replay import DEFAULT_QOS_MIX, TraceClock, option_defaults
 from kvbench_workloads.sharegpt import ShareGPTSource
-from kvbench_workloads.stats import detect_format, trace_stats
+from kvbench_workloads.survey import detect_format, trace_stats
 from trace_helpers import DATA, drain_open, drain_user, make_context
 
 from kvbench_core.cli import main
 from kvbench_core.contracts.errors import InputFileError, SpecError
-from kvbench_core.contracts.plugins import registry
+from kvbench_core.contracts.plugins import get_plugin_manager, registry
 from kvbench_core.contracts.workload import QoSClass
 from kvbench_core.spec.redact import redact
 
@@ -191,19 +190,25 @@ def test_trace_stats_is_the_source_description() -> None:
 
 def test_cli_prints_the_figures(capsys: pytest.CaptureFixture[str]) -> None:
     path = str(DATA / "mooncake_conversation.jsonl")
-    assert main(["trace", "stats", path, "--json"]) == 0
+    assert main(["workload", "stats", path, "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == trace_stats(path)
-    assert main(["trace", "stats", str(DATA / "burstgpt_v1.csv"), "-o", "models=[GPT-4]"]) == 0
+    assert main(["workload", "stats", str(DATA / "burstgpt_v1.csv"), "-o", "models=[GPT-4]"]) == 0
     text = capsys.readouterr().out
     assert "source" in text and "inter-arrival (s)" in text and "failed" in text
-    assert main(["trace", "stats", str(DATA / "sharegpt_first_turn.json"), "--format", "sharegpt"]) == 2
+    assert main(["workload", "stats", str(DATA / "sharegpt_first_turn.json"), "--format", "sharegpt"]) == 2
     assert "unanswered_generate_tokens" in capsys.readouterr().err
-    assert main(["trace", "stats", path, "-o", "block_tokens"]) == 2
+    assert main(["workload", "stats", path, "-o", "block_tokens"]) == 2
     assert "expected KEY=VALUE" in capsys.readouterr().err
 
 
-def test_cli_says_what_to_install_without_the_plugin(monkeypatch: pytest.MonkeyPatch,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setitem(sys.modules, "kvbench_workloads.stats", None)  # as if not installed
-    assert main(["trace", "stats", str(DATA / "burstgpt_v1.csv")]) == 2
-    assert "needs the kvbench-workloads plugin" in capsys.readouterr().err
+def test_the_command_is_the_plugins_own(capsys: pytest.CaptureFixture[str]) -> None:
+    """``kvbench workload`` comes through the kvbench_cli_commands hook: without the plugin there is none."""
+    manager = get_plugin_manager()
+    plugin = manager.unregister(name="workloads")
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            main(["workload", "stats", str(DATA / "burstgpt_v1.csv")])
+    finally:
+        manager.register(plugin, name="workloads")
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'workload'" in capsys.readouterr().err

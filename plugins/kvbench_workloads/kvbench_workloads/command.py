@@ -1,9 +1,8 @@
-"""``kvbench trace stats FILE``: what a trace holds, as a run would replay it.
+"""``kvbench workload stats FILE``: what a trace holds, as a run would replay it.
 
-The figures come from the kvbench-workloads plugin (``kvbench_workloads.stats``),
-the same ones its sources put into every result that used the trace.  The
-plugin is imported only when the command runs, so the core CLI works, and
-says what to install, without it.
+The plugin contributes this command through the ``kvbench_cli_commands`` hook, so
+the core CLI knows nothing of trace formats.  The figures are the ones the sources
+put into every result that used the trace (``kvbench_workloads.survey``).
 """
 
 from __future__ import annotations
@@ -14,14 +13,15 @@ from typing import Any
 
 import yaml
 
-from kvbench_core.contracts.errors import MissingDependency, SpecError
+from kvbench_core.contracts.errors import SpecError
+from kvbench_workloads.survey import trace_stats
 
 FORMATS = ("sharegpt", "burstgpt", "mooncake")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("trace", help="inspect workload trace files (ShareGPT, BurstGPT, Mooncake)")
-    commands = parser.add_subparsers(dest="trace_command", metavar="COMMAND")
+    parser = subparsers.add_parser("workload", help="inspect workload trace files (ShareGPT, BurstGPT, Mooncake)")
+    commands = parser.add_subparsers(dest="workload_command", metavar="COMMAND")
     stats = commands.add_parser(
         "stats", help="request count, input/output lengths, conversations, prefix reuse, inter-arrival times",
     )
@@ -48,15 +48,6 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
 
 
 def handle_stats(args: argparse.Namespace) -> int:
-    try:
-        from kvbench_workloads.stats import trace_stats
-    except ModuleNotFoundError as error:
-        if error.name != "kvbench_workloads" and not (error.name or "").startswith("kvbench_workloads."):
-            raise
-        raise MissingDependency(
-            "kvbench trace needs the kvbench-workloads plugin: pip install kvbench-workloads "
-            "(from a checkout: pip install -e plugins/kvbench_workloads)"
-        ) from None
     figures = trace_stats(args.file, args.format, parse_options(args.option))
     if args.json:
         print(json.dumps(figures, indent=2))
