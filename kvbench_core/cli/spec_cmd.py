@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+from collections.abc import Iterator
+from typing import Any
 
 from kvbench_core.spec.declaration import CHECKLIST, missing_fields
 from kvbench_core.spec.loader import full_schema, load_spec
+from kvbench_core.spec.units import format_bytes, parse_duration, parse_size
+
+#: A value written with a unit letter ("128k", "30s"): the ones worth showing as parsed.
+_WITH_UNIT = re.compile(r"^\s*[0-9.]+\s*[a-zA-Z]+\s*$")
+#: Option names that hold a size when the core does not resolve them (a plugin parses its own options).
+_SIZE_NAMES = ("size", "capacity", "bytes")
 
 #: Declaration fields a run fills in itself (from backends, the workload and the machine).
 DETECTED_AT_RUN = {
@@ -37,12 +46,56 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle_validate(args: argparse.Namespace) -> int:
-    _, resolved = load_spec(args.file, args.overrides)
+    as_written, resolved = load_spec(args.file, args.overrides)
     if args.resolved:
         print(json.dumps({k: v for k, v in resolved.items() if k != "spec_dir"}, indent=2))
     else:
         print(f"{args.file}: valid")
+        for path, written, parsed in parsed_values(as_written, resolved):
+            print(f"  {path}: {written} = {parsed}")
     return 0
+
+
+def parsed_values(as_written: Any, resolved: Any, path: str = "") -> Iterator[tuple[str, str, str]]:
+    """(field path, as written, as parsed) for every size and duration written with a unit, so that
+    ``128k`` is seen to be 131,072 bytes before a run, not after.  A value the core resolved is shown as
+    resolved; a plugin option the core leaves as text is parsed as a size when its name says it is one."""
+    if isinstance(as_written, dict):
+        for key, value in as_written.items():
+            inner = resolved.get(key) if isinstance(resolved, dict) else None
+            yield from parsed_values(value, inner, f"{path}.{key}" if path else str(key))
+    elif isinstance(as_written, list):
+        for index, value in enumerate(as_written):
+            inner = resolved[index] if isinstance(resolved, list) and index < len(resolved) else None
+            yield from parsed_values(value, inner, f"{path}[{index}]")
+    elif isinstance(as_written, str) and _WITH_UNIT.match(as_written):
+        shown = _as_parsed(as_written, resolved, path.rsplit(".", 1)[-1])
+        if shown:
+            yield path, as_written, shown
+
+
+def _as_parsed(written: str, resolved: Any, name: str) -> str | None:
+    as_size = _try(parse_size, written)
+    as_duration = _try(parse_duration, written)
+    if isinstance(resolved, int | float) and not isinstance(resolved, bool):
+        if as_size == resolved:
+            return _bytes(as_size)
+        if as_duration == resolved:
+            return f"{as_duration:g} s"
+    if resolved == written and as_size is not None and any(word in name for word in _SIZE_NAMES):
+        return _bytes(as_size)
+    return None
+
+
+def _bytes(value: float) -> str:
+    return f"{int(value):,} bytes ({format_bytes(value)})"
+
+
+def _try(parse: Any, text: str) -> float | None:
+    try:
+        return parse(text)
+    except ValueError:
+        return None
 
 
 def handle_schema(args: argparse.Namespace) -> int:

@@ -1,4 +1,11 @@
-"""Parsing of human sizes ("8GiB", "512 MB") and durations ("30s", "5m") used in specs and the CLI."""
+"""Parsing of human sizes ("128k", "8GiB", "512 MB") and durations ("30s", "5m") used in specs and the CLI.
+
+Sizes follow fio, the tool storage engineers write sizes for: a bare unit letter is a power of two
+(``128k`` = 131072, ``4m`` = 4 MiB, as fio's default ``kb_base=1024`` reads them), IEC units are powers of
+two (``KiB``, ``MiB``…) and an explicit SI unit with its ``B`` is a power of ten (``KB``, ``MB``, ``GB``…, as
+fio's ``kb_base=1000`` reads them), so each spelling means what its reader expects.  ``kvbench spec
+validate`` prints every size it parsed in bytes, so no one has to guess.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +13,9 @@ import re
 
 _SIZE_UNITS = {
     "": 1, "b": 1,
-    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
-    "t": 1000**4, "tb": 1000**4,
-    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
+    "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4,  # fio: a bare letter is binary
+    "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,  # SI, spelled out
+    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,  # IEC
 }
 _DURATION_UNITS = {"": 1.0, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 
@@ -20,7 +27,7 @@ _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
 def parse_size(value: int | float | str) -> int:
-    """Bytes from an int or a string with a decimal (KB, MB…) or binary (KiB, MiB…) unit."""
+    """Bytes from an int or a string: ``128k`` and ``128KiB`` are 131072 (binary), ``128KB`` is 128000."""
     if isinstance(value, bool):
         raise ValueError(f"expected a size, got {value!r}")
     if isinstance(value, int | float):
@@ -29,7 +36,7 @@ def parse_size(value: int | float | str) -> int:
         return int(value)
     match = _SIZE_RE.match(value)
     if not match or match.group(2).lower() not in _SIZE_UNITS:
-        raise ValueError(f"expected a size like 512MiB or 8GB, got {value!r}")
+        raise ValueError(f"expected a size like 128k, 512MiB or 8GB, got {value!r}")
     return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
 
 
