@@ -1,4 +1,4 @@
-"""The core's own plugin: built-in tiers, the synthetic workload and the autoscalers.
+"""The core's own plugin: built-in tiers, the synthetic workload, the autoscalers and the KV codecs.
 
 Registered through the ``kvbench`` entry-point group like any vendor plugin.
 Classes are imported inside the hooks so listing plugins stays cheap.
@@ -28,3 +28,11 @@ def kvbench_autoscalers() -> dict[str, type]:
     from kvbench_core.builtins.autoscalers import CapacityAutoscaler, QoSAutoscaler
 
     return {"qos": QoSAutoscaler, "capacity": CapacityAutoscaler}
+
+
+@hookimpl
+def kvbench_codecs() -> dict[str, type]:
+    from kvbench_core.codecs.bf16 import BF16PlanesCodec
+    from kvbench_core.codecs.general import Lz4Codec, NoneCodec, ZstdCodec
+
+    return {"none": NoneCodec, "zstd": ZstdCodec, "lz4": Lz4Codec, "bf16_planes": BF16PlanesCodec}

@@ -31,6 +31,11 @@ def kvbench_autoscalers() -> dict[str, type]:
 
 
 @hookspec
+def kvbench_codecs() -> dict[str, type]:
+    """KV codecs this plugin provides: ``{codec name: kvbench_core.codecs.contract.Codec subclass}``."""
+
+
+@hookspec
 def kvbench_spec_schema() -> dict[str, Any]:
     """Extra top-level run-spec properties this plugin reads (e.g. ``{"tracing": {...}}``)."""
 

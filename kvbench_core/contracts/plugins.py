@@ -26,6 +26,7 @@ KINDS = {
     "backend": "kvbench_storage_backends",
     "source": "kvbench_workload_sources",
     "autoscaler": "kvbench_autoscalers",
+    "codec": "kvbench_codecs",
 }
 
 
@@ -96,7 +97,7 @@ def _collect(hook_name: str) -> tuple[dict[str, type], dict[str, list[str]]]:
 
 @cache
 def registry(kind: str) -> dict[str, type]:
-    """All installed implementations of one kind ("backend", "source", "autoscaler")."""
+    """All installed implementations of one kind ("backend", "source", "autoscaler", "codec")."""
     return _collect(KINDS[kind])[0]
 
 
