@@ -380,4 +380,5 @@ class NVMeBackend(EntryFilesBackend):
             "path": self.directory.path,
             "fs_type": fs_type,
             **location,
+            **self.directory.describe(),  # dead runs' files found and removed at open
         }

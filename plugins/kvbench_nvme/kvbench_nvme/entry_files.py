@@ -57,8 +57,9 @@ class EntryFilesBackend(StorageBackend):
 
     def _remove_files(self) -> None:
         """At close: unless ``context.keep``, delete every file this backend created, then the
-        directory if kvbench made it and nothing else is left in it."""
+        directory if kvbench made it and nothing else is left in it; the directory is unlocked either way."""
         if self.context.keep:
+            self.directory.close(keep=True)
             return
         with self._files_lock:
             paths, self._files = self._files, set()

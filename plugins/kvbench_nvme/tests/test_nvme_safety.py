@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -81,17 +83,23 @@ def test_an_existing_empty_directory_is_used_and_kept(tmp_path: Path, pool: Nois
     assert tmp_path.is_dir() and os.listdir(tmp_path) == []
 
 
-def test_a_kvbench_directory_is_shared_and_each_run_removes_only_its_own_files(tmp_path: Path,
-                                                                            pool: NoisePool) -> None:
+def test_a_second_run_on_a_live_runs_directory_is_refused_naming_the_first(tmp_path: Path,
+                                                                           pool: NoisePool) -> None:
+    """Issue 19: two runs at once on one directory contaminated each other's measurement.  (This test
+    used to assert that they share it; the directory is now locked for the whole run.)"""
     path = str(tmp_path / "tier")
     first = NVMeBackend({"path": path}, BackendContext(tier_name="nvme0", run_id="first"))
     second = NVMeBackend({"path": path}, BackendContext(tier_name="nvme0", run_id="second"))
     first.open()
     first.write("k", pool.payload("k", 10))
-    second.open()  # non-empty, but marked as kvbench's
-    second.write("k", pool.payload("k", 10))
+    with pytest.raises(BackendUnavailable, match=rf"in use by run first \(pid {os.getpid()} on "):
+        second.open()
+    # the refused run wrote nothing
+    assert sorted(os.listdir(path)) == sorted([".kvbench-run-first", MARKER, "first-k.kv"])
     first.close()
-    assert sorted(os.listdir(path)) == [MARKER, "second-k.kv"]
+    assert not os.path.exists(path)
+    second.open()  # the lock went with the first run
+    second.write("k", pool.payload("k", 10))
     second.close()
     assert not os.path.exists(path)
 
@@ -120,7 +128,7 @@ def test_keys_cannot_leave_the_directory(make_backend: Any, pool: NoisePool, tmp
     with pytest.raises(ValueError, match="invalid cache key"):
         backend.delete(key)
     assert sorted(os.listdir(tmp_path)) == ["tier"]
-    assert os.listdir(tmp_path / "tier") == [MARKER]
+    assert sorted(os.listdir(tmp_path / "tier")) == [MARKER, ".kvbench-run-run1"]  # marker and the live run record
 
 
 class FailingSource:
@@ -145,3 +153,93 @@ def test_a_failed_write_leaves_no_file(make_backend: Any, pool: NoisePool, queue
     with pytest.raises(OSError, match="source failed"):
         backend.write("k", FailingSource(pool, size, fail_at=3 * (64 << 10)))
     assert not os.path.exists(backend.path_of("k"))
+
+
+# -- ownership is proven, a live run's directory is locked, a dead run's files are cleaned (issue 19) -----------
+
+@pytest.mark.parametrize("marker", ["symlink", "dangling", "foreign json", "directory"])
+def test_a_fake_owner_marker_confers_no_ownership(tmp_path: Path, pool: NoisePool, marker: str) -> None:
+    """A ``.kvbench-owner`` that is a symlink to a decoy, a dangling link, another tool's JSON or a directory
+    made a foreign directory kvbench's own, and the run then deleted the link and the directory."""
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    decoy = tmp_path / "decoy.json"
+    decoy.write_text(json.dumps({"tool": "kvbench", "run_id": "run1", "pid": 1, "host": "h", "created": "t"}))
+    fake = foreign / MARKER
+    if marker == "symlink":
+        fake.symlink_to(decoy)
+    elif marker == "dangling":
+        fake.symlink_to(tmp_path / "nowhere")
+    elif marker == "foreign json":
+        fake.write_text(json.dumps({"tool": "other", "run_id": "run1", "pid": 1}))
+    else:
+        fake.mkdir()
+    with pytest.raises(BackendUnavailable, match=r"was not created by kvbench \(its .kvbench-owner is not a regular"):
+        unopened(foreign).open()
+    backend = unopened(foreign, allow_nonempty=True)  # allowed in: still never kvbench's to delete
+    backend.open()
+    backend.write("k", pool.payload("k", 10))
+    backend.close()
+    assert os.listdir(foreign) == [MARKER] and os.path.lexists(fake)
+    assert decoy.exists()
+
+
+KILLED_RUN = """
+import os, signal, sys
+from kvbench_nvme.backend import NVMeBackend
+from kvbench_core.contracts.backend import BackendContext
+from kvbench_core.engine.payload import NoisePool
+backend = NVMeBackend({"path": sys.argv[1], "fsync": False}, BackendContext(tier_name="nvme0", run_id="dead1"))
+backend.open()
+pool = NoisePool(1, pool_bytes=1 << 20)
+for index in range(5):
+    backend.write(f"k{index}", pool.payload(f"k{index}", 100_000))
+print("written", flush=True)
+if sys.argv[2] == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
+signal.pause()
+"""
+
+
+def _start_run(path: Path, how: str) -> subprocess.Popen[str]:
+    process = subprocess.Popen([sys.executable, "-c", KILLED_RUN, str(path), how], stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stdout.readline().strip() == "written"
+    return process
+
+
+def test_a_killed_runs_files_are_found_reported_and_removed(tmp_path: Path, pool: NoisePool,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """After SIGKILL the next run silently left 594 MB of the dead run's files."""
+    tier = tmp_path / "tier"
+    process = _start_run(tier, "kill")
+    process.wait(timeout=30)
+    foreign = tier / "dead1-user-file.txt"  # the dead run's id, but not one of its entry names: stays
+    foreign.write_text("not kvbench's")
+    assert len([name for name in os.listdir(tier) if name.endswith(".kv")]) == 5
+    backend = unopened(tier)
+    backend.open()
+    warning = capsys.readouterr().err
+    assert "removed 5 files (500000 B) left by run dead1 (pid" in warning and "killed?" in warning
+    assert warning.strip().endswith(backend.describe()["stale_runs"][0])
+    assert sorted(os.listdir(tier)) == sorted([MARKER, ".kvbench-run-run1", foreign.name])
+    backend.write("k", pool.payload("k", 10))
+    backend.close()
+    assert sorted(os.listdir(tier)) == sorted([MARKER, foreign.name])  # the foreign file keeps the directory
+    foreign.unlink()
+    again = unopened(tier)
+    again.open()
+    again.close()
+    assert not tier.exists()  # made by the dead run, now empty: kvbench's own to remove
+
+
+def test_a_live_run_in_another_process_is_named_and_its_files_untouched(tmp_path: Path) -> None:
+    tier = tmp_path / "tier"
+    process = _start_run(tier, "live")
+    try:
+        before = sorted(os.listdir(tier))
+        with pytest.raises(BackendUnavailable, match=rf"in use by run dead1 \(pid {process.pid} on "):
+            unopened(tier).open()
+        assert sorted(os.listdir(tier)) == before
+    finally:
+        process.kill()
+        process.wait(timeout=30)
