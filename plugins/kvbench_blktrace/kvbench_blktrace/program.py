@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 from kvbench_blktrace.devices import TraceDevice
 
-READY_MARKER = "kvbench-blktrace: attached"
+#: The program's line markers keep the plugin's first name, so captures made before the rename still parse.
+READY_MARKER = "kvbench-trace: attached"
 #: Printed at exit, before the maps: how long the probes were attached (a standalone capture's runtime).
-TRACED_MARKER = "kvbench-blktrace: traced_ms"
+TRACED_MARKER = "kvbench-trace: traced_ms"
 #: The in-flight histogram is linear (exact depths) up to this, one overflow bucket above; bpftrace 0.17
 #: allows at most 1000 lhist buckets.
 MAX_DEPTH = 1000

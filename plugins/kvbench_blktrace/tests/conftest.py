@@ -29,5 +29,5 @@ def fake_bpftrace(tmp_path: Path) -> Callable[[str], str]:
 @pytest.fixture
 def printing_bpftrace(fake_bpftrace: Callable[[str], str]) -> str:
     """A stand-in that attaches at once and, on SIGINT, prints the real capture's maps and exits 0, as bpftrace does."""
-    return fake_bpftrace(f"trap 'cat \"{CAPTURE}\"; exit 0' INT\necho 'kvbench-blktrace: attached'\n"
+    return fake_bpftrace(f"trap 'cat \"{CAPTURE}\"; exit 0' INT\necho 'kvbench-trace: attached'\n"
                          "while :; do sleep 0.05; done\n")

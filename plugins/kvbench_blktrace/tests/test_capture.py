@@ -48,7 +48,7 @@ def test_a_capture_without_its_runtime_or_block_requests_is_a_clear_error(tmp_pa
     assert main(["fio", str(old)]) == 2
     assert "give --runtime" in capsys.readouterr().err
     with pytest.raises(CaptureError, match="no block read or write requests"):
-        capture_as_result("kvbench-blktrace: traced_ms 5000\n@flush_ios: 1\n", name="x", directory=".")
+        capture_as_result("kvbench-trace: traced_ms 5000\n@flush_ios: 1\n", name="x", directory=".")
     assert main(["fio", str(tmp_path / "missing.txt")]) == 2
     assert "No such file or directory" in capsys.readouterr().err
 
@@ -56,4 +56,4 @@ def test_a_capture_without_its_runtime_or_block_requests_is_a_clear_error(tmp_pa
 def test_the_program_form_is_unchanged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--pid", "1", "--path", str(tmp_path)]) in (0, 2)  # 2: this disk cannot be traced here
     out = capsys.readouterr()
-    assert "kvbench-blktrace: attached" in out.out or out.err.startswith("kvbench_blktrace:")
+    assert "kvbench-trace: attached" in out.out or out.err.startswith("kvbench_blktrace:")

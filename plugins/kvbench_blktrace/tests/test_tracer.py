@@ -40,7 +40,7 @@ def test_sigint_makes_it_print_its_maps_and_the_group_is_gone(printing_bpftrace:
 
 
 def test_a_tracer_that_ignores_sigint_is_killed(fake_bpftrace: Callable[[str], str]) -> None:
-    stuck = "trap '' INT\necho 'kvbench-blktrace: attached'\nwhile :; do sleep 0.05; done\n"
+    stuck = "trap '' INT\necho 'kvbench-trace: attached'\nwhile :; do sleep 0.05; done\n"
     process = BpftraceProcess(fake_bpftrace(stuck), "program", attach_timeout_s=30, stop_timeout_s=0.5)
     process.start()
     pgid = process._process.pid
@@ -65,7 +65,7 @@ def test_never_attaching_times_out_and_leaves_nothing_running(fake_bpftrace: Cal
 
 
 def test_dying_mid_run_is_reported_at_stop(fake_bpftrace: Callable[[str], str]) -> None:
-    dies = "echo 'kvbench-blktrace: attached'\nsleep 0.2\necho 'ERROR: lost events' >&2\nexit 2\n"
+    dies = "echo 'kvbench-trace: attached'\nsleep 0.2\necho 'ERROR: lost events' >&2\nexit 2\n"
     process = BpftraceProcess(fake_bpftrace(dies), "program", attach_timeout_s=30)
     process.start()
     process._process.wait()
@@ -128,7 +128,7 @@ def test_hooks_bracket_the_window_and_return_the_section(tmp_path: Path, monkeyp
 def test_a_tracer_dying_mid_run_leaves_the_run_untraced_with_the_reason(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_bpftrace: Callable[[str], str],
         capsys: pytest.CaptureFixture[str]) -> None:
-    dies = "echo 'kvbench-blktrace: attached'\necho 'ERROR: map full' >&2\nexit 1\n"
+    dies = "echo 'kvbench-trace: attached'\necho 'ERROR: map full' >&2\nexit 1\n"
     executable = fake_bpftrace(dies)
     monkeypatch.setattr(tracer, "preflight", lambda paths: Preflight(executable, [], True))
     run = fake_run(tmp_path, "block")
