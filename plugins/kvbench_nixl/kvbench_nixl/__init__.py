@@ -1,0 +1,1 @@
+"""kvbench's NIXL tier (``backend: nixl``): KV entries moved by NVIDIA's NIXL transfer library."""

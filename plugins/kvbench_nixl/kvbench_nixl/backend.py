@@ -1,0 +1,538 @@
+"""The NIXL tier: KV entries moved by NVIDIA's NIXL library, through the backend plugin the options name.
+
+``nixl_backend`` selects NIXL's plugin: ``POSIX`` (files, NIXL's io queue:
+libaio by default, io_uring or POSIX AIO via ``params``), ``OBJ`` (S3 objects
+through aws-sdk-cpp), ``GDS`` / ``GDS_MT`` (cuFile; a GPU host only).  It is
+the transfer path Dynamo, LMCache and vLLM use, measured on kvbench's workload
+next to kvbench's own tiers.
+
+Data path.  The payload memory is one region registered with NIXL at ``open``
+(``kvbench_nixl.arena``): ``concurrency`` slots of ``queue_depth`` pieces of
+``transfer_size`` bytes.  A write fills up to ``queue_depth`` pieces of a slot
+from the source, then posts them as one NIXL request (one descriptor per
+piece, so ``queue_depth`` commands in flight) and waits for it; then the next
+batch.  A read posts a batch, waits, and hands the pieces to the sink.  No
+memory is registered or allocated per operation.  What NIXL needs per entry is
+bookkeeping of where the bytes go: a file descriptor registered as a ``FILE``
+segment (POSIX, GDS), or the entry's objects registered as ``OBJ`` segments
+(``kvbench_nixl.objects``).
+
+L4 split.  ``device`` = from posting a request until NIXL reports it done
+(polled with a back-off capped at ``kvbench_nixl.library.MAX_POLL_S``), plus
+``open``, ``fsync`` and ``close`` of entry files.  ``host`` = filling and
+consuming pieces (and the host<->GPU copies of a VRAM arena), the page-cache
+drop, and NIXL's user-space bookkeeping (registering the file or objects,
+creating and releasing the request).  The parts are disjoint intervals of the
+calling thread, so ``host + device <= total``.  ``commands`` = descriptors
+posted (pieces).  For OBJ the device time includes the SDK's request signing,
+which runs inside NIXL's threads and cannot be told apart.
+
+Files (POSIX, GDS) follow the nvme tier's rules: ``<path>/<run_id>-<key>.kv``
+in a ``TierDirectory`` (system paths refused, owner marker, non-empty foreign
+directories refused), ``fsync`` after each write, ``posix_fadvise(DONTNEED)``
+before each read, every file this backend created removed at ``close``.
+O_DIRECT is not offered: NIXL's POSIX plugin reports the short read at the end
+of a file as an error, which the last block of an entry whose size is not a
+multiple of 4 KiB always is.
+
+Objects (OBJ): the bucket's control plane (credentials, bucket check, deletes,
+cleanup) is the s3 tier's ``S3Backend``; credentials come from the boto3 chain
+and go to NIXL's OBJ plugin in memory only, never into the declaration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
+
+from kvbench_nvme.directory import TierDirectory
+from kvbench_nvme.entry_files import EntryFilesBackend
+from kvbench_nvme.fsinfo import describe_location
+from kvbench_s3.backend import S3Backend
+
+from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, DiscardSink, IOTiming, check_key
+from kvbench_core.contracts.errors import BackendUnavailable, SpecError
+from kvbench_core.spec.units import SIZE_PATTERN, parse_size
+from kvbench_nixl.arena import ALIGN, Arena, Slot
+from kvbench_nixl.library import Agent, Library, NixlRequirements, load
+from kvbench_nixl.objects import ObjectPieces
+
+MAX_TRANSFER = 1 << 30
+FILE_BACKENDS = ("POSIX", "GDS", "GDS_MT")
+GPU_BACKENDS = ("GDS", "GDS_MT")
+#: Options that apply only to file backends, and only to OBJ.
+FILE_OPTIONS = ("path", "allow_nonempty", "fsync", "drop_cache")
+OBJ_OPTIONS = ("bucket", "endpoint_url", "region", "profile", "create_bucket", "prefix", "virtual_addressing")
+#: OBJ plugin parameters the tier sets from its own options and the credentials chain.
+MANAGED_OBJ_PARAMS = frozenset({"bucket", "endpoint_override", "scheme", "region", "use_virtual_addressing",
+                                "access_key", "secret_key", "session_token"})
+_SECRET_NAMES = "(?i)(secret|access_key|session_token|password|credential|token)"
+_S3 = S3Backend.options_schema["properties"]
+
+Descriptor = tuple[int, int, int]
+Piece = tuple[int, int]  # (offset in the entry, length)
+
+
+class Split:
+    """Host and device seconds of one operation, charged as disjoint intervals of one thread."""
+
+    __slots__ = ("device", "host")
+
+    def __init__(self) -> None:
+        self.host = 0.0
+        self.device = 0.0
+
+    @contextlib.contextmanager
+    def charge(self, part: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            setattr(self, part, getattr(self, part) + time.perf_counter() - start)
+
+
+class NixlBackend(EntryFilesBackend):
+    """A tier whose bytes NIXL moves between registered memory and files or S3 objects."""
+
+    name = "nixl"
+    requires = NixlRequirements()  # evaluated at selection: any NIXL wheel satisfies it
+    options_schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["nixl_backend"],
+        "properties": {
+            "nixl_backend": {"enum": ["POSIX", "OBJ", "GDS", "GDS_MT"],
+                             "description": "NIXL backend plugin: POSIX files, OBJ (S3), GDS / GDS_MT (cuFile, GPU)"},
+            "transfer_size": {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_PATTERN}],
+                              "default": "1MiB",
+                              "description": "bytes per NIXL descriptor (per object for OBJ), 4 KiB to 1 GiB"},
+            "queue_depth": {"type": "integer", "minimum": 1, "maximum": 256, "default": 1,
+                            "description": "descriptors per NIXL request: pieces of one entry in flight at once"},
+            "memory": {"enum": ["DRAM", "VRAM"], "default": "DRAM",
+                       "description": "where the registered payload memory lives; VRAM needs GDS/GDS_MT and a GPU"},
+            "device": {"type": "string", "pattern": "^cuda(:[0-9]+)?$", "default": "cuda",
+                       "description": "the GPU of a VRAM arena"},
+            "params": {"type": "object",
+                       "propertyNames": {"not": {"pattern": _SECRET_NAMES},
+                                         "description": "credentials come from the boto3 chain, never the spec"},
+                       "additionalProperties": {"type": ["string", "integer", "boolean"]},
+                       "description": "more init parameters of the NIXL plugin, e.g. {use_uring: true}"},
+            "path": {"type": "string", "minLength": 1,
+                     "description": "POSIX/GDS: directory for the entry files (created and marked if missing)"},
+            "allow_nonempty": {"type": "boolean", "default": False,
+                               "description": "use an existing non-empty directory kvbench did not create"},
+            "fsync": {"type": "boolean", "default": True, "description": "fsync each entry file before write returns"},
+            "drop_cache": {"type": "boolean", "default": True,
+                           "description": "posix_fadvise(DONTNEED) each entry file before it is read"},
+            "bucket": _S3["bucket"],
+            "endpoint_url": _S3["endpoint_url"],
+            "region": _S3["region"],
+            "profile": _S3["profile"],
+            "create_bucket": _S3["create_bucket"],
+            "prefix": _S3["prefix"],
+            "virtual_addressing": {"type": "boolean", "default": False,
+                                   "description": "OBJ: virtual-hosted-style addressing (path style when false)"},
+        },
+        "allOf": [{"if": {"properties": {"nixl_backend": {"const": "OBJ"}}, "required": ["nixl_backend"]},
+                   "then": {"required": ["bucket"]}, "else": {"required": ["path"]}}],
+    }
+
+    def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
+        super().__init__(options, context)
+        resolved = self.options_with_defaults()
+        self.label = f"tier '{context.tier_name}' ({self.name})"
+        self.where = f"tiers.{context.tier_name}.options"
+        self.nixl_backend: str = resolved["nixl_backend"]
+        self.files = self.nixl_backend in FILE_BACKENDS
+        self._refuse_foreign_options()
+        self.queue_depth: int = resolved["queue_depth"]
+        self.memory: str = resolved["memory"]
+        self.device: str = resolved["device"]
+        if self.memory == "VRAM" and self.nixl_backend not in GPU_BACKENDS:
+            raise SpecError(f"{self.where}.memory: VRAM needs nixl_backend GDS or GDS_MT "
+                            f"(NIXL's {self.nixl_backend} plugin moves DRAM only)")
+        self.transfer_size = self._transfer_size(resolved["transfer_size"])
+        self.params = {key: _param_text(value) for key, value in resolved.get("params", {}).items()}
+        if self.nixl_backend == "OBJ" and MANAGED_OBJ_PARAMS & set(self.params):
+            first = sorted(MANAGED_OBJ_PARAMS & set(self.params))[0]
+            raise SpecError(f"{self.where}.params.{first}: set by the tier (bucket, endpoint_url, region, "
+                            "virtual_addressing options; credentials from the boto3 chain), not in params")
+        self.fsync: bool = resolved["fsync"]
+        self.drop_cache: bool = resolved["drop_cache"]
+        if self.files:
+            self.directory = TierDirectory(resolved["path"], check_key(context.run_id),
+                                           allow_nonempty=resolved["allow_nonempty"], label=self.label)
+        self.library: Library | None = None
+        self.agent: Agent | None = None
+        self.arena: Arena | None = None
+        self.objects: ObjectPieces | None = None
+        self._control: S3Backend | None = None
+        self._described_params: dict[str, str] = {}
+        self._commands = 0
+        self._count_lock = threading.Lock()
+
+    def _refuse_foreign_options(self) -> None:
+        foreign = OBJ_OPTIONS if self.files else FILE_OPTIONS
+        for option in foreign:
+            if option in self.options:
+                needs = "OBJ" if self.files else "POSIX, GDS or GDS_MT"
+                raise SpecError(f"{self.where}.{option}: applies to nixl_backend {needs}, "
+                                f"not {self.nixl_backend}")
+
+    def _transfer_size(self, value: int | str) -> int:
+        size = parse_size(value)
+        if not ALIGN <= size <= MAX_TRANSFER:
+            raise SpecError(f"{self.where}.transfer_size: expected a size between 4 KiB and 1 GiB, got {value!r}")
+        return size
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Load NIXL, start the plugin (GPU backends check the driver first), set up the directory or
+        the bucket, register the arena, and prove the path with one small round trip."""
+        if self.nixl_backend in GPU_BACKENDS or self.memory == "VRAM":
+            self._require_gpu()
+        try:
+            self.library = load()
+        except ImportError as error:
+            raise BackendUnavailable(f"{self.label}: {error}") from None
+        try:
+            params = dict(self.params)
+            if self.files:
+                self.directory.open()
+            else:
+                params.update(self._open_bucket())
+            self.agent = self._start_agent(params)
+            self._check_params()
+            self._described_params = {key: value for key, value in params.items()
+                                      if key not in ("access_key", "secret_key", "session_token")}
+            self.arena = Arena(self.agent, memory=self.memory, slots=max(1, self.context.concurrency),
+                               pieces=self.queue_depth, piece_bytes=self.transfer_size, device=self.device)
+            if not self.files:
+                self.objects = ObjectPieces(self.agent, self._control, self.transfer_size)
+            self._probe()
+        except BaseException:
+            self._release()
+            if self.files:
+                self.directory.close()  # removed only if kvbench made it and it holds nothing else
+            raise
+
+    def _require_gpu(self) -> None:
+        """GDS and VRAM need the NVIDIA driver (and, for VRAM, a CUDA build of torch): say so before NIXL
+        starts, since NIXL's own answer on a host without them is a bare 'unsupported backend'."""
+        try:
+            ctypes.CDLL("libcuda.so.1")
+        except OSError as error:
+            raise BackendUnavailable(f"{self.label}: nixl_backend {self.nixl_backend} / memory {self.memory} needs "
+                                     f"an NVIDIA GPU and driver; libcuda.so.1 cannot be loaded ({error})") from None
+        if self.memory == "VRAM":
+            try:
+                import torch
+            except ImportError:
+                raise BackendUnavailable(f"{self.label}: memory: VRAM needs torch (pip install "
+                                         "'kvbench-core[gpu]')") from None
+            if not torch.cuda.is_available():
+                raise BackendUnavailable(f"{self.label}: memory: VRAM but torch {torch.__version__} sees no CUDA "
+                                         "device; check nvidia-smi and CUDA_VISIBLE_DEVICES")
+
+    def _open_bucket(self) -> dict[str, str]:
+        """Open the control plane on the bucket; return the OBJ plugin's parameters, credentials included."""
+        import boto3
+
+        options = {key: self.options[key] for key in ("bucket", "endpoint_url", "region", "profile",
+                                                      "create_bucket", "prefix") if key in self.options}
+        options["addressing_style"] = "virtual" if self.options.get("virtual_addressing") else "path"
+        self._control = S3Backend(options, self.context)
+        self._control.open()
+        session = boto3.session.Session(profile_name=self.options.get("profile"),
+                                        region_name=self.options.get("region"))
+        frozen = session.get_credentials().get_frozen_credentials()  # the chain S3Backend.open just vetted
+        params = {"bucket": self.options["bucket"], "access_key": frozen.access_key,
+                  "secret_key": frozen.secret_key,
+                  "use_virtual_addressing": "true" if self.options.get("virtual_addressing") else "false",
+                  "region": self.options.get("region") or session.region_name or "us-east-1"}
+        if frozen.token:
+            params["session_token"] = frozen.token
+        if "endpoint_url" in self.options:
+            params["endpoint_override"] = self.options["endpoint_url"]
+            params["scheme"] = urlsplit(self.options["endpoint_url"]).scheme
+        return params
+
+    def _start_agent(self, params: dict[str, str]) -> Agent:
+        assert self.library is not None
+        errors = (*self.library.errors, LookupError)
+        try:
+            return Agent(self.library, f"kvbench-{self.context.run_id}-{self.context.tier_name}", self.nixl_backend,
+                         params)
+        except errors as error:
+            hint = " (NIXL's GDS plugins need libcufile and an NVIDIA GPU)" if self.nixl_backend in GPU_BACKENDS else ""
+            raise BackendUnavailable(f"{self.label}: NIXL {self.library.version} could not start its "
+                                     f"{self.nixl_backend} plugin: {type(error).__name__}: {error}{hint}") from None
+
+    def _check_params(self) -> None:
+        """``params`` a plugin does not declare are refused by name (NIXL itself only says INVALID_PARAM)."""
+        assert self.agent is not None
+        declared = self.agent.plugin_params()
+        for key in self.params:
+            if declared and key not in declared:
+                raise SpecError(f"{self.where}.params.{key}: NIXL's {self.nixl_backend} plugin has no such "
+                                f"parameter (it has {', '.join(sorted(declared))})")
+
+    def _probe(self) -> None:
+        """One 4 KiB write and read back through NIXL, the way entries go, so a path NIXL cannot use
+        (read-only directory, an S3 endpoint the SDK cannot talk to) fails here, clearly."""
+        from kvbench_core.engine.payload import NoisePool
+
+        pool = NoisePool(seed=1, pool_bytes=ALIGN, max_piece=ALIGN)
+        key = f"probe-{self.context.run_id}"
+        try:
+            self.write(key, pool.payload(key, ALIGN))
+            check = bytearray(ALIGN)
+            self.read_range(key, 0, memoryview(check))
+            expected = bytearray(ALIGN)
+            pool.payload(key, ALIGN).fill(0, memoryview(expected))
+            if check != expected:
+                raise OSError("read back different bytes")
+        except OSError as error:
+            raise BackendUnavailable(f"{self.label}: a 4 KiB probe through NIXL {self.nixl_backend} failed "
+                                     f"({self._place()}): {error}") from None
+        finally:
+            with contextlib.suppress(OSError):
+                self.delete(key)
+
+    def _place(self) -> str:
+        return self.directory.path if self.files else f"bucket {self.options['bucket']}"
+
+    def close(self) -> None:
+        self._release()
+        if self.files:
+            self._remove_files()
+
+    def _release(self) -> None:
+        """Deregister and drop NIXL state, then close the bucket's control plane (which cleans up)."""
+        if self.objects is not None:
+            self.objects.close()
+            self.objects = None
+        if self.arena is not None:
+            self.arena.close()
+            self.arena = None
+        self.agent = None
+        if self._control is not None:
+            control, self._control = self._control, None
+            control.close()
+
+    # -- data path -------------------------------------------------------------------------------
+
+    def _batches(self, start: int, end: int) -> Iterator[list[Piece]]:
+        """The bytes ``[start, end)`` as pieces cut at ``transfer_size`` boundaries (so no piece crosses
+        an object), grouped ``queue_depth`` to a request."""
+        batch: list[Piece] = []
+        position = start
+        while position < end:
+            n = min(end, (position // self.transfer_size + 1) * self.transfer_size) - position
+            batch.append((position, n))
+            position += n
+            if len(batch) == self.queue_depth:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
+    def _move(self, operation: str, key: str, slot: Slot, batch: list[Piece],
+              remote: Callable[[int, int], Descriptor], split: Split) -> None:
+        """One NIXL request: ``batch`` between the slot's pieces and the remote side, waited for."""
+        assert self.agent is not None and self.arena is not None
+        remote_memory = "FILE" if self.files else "OBJ"
+        with split.charge("host"):
+            request = self.agent.prepare(operation, [self.arena.piece(slot, i, n) for i, (_, n) in enumerate(batch)],
+                                         self.memory, [remote(offset, n) for offset, n in batch], remote_memory)
+        try:
+            started = time.perf_counter()
+            self.agent.run(request)
+            ended = time.perf_counter()
+            split.device += ended - started
+        finally:
+            with split.charge("host"):
+                self.agent.release(request)
+        with self._count_lock:
+            self._commands += len(batch)
+        log = self.context.io_log
+        if log is not None:
+            for offset, n in batch:
+                log.record(key, operation.lower(), offset, n, started, ended)
+
+    def _nixl(self, what: str, key: str) -> contextlib.AbstractContextManager[None]:
+        """Turn NIXL's exceptions inside the block into an ``OSError`` naming the operation and key."""
+        return _translate(self.library.errors if self.library else (), f"NIXL {self.nixl_backend} {what} of {key!r}")
+
+    def write(self, key: str, source: ByteSource) -> IOTiming:
+        assert self.arena is not None
+        size, split, start = source.size, Split(), time.perf_counter()
+        commands = 0
+        with self.arena.slot() as slot, self._nixl("write", key), self._remote_for_write(key, size, split) as remote:
+            for batch in self._batches(0, size):
+                with split.charge("host"):
+                    for index, (offset, n) in enumerate(batch):
+                        source.fill(offset, self.arena.host_piece(slot, index, n))
+                        self.arena.to_device(slot, index, n)
+                self._move("WRITE", key, slot, batch, remote, split)
+                commands += len(batch)
+        return IOTiming(time.perf_counter() - start, split.host, split.device, size, commands)
+
+    def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
+        assert self.arena is not None
+        inspect = not isinstance(sink, DiscardSink)  # a VRAM arena copies to the host only for such a sink
+        split, start = Split(), time.perf_counter()
+        commands = 0
+        with self.arena.slot() as slot, self._nixl("read", key), self._remote_for_read(key, split) as remote:
+            for batch in self._batches(0, size):
+                self._move("READ", key, slot, batch, remote, split)
+                commands += len(batch)
+                if inspect:
+                    with split.charge("host"):
+                        for index, (offset, n) in enumerate(batch):
+                            self.arena.from_device(slot, index, n)
+                            sink.consume(offset, self.arena.host_piece(slot, index, n))
+        return IOTiming(time.perf_counter() - start, split.host, split.device, size, commands)
+
+    def read_range(self, key: str, offset: int, out: memoryview) -> None:
+        """Read through the arena and copy into the caller's buffer (a demotion's source side)."""
+        assert self.arena is not None
+        split = Split()
+        with self.arena.slot() as slot, self._nixl("read", key), self._remote_for_read(key, split) as remote:
+            for batch in self._batches(offset, offset + len(out)):
+                self._move("READ", key, slot, batch, remote, split)
+                for index, (at, n) in enumerate(batch):
+                    self.arena.from_device(slot, index, n)
+                    out[at - offset:at - offset + n] = self.arena.host_piece(slot, index, n)
+
+    @contextlib.contextmanager
+    def _remote_for_write(self, key: str, size: int, split: Split) -> Iterator[Callable[[int, int], Descriptor]]:
+        if not self.files:
+            assert self.objects is not None
+            with split.charge("host"):
+                writing = self.objects.writing(key, size)
+                remote = writing.__enter__()
+            try:
+                yield remote
+            except BaseException as error:
+                writing.__exit__(type(error), error, error.__traceback__)
+                raise
+            with split.charge("host"):
+                writing.__exit__(None, None, None)
+            return
+        path = self.path_of(key)
+        self._created(path)
+        try:
+            with self._file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, split) as fd:
+                yield lambda offset, n: (offset, n, fd)
+                if self.fsync:
+                    with split.charge("device"):
+                        os.fsync(fd)
+        except BaseException:
+            self._forget(path)  # never leave a half-written entry behind
+            raise
+
+    @contextlib.contextmanager
+    def _remote_for_read(self, key: str, split: Split) -> Iterator[Callable[[int, int], Descriptor]]:
+        if not self.files:
+            assert self.objects is not None
+            yield self.objects.read_descriptor(key)
+            return
+        with self._file(self.path_of(key), os.O_RDONLY, split) as fd:
+            with split.charge("host"):
+                if self.drop_cache:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)  # read whole, front to back, as nvme says
+            yield lambda offset, n: (offset, n, fd)
+
+    @contextlib.contextmanager
+    def _file(self, path: str, flags: int, split: Split) -> Iterator[int]:
+        """An entry file opened and registered with NIXL as a FILE segment for one operation."""
+        assert self.agent is not None
+        with split.charge("device"):
+            fd = os.open(path, flags | os.O_CLOEXEC, 0o644)
+        try:
+            with split.charge("host"):
+                registration = self.agent.register([(0, 0, fd, "")], "FILE")
+            try:
+                yield fd
+            finally:
+                with split.charge("host"):
+                    self.agent.deregister(registration)
+        finally:
+            with split.charge("device"):
+                os.close(fd)
+
+    def delete(self, key: str) -> None:
+        if self.files:
+            super().delete(key)
+        elif self.objects is not None:
+            self.objects.delete(key)
+
+    def capacity_bytes(self) -> int | None:
+        return super().capacity_bytes() if self.files else None
+
+    # -- declaration -----------------------------------------------------------------------------
+
+    def counters(self) -> dict[str, Any]:
+        """NIXL descriptors posted (the commands of every operation, probe included)."""
+        with self._count_lock:
+            return {"nixl_descriptors": self._commands}
+
+    def describe(self) -> dict[str, Any]:
+        library = self.library
+        version = library.version if library else "not loaded"
+        what = {
+            "POSIX": "file I/O by NIXL's POSIX plugin",
+            "OBJ": "S3 PutObject / ranged GetObject by NIXL's OBJ plugin (aws-sdk-cpp)",
+            "GDS": "cuFile by NIXL's GDS plugin",
+            "GDS_MT": "cuFile by NIXL's multi-threaded GDS plugin",
+        }[self.nixl_backend]
+        info: dict[str, Any] = {
+            "backend": self.name,
+            "medium": "files on a local filesystem" if self.files else "objects in an S3 bucket",
+            "access_mechanism": f"NIXL {self.nixl_backend}: {what}, from registered {self.memory}",
+            "driver_layer": f"NIXL {version} ({library.distribution if library else 'no wheel'}) "
+                            f"{self.nixl_backend} plugin",
+            "nixl_version": version,
+            "nixl_backend": self.nixl_backend,
+            "nixl_params": dict(sorted(self._described_params.items())),
+            "memory": self.memory,
+            "registered_bytes": self.arena.nbytes if self.arena else 0,
+            "queue_depth": self.queue_depth,
+            "commands_in_flight": self.queue_depth,
+            "transfer_size": self.transfer_size,
+        }
+        if self.files:
+            location = describe_location(self.directory.path)
+            filesystem = location["filesystem"]
+            return {**info, "path": self.directory.path, "fsync": self.fsync, "drop_cache": self.drop_cache,
+                    "fs_type": filesystem["type"] if isinstance(filesystem, dict) else "unknown filesystem",
+                    **location}
+        control = self._control
+        return {**info, "bucket": self.options["bucket"],
+                "endpoint": self.options.get("endpoint_url", "AWS S3"),
+                "key_prefix": control.key_prefix if control else None,
+                "identity_source": control.identity_source if control else None}
+
+
+def _param_text(value: str | int | bool) -> str:
+    """NIXL's init parameters are strings; booleans as NIXL spells them."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+@contextlib.contextmanager
+def _translate(errors: tuple[type[BaseException], ...], what: str) -> Iterator[None]:
+    try:
+        yield
+    except errors as error:
+        raise OSError(f"{what} failed: {type(error).__name__}: {error}") from None
