@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 import yaml
+from testkit import sigint_reaches_children
 
 from kvbench_core.builtins.memory import CPUMemoryBackend
 from kvbench_core.contracts.backend import BackendContext
-from kvbench_core.contracts.conformance import sigint_reaches_children
 from kvbench_core.contracts.workload import DEFAULT_QOS
 from kvbench_core.engine.executor import RequestExecutor
 from kvbench_core.engine.payload import NoisePool

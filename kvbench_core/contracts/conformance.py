@@ -56,9 +56,6 @@ import functools
 import itertools
 import json
 import os
-import signal
-import socket
-import subprocess
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -574,56 +571,3 @@ def backend_fixtures(cls: Callable[[dict[str, Any], BackendContext], B], tier_na
         return functools.partial(verify_read, pool)
 
     return open_backend, verify
-
-
-def sigint_reaches_children() -> None:
-    """Let the processes a test interrupts see their SIGINT, however the test session was started.
-
-    A session started with SIGINT ignored (``nohup pytest &``, a background CI step) passes the ignore on
-    through every ``exec``, so a kvbench child or a stand-in bpftrace never sees the SIGINT a test sends
-    it (Python then installs no KeyboardInterrupt handler; ``sh`` cannot even trap it).  A handled signal
-    is reset to its default on ``exec``, so reinstalling Python's own handler here fixes every child."""
-    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def free_port(*, paired_offset: int | None = None) -> int:
-    """A TCP port on 127.0.0.1 nobody listens on: for a test server, or an endpoint that is down.
-
-    With ``paired_offset``, port + offset is free too (a Redis Cluster node
-    also listens on its port + 10000, the cluster bus).
-    """
-    while True:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        if paired_offset is None:
-            return port
-        if port + paired_offset < 65536:
-            with socket.socket() as paired:
-                try:
-                    paired.bind(("127.0.0.1", port + paired_offset))
-                except OSError:
-                    continue
-            return port
-
-
-class ServerProcess:
-    """A server child process the tests started (redis-server, moto's S3 server): subclasses set ``process``."""
-
-    process: subprocess.Popen[bytes]
-
-    def kill(self) -> None:
-        """SIGKILL: the server vanishes mid-use, as in a crash."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(10)
-
-    def stop(self) -> None:
-        """SIGTERM, and SIGKILL when the server has not exited within 10 s."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()

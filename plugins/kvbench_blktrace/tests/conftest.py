@@ -6,8 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from kvbench_core.contracts.conformance import sigint_reaches_children
+from testkit import sigint_reaches_children
 
 CAPTURE = Path(__file__).parent / "data" / "bpftrace-fio-randrw.txt"
 

@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 import redis
-
-from kvbench_core.contracts import conformance as testing
-from kvbench_core.contracts.conformance import ServerProcess
+import testkit
+from testkit import ServerProcess
 
 REDIS_SERVER = shutil.which("redis-server")
 REDIS_CLI = shutil.which("redis-cli")
@@ -29,7 +28,7 @@ CLUSTER_BUS_OFFSET = 10000
 
 def free_port(*, with_bus: bool = False) -> int:
     """A TCP port nobody listens on; ``with_bus`` also needs port + 10000 (the cluster bus) free."""
-    return testing.free_port(paired_offset=CLUSTER_BUS_OFFSET if with_bus else None)
+    return testkit.free_port(paired_offset=CLUSTER_BUS_OFFSET if with_bus else None)
 
 
 @dataclass

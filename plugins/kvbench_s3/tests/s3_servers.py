@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from kvbench_core.contracts.conformance import ServerProcess, free_port
+from testkit import ServerProcess, free_port
 
 HAS_MOTO_SERVER = importlib.util.find_spec("moto") is not None and importlib.util.find_spec("flask") is not None
 MISSING = "moto's S3 server is not installed (pip install 'moto[server]')"
