@@ -1,21 +1,18 @@
 """The NVMe / POSIX file tier: one file per entry, raw pread/pwrite, fsync, dropped page cache.
 
-Data path.  An entry is streamed in ``transfer_size`` pieces through a
-per-thread, page-aligned (anonymous ``mmap``) buffer that lives as long as the
-thread: a write asks ``source.fill(offset, view)`` for a piece and ``pwrite``s
-it, a read ``preadv``s into the buffer and hands the piece to
-``sink.consume(offset, view)``.  No entry is materialised, no buffer is
-allocated per operation, nothing is serialised.  ``os.pwrite``/``os.preadv``
-release the GIL, so ``queue_depth`` threads keep that many commands in flight
-per entry.  A write has one more thread, which fills the next piece while the
-others write, so filling overlaps the device even at ``queue_depth: 1`` (in
-fio the buffer is ready before the next command too); a read does not, since
-consuming a piece is cheap next to a hand-over between threads on every
-command.  The calling thread is one of these workers; the rest come from a
-pool sized ``concurrency × queue_depth``.  ``queue_depth`` governs O_DIRECT
-only: buffered I/O keeps one ``pwrite``/``preadv`` in flight per file, because
-there the device's queue is the kernel's writeback and readahead, not these
-calls (see ``_commands_in_flight``); buffered writes still fill ahead in parallel.
+Data path.  An entry is streamed in ``transfer_size`` pieces through
+page-aligned buffers that are created once and reused: a write asks
+``source.fill(offset, view)`` for a piece and writes it, a read reads into a
+buffer and hands the piece to ``sink.consume(offset, view)``.  No entry is
+materialised, no buffer is allocated per operation, nothing is serialised.
+The ``engine`` option chooses how commands are kept in flight
+(``kvbench_nvme.engines``): ``psync`` (default) issues ``pwrite``/``preadv``
+from ``queue_depth`` threads per O_DIRECT entry and one per buffered file,
+plus a thread that fills the next write piece meanwhile; ``io_uring`` keeps
+``queue_depth`` fixed-buffer commands in flight per entry from one thread
+through a per-thread ring with registered buffers, buffered or not, as fio's
+``iodepth`` means it.  This module opens, syncs and closes the files around
+the engine.
 
 Durability and cache.  ``fsync: true`` ends every write with ``fsync`` (the
 entry is on the device when ``write`` returns).  ``drop_cache: true`` calls
@@ -40,9 +37,10 @@ L4 split (the seed's host vs device).  ``host`` = user-space preparation:
 ``source.fill``, ``sink.consume``, the ``posix_fadvise`` calls (page-cache
 drop, sequential hint).
 ``device`` = time inside syscalls that wait on the filesystem and device:
-``pwrite``/``preadv``, ``fsync``, and also ``open``, ``ftruncate`` and ``close``
+``pwrite``/``preadv`` (with io_uring: each command from submission until its
+completion is reaped), ``fsync``, and also ``open``, ``ftruncate`` and ``close``
 (file creation and truncation are filesystem work the entry pays for).
-``commands`` = number of ``pwrite``/``preadv`` calls.  With ``queue_depth > 1``
+``commands`` = number of data commands (``pwrite``/``preadv`` calls or io_uring entries).  With ``queue_depth > 1``
 both are wall-clock, not summed over threads; see ``kvbench_nvme.accounting``.
 
 Safety and cleanup (``kvbench_nvme.directory``, ``kvbench_nvme.entry_files``).  Files are
@@ -57,32 +55,31 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
-import itertools
-import mmap
 import os
-import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ClassVar
 
-from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, IOTiming, check_key
+from kvbench_core.contracts.backend import DISCARD, BackendContext, ByteSink, ByteSource, IOTiming, check_key
 from kvbench_core.contracts.errors import BackendUnavailable, SpecError
 from kvbench_core.spec.units import SIZE_PATTERN, parse_size
 from kvbench_nvme.accounting import Phase
 from kvbench_nvme.directory import TierDirectory
+from kvbench_nvme.engines import ENGINES, EngineSettings, make_engine
 from kvbench_nvme.entry_files import EntryFilesBackend
 from kvbench_nvme.fsinfo import describe_location
+from kvbench_nvme.uring import ALIGN, UringUnavailable
 
-ALIGN = 4096
-FILL_AHEAD = 1  # write workers beyond queue_depth: one fills the next piece while queue_depth pwrites are in flight
 MAX_TRANSFER = 1 << 30
-_ZEROS = memoryview(bytes(ALIGN))  # padding source for an unaligned O_DIRECT tail; never allocated per op
+_PROBE = memoryview(bytes(ALIGN))  # the probe block written and read at open()
 
 
-def _align_up(n: int) -> int:
-    return -(-n // ALIGN) * ALIGN
+class _ProbeSource:
+    """The one zero block ``_probe`` writes."""
+
+    size = ALIGN
+
+    def fill(self, offset: int, out: memoryview) -> None:
+        out[:] = _PROBE[offset:offset + len(out)]
 
 
 class NVMeBackend(EntryFilesBackend):
@@ -108,9 +105,13 @@ class NVMeBackend(EntryFilesBackend):
                 "description": "bytes per pread/pwrite command, e.g. 1MiB",
             },
             "queue_depth": {"type": "integer", "minimum": 1, "maximum": 256, "default": 1,
-                            "description": "pread/pwrite commands in flight per entry with direct: true "
-                                           "(buffered I/O keeps one per file: readahead and writeback "
-                                           "are the device's queue)"},
+                            "description": "commands in flight per entry: with engine psync for direct: true "
+                                           "only (buffered I/O keeps one per file: readahead and writeback "
+                                           "are the device's queue), with engine io_uring always, as fio's "
+                                           "iodepth"},
+            "engine": {"enum": sorted(ENGINES), "default": "psync",
+                       "description": "psync: pread/pwrite from queue_depth threads; io_uring: one ring per "
+                                      "thread with registered buffers (Linux >= 5.1; 6.1 off x86-64)"},
             "allow_nonempty": {"type": "boolean", "default": False,
                                "description": "use an existing non-empty directory kvbench did not create"},
         },
@@ -132,8 +133,9 @@ class NVMeBackend(EntryFilesBackend):
             direct_flag = getattr(os, "O_DIRECT", 0)  # absent on macOS: open() reports it
             self._write_flags |= direct_flag
             self._read_flags |= direct_flag
-        self._buffers = threading.local()
-        self._pool: ThreadPoolExecutor | None = None
+        self.engine = make_engine(resolved["engine"], EngineSettings(
+            transfer_size=self.transfer_size, queue_depth=self.queue_depth, direct=self.direct,
+            concurrency=context.concurrency, thread_name=f"kvbench-{self.name}"))
 
     def _transfer_size(self, value: int | str) -> int:
         where = f"tiers.{self.context.tier_name}.options.transfer_size"
@@ -153,30 +155,35 @@ class NVMeBackend(EntryFilesBackend):
         if not self.direct and not hasattr(os, "posix_fadvise"):
             raise BackendUnavailable(f"{self.label}: buffered reads need posix_fadvise, which this OS lacks")
         self.directory.open()
+        try:
+            self.engine.open()
+        except UringUnavailable as error:
+            self.engine.close()
+            self.directory.close()
+            raise BackendUnavailable(f"{self.label}: engine: io_uring is unavailable here: {error.strerror}; "
+                                     f"set engine: psync") from None
         self._probe()
-        helpers = max(1, self.context.concurrency) * (self.queue_depth + FILL_AHEAD - 1)
-        if helpers:
-            self._pool = ThreadPoolExecutor(max_workers=helpers, thread_name_prefix=f"kvbench-{self.name}")
 
     def _probe(self) -> None:
-        """Write, read and delete one aligned block the way entries will be, so a read-only
-        filesystem or one without O_DIRECT (tmpfs on old kernels, some FUSE) fails here, clearly."""
+        """Write, read and delete one aligned block the way entries will be (same flags, same engine),
+        so a read-only filesystem or one without O_DIRECT (tmpfs on old kernels, some FUSE) fails here,
+        clearly."""
         path = os.path.join(self.directory.path, f".{self.context.run_id}-probe")
-        view = self._buffer()
         try:
             fd = os.open(path, self._write_flags, 0o644)
             try:
-                os.pwrite(fd, view[:ALIGN], 0)
+                self.engine.write(fd, "probe", _ProbeSource(), ALIGN, Phase(), None)
             finally:
                 os.close(fd)
             fd = os.open(path, self._read_flags)
             try:
-                os.preadv(fd, [view[:ALIGN]], 0)
+                self.engine.read(fd, "probe", DISCARD, ALIGN, Phase(), None)
             finally:
                 os.close(fd)
         except OSError as error:
             hint = " (the filesystem does not support O_DIRECT; set direct: false)" \
                 if self.direct and error.errno == errno.EINVAL else ""
+            self.engine.close()
             self.directory.close()
             raise BackendUnavailable(f"{self.label}: cannot write files in {self.directory.path}: "
                                      f"{error.strerror or error}{hint}") from None
@@ -185,45 +192,20 @@ class NVMeBackend(EntryFilesBackend):
                 os.unlink(path)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        self.engine.close()
         self._remove_files()
 
-    # -- buffers ---------------------------------------------------------------------------------
-
-    def _buffer(self) -> memoryview:
-        """This thread's reusable, page-aligned transfer buffer (created on the thread's first use)."""
-        view = getattr(self._buffers, "view", None)
-        if view is None:
-            view = memoryview(mmap.mmap(-1, _align_up(self.transfer_size)))
-            self._buffers.view = view
-        return view
-
     # -- data path -------------------------------------------------------------------------------
-
-    @property
-    def _commands_in_flight(self) -> int:
-        """``pwrite``/``preadv`` calls issued at once per entry: ``queue_depth`` with O_DIRECT, else 1.
-
-        Buffered writes to one file are serialised by the kernel on the inode lock (ext4 and xfs alike)
-        and the device sees writeback, not these calls; buffered reads are fed by readahead, which
-        several threads claiming pieces of one file only disturb (measured: 0.80–0.86 of fio at queue
-        depth 4 with four threads, 0.98–1.05 and half the CPU with one; docs/PERFORMANCE.md).  io_uring
-        likewise funnels buffered I/O on one file through one worker.
-        """
-        return self.queue_depth if self.direct else 1
 
     def write(self, key: str, source: ByteSource) -> IOTiming:
         path = self.path_of(key)
         size = source.size
-        phase = Phase(self._commands_in_flight)  # the fills may still run ahead in parallel
+        phase = Phase(self.engine.commands_in_flight)  # psync's fills may still run ahead in parallel
         start = time.perf_counter()
         self._created(path)
         fd = phase.timed_syscall(os.open, path, self._write_flags, 0o644)
         try:
-            self._run(phase, size, functools.partial(self._write_piece, key, fd, source, phase),
-                      workers=self.queue_depth + FILL_AHEAD)
+            self.engine.write(fd, key, source, size, phase, self.context.io_log)
             if self.direct and size % ALIGN:
                 phase.timed_syscall(os.ftruncate, fd, size)
             if self.fsync:
@@ -235,32 +217,9 @@ class NVMeBackend(EntryFilesBackend):
         phase.timed_syscall(os.close, fd)
         return phase.timing(start, time.perf_counter(), size)
 
-    def _write_piece(self, key: str, fd: int, source: ByteSource, phase: Phase, view: memoryview, offset: int,
-                     n: int) -> None:
-        t0 = time.perf_counter()
-        source.fill(offset, view[:n])
-        length = n
-        if self.direct and n % ALIGN:
-            length = _align_up(n)
-            view[n:length] = _ZEROS[: length - n]
-        phase.host.append((t0, time.perf_counter()))
-        log = self.context.io_log
-        with phase.in_flight:
-            done = 0
-            while done < length:
-                t1 = time.perf_counter()
-                written = os.pwrite(fd, view[done:length], offset + done)
-                t2 = time.perf_counter()
-                phase.io.append((t1, t2))
-                if log is not None:
-                    log.record(key, "write", offset + done, written, t1, t2)
-                if written <= 0:
-                    raise OSError(errno.EIO, f"pwrite wrote nothing at offset {offset + done}")
-                done += written
-
     def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
         path = self.path_of(key)
-        phase = Phase(self._commands_in_flight)
+        phase = Phase(self.engine.commands_in_flight)
         start = time.perf_counter()
         fd = phase.timed_syscall(os.open, path, self._read_flags)
         try:
@@ -271,71 +230,10 @@ class NVMeBackend(EntryFilesBackend):
                 # An entry is read whole, front to back: say so, so readahead runs ahead as fio's does
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
                 phase.host.append((t0, time.perf_counter()))
-            self._run(phase, size, functools.partial(self._read_piece, key, fd, sink, size, phase),
-                      workers=self._commands_in_flight)
+            self.engine.read(fd, key, sink, size, phase, self.context.io_log)
         finally:
             phase.timed_syscall(os.close, fd)
         return phase.timing(start, time.perf_counter(), size)
-
-    def _read_piece(self, key: str, fd: int, sink: ByteSink, size: int, phase: Phase, view: memoryview,
-                    offset: int, n: int) -> None:
-        length = _align_up(n) if self.direct else n
-        log = self.context.io_log
-        with phase.in_flight:
-            got = 0
-            while got < n:
-                t1 = time.perf_counter()
-                count = os.preadv(fd, [view[got:length]], offset + got)
-                t2 = time.perf_counter()
-                phase.io.append((t1, t2))
-                if log is not None:  # O_DIRECT: the device read whole blocks even where the file ends
-                    log.record(key, "read", offset + got, _align_up(count) if self.direct else count, t1, t2)
-                if count <= 0:
-                    raise OSError(errno.EIO, f"entry file ends at byte {offset + got}, expected {size} bytes")
-                got += count
-        with phase.consume_lock:
-            t0 = time.perf_counter()
-            sink.consume(offset, view[:n])
-            phase.host.append((t0, time.perf_counter()))
-
-    def _run(self, phase: Phase, size: int, move: Callable[[memoryview, int, int], None], workers: int) -> None:
-        """Move the entry piece by piece, ``move(view, offset, n)``, on this thread and on up to
-        ``workers - 1`` pool threads, each with its own buffer; they claim pieces
-        from one shared counter until the entry is done or one of them failed.  Returns when all
-        have stopped; re-raises the first error."""
-        pieces = itertools.count()
-
-        def worker() -> None:
-            view = self._buffer()
-            for index in pieces:
-                offset = index * self.transfer_size
-                if offset >= size or phase.failed:
-                    return
-                move(view, offset, min(self.transfer_size, size - offset))
-
-        helpers = min(workers, -(-size // self.transfer_size)) - 1
-        futures: list[Future[None]] = []
-        if helpers > 0 and self._pool is not None:
-            futures = [self._pool.submit(self._guarded, phase, worker) for _ in range(helpers)]
-        error: BaseException | None = None
-        try:
-            self._guarded(phase, worker)
-        except BaseException as exc:
-            error = exc
-        for future in futures:
-            exc = future.exception()  # waits: the fd must outlive every helper
-            if error is None and exc is not None:
-                error = exc
-        if error is not None:
-            raise error
-
-    @staticmethod
-    def _guarded(phase: Phase, worker: Callable[[], None]) -> None:
-        try:
-            worker()
-        except BaseException:
-            phase.failed = True
-            raise
 
     def read_range(self, key: str, offset: int, out: memoryview) -> None:
         """Buffered ``preadv`` straight into the caller's buffer (which need not be aligned):
@@ -370,9 +268,10 @@ class NVMeBackend(EntryFilesBackend):
             "backend": self.name,
             "medium": "files on a local filesystem",
             "access_mechanism": mechanism,
-            "driver_layer": f"kernel {fs_type}{driver} via pread/pwrite syscalls",
+            "driver_layer": f"kernel {fs_type}{driver} via {self.engine.mechanism}",
+            "engine": self.engine.name,
             "queue_depth": self.queue_depth,
-            "commands_in_flight": self._commands_in_flight,
+            "commands_in_flight": self.engine.commands_in_flight,
             "transfer_size": self.transfer_size,
             "fsync": self.fsync,
             "drop_cache": self.drop_cache and not self.direct,

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from kvbench_nvme.backend import FILL_AHEAD
+from kvbench_nvme.engines import FILL_AHEAD
 
 from kvbench_core.contracts.backend import DISCARD
 from kvbench_core.engine.payload import NoisePool
@@ -128,7 +128,7 @@ def test_direct_tail_is_logged_with_the_padded_length_the_device_moved(make_back
 
 def test_buffers_are_per_thread_and_reused(make_backend: Any, pool: NoisePool, monkeypatch: Any) -> None:
     backend = make_backend(queue_depth=4, direct=True)
-    first = backend._buffer()
+    first = backend.engine.buffer()
     allocations = []
     real_mmap = mmap.mmap
 
@@ -141,7 +141,7 @@ def test_buffers_are_per_thread_and_reused(make_backend: Any, pool: NoisePool, m
         key = f"k{index}"
         backend.write(key, pool.payload(key, 4 * TS))
         backend.read(key, 4 * TS, DISCARD)
-    assert backend._buffer() is first
+    assert backend.engine.buffer() is first
     assert len(allocations) <= backend.queue_depth + FILL_AHEAD - 1  # one per pool thread, whatever the ops
 
 

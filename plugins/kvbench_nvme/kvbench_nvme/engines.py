@@ -1,0 +1,402 @@
+"""How the nvme tier moves an entry's pieces between its buffers and an open file: the I/O engines.
+
+Both engines stream an entry in ``transfer_size`` pieces through page-aligned
+buffers that are created once and reused (never one per operation), pad an
+unaligned O_DIRECT tail to 4 KiB, log every command, and record the intervals
+the L4 split is taken from (``kvbench_nvme.accounting``).  They differ in how
+commands are kept in flight:
+
+* ``psync`` — synchronous ``pwrite``/``preadv`` from threads: ``queue_depth``
+  threads per entry with O_DIRECT (the syscalls release the GIL), one per
+  file for buffered I/O, plus one thread that fills the next piece of a
+  write while the others write.
+* ``io_uring`` — one thread per entry and one ring per thread
+  (``kvbench_nvme.uring``): ``queue_depth`` fixed-buffer commands in flight
+  per entry, buffered or not, as fio's ``iodepth`` means it; ``queue_depth + 1``
+  registered buffers, so the next piece of a write is filled (and a finished
+  read is consumed) while ``queue_depth`` commands are in flight.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import mmap
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Protocol
+
+from kvbench_core.contracts.backend import ByteSink, ByteSource
+from kvbench_nvme.accounting import Phase
+from kvbench_nvme.uring import ALIGN, Ring
+
+FILL_AHEAD = 1  # write workers beyond queue_depth: one fills the next piece while queue_depth pwrites are in flight
+_ZEROS = memoryview(bytes(ALIGN))  # padding source for an unaligned O_DIRECT tail; never allocated per op
+
+
+def align_up(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    """What an engine needs from the tier's options."""
+
+    transfer_size: int
+    queue_depth: int
+    direct: bool
+    concurrency: int
+    thread_name: str
+
+
+class IOLogger(Protocol):
+    def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float) -> None: ...
+
+
+class Engine(Protocol):
+    """Moves all pieces of one entry; the backend opens, syncs and closes the file around it."""
+
+    name: str
+    mechanism: str  # for the declaration's driver layer
+    commands_in_flight: int
+
+    def open(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def write(self, fd: int, key: str, source: ByteSource, size: int, phase: Phase, log: IOLogger | None) -> None:
+        ...
+
+    def read(self, fd: int, key: str, sink: ByteSink, size: int, phase: Phase, log: IOLogger | None) -> None: ...
+
+
+def fill_piece(source: ByteSource, view: memoryview, offset: int, n: int, direct: bool, phase: Phase) -> int:
+    """Fill ``view[:n]`` with the entry's bytes at ``offset`` (host time); returns the length to write,
+    padded with zeros to 4 KiB for an unaligned O_DIRECT tail (truncated away by the backend)."""
+    t0 = time.perf_counter()
+    source.fill(offset, view[:n])
+    length = n
+    if direct and n % ALIGN:
+        length = align_up(n)
+        view[n:length] = _ZEROS[: length - n]
+    phase.host.append((t0, time.perf_counter()))
+    return length
+
+
+def consume_piece(sink: ByteSink, view: memoryview, offset: int, n: int, phase: Phase) -> None:
+    """Hand a read piece to the sink (host time); one piece at a time, since sinks keep state."""
+    with phase.consume_lock:
+        t0 = time.perf_counter()
+        sink.consume(offset, view[:n])
+        phase.host.append((t0, time.perf_counter()))
+
+
+def short_read(offset: int, size: int) -> OSError:
+    return OSError(errno.EIO, f"entry file ends at byte {offset}, expected {size} bytes")
+
+
+# -- psync: pwrite/preadv from threads ------------------------------------------------------------------
+
+
+class PsyncEngine:
+    """Synchronous ``pwrite``/``preadv`` calls, ``queue_depth`` threads per O_DIRECT entry (module doc)."""
+
+    name = "psync"
+    mechanism = "pread/pwrite syscalls"
+
+    def __init__(self, settings: EngineSettings) -> None:
+        self.settings = settings
+        # Buffered writes to one file serialise on the inode lock (ext4 and xfs alike) and the device
+        # sees writeback, not these calls; buffered reads are fed by readahead, which several threads
+        # claiming pieces of one file only disturb (docs/PERFORMANCE.md).  So queue_depth is O_DIRECT's.
+        self.commands_in_flight = settings.queue_depth if settings.direct else 1
+        self._buffers = threading.local()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def open(self) -> None:
+        helpers = max(1, self.settings.concurrency) * (self.settings.queue_depth + FILL_AHEAD - 1)
+        if helpers:
+            self._pool = ThreadPoolExecutor(max_workers=helpers, thread_name_prefix=self.settings.thread_name)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def buffer(self) -> memoryview:
+        """This thread's reusable, page-aligned transfer buffer (created on the thread's first use)."""
+        view = getattr(self._buffers, "view", None)
+        if view is None:
+            view = memoryview(mmap.mmap(-1, align_up(self.settings.transfer_size)))
+            self._buffers.view = view
+        return view
+
+    def write(self, fd: int, key: str, source: ByteSource, size: int, phase: Phase, log: IOLogger | None) -> None:
+        def piece(view: memoryview, offset: int, n: int) -> None:
+            length = fill_piece(source, view, offset, n, self.settings.direct, phase)
+            with phase.in_flight:
+                done = 0
+                while done < length:
+                    t1 = time.perf_counter()
+                    written = os.pwrite(fd, view[done:length], offset + done)
+                    t2 = time.perf_counter()
+                    phase.io.append((t1, t2))
+                    if log is not None:
+                        log.record(key, "write", offset + done, written, t1, t2)
+                    if written <= 0:
+                        raise OSError(errno.EIO, f"pwrite wrote nothing at offset {offset + done}")
+                    done += written
+
+        self._run(phase, size, piece, workers=self.settings.queue_depth + FILL_AHEAD)
+
+    def read(self, fd: int, key: str, sink: ByteSink, size: int, phase: Phase, log: IOLogger | None) -> None:
+        direct = self.settings.direct
+
+        def piece(view: memoryview, offset: int, n: int) -> None:
+            length = align_up(n) if direct else n
+            with phase.in_flight:
+                got = 0
+                while got < n:
+                    t1 = time.perf_counter()
+                    count = os.preadv(fd, [view[got:length]], offset + got)
+                    t2 = time.perf_counter()
+                    phase.io.append((t1, t2))
+                    if log is not None:  # O_DIRECT: the device read whole blocks even where the file ends
+                        log.record(key, "read", offset + got, align_up(count) if direct else count, t1, t2)
+                    if count <= 0:
+                        raise short_read(offset + got, size)
+                    got += count
+            consume_piece(sink, view, offset, n, phase)
+
+        self._run(phase, size, piece, workers=self.commands_in_flight)
+
+    def _run(self, phase: Phase, size: int, move: Callable[[memoryview, int, int], None], workers: int) -> None:
+        """Move the entry piece by piece, ``move(view, offset, n)``, on this thread and on up to
+        ``workers - 1`` pool threads, each with its own buffer; they claim pieces
+        from one shared counter until the entry is done or one of them failed.  Returns when all
+        have stopped; re-raises the first error."""
+        pieces = itertools.count()
+        transfer = self.settings.transfer_size
+
+        def worker() -> None:
+            view = self.buffer()
+            for index in pieces:
+                offset = index * transfer
+                if offset >= size or phase.failed:
+                    return
+                move(view, offset, min(transfer, size - offset))
+
+        helpers = min(workers, -(-size // transfer)) - 1
+        futures: list[Future[None]] = []
+        if helpers > 0 and self._pool is not None:
+            futures = [self._pool.submit(_guarded, phase, worker) for _ in range(helpers)]
+        error: BaseException | None = None
+        try:
+            _guarded(phase, worker)
+        except BaseException as exc:
+            error = exc
+        for future in futures:
+            exc = future.exception()  # waits: the fd must outlive every helper
+            if error is None and exc is not None:
+                error = exc
+        if error is not None:
+            raise error
+
+
+def _guarded(phase: Phase, worker: Callable[[], None]) -> None:
+    try:
+        worker()
+    except BaseException:
+        phase.failed = True
+        raise
+
+
+# -- io_uring: one ring per thread ----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Command:
+    """One piece in flight in a registered buffer: ``done`` of ``length`` bytes moved so far."""
+
+    offset: int
+    n: int  # the entry's bytes in this piece
+    length: int  # bytes to move: n, or n aligned up for an O_DIRECT tail
+    done: int = 0
+    submitted: float = 0.0
+
+
+class UringEngine:
+    """Fixed-buffer reads and writes through a per-thread io_uring, ``queue_depth`` in flight (module doc)."""
+
+    name = "io_uring"
+    mechanism = "io_uring (registered buffers)"
+
+    def __init__(self, settings: EngineSettings) -> None:
+        self.settings = settings
+        self.commands_in_flight = settings.queue_depth  # as fio's iodepth: buffered or not
+        self._local = threading.local()
+        self._rings: list[Ring] = []
+        self._rings_lock = threading.Lock()
+
+    def open(self) -> None:
+        self._ring()  # this thread's ring: io_uring's absence shows at open, naming the cause
+
+    def close(self) -> None:
+        with self._rings_lock:
+            rings, self._rings = self._rings, []
+        for ring in rings:
+            ring.close()
+
+    def _ring(self) -> Ring:
+        """This thread's ring (a SINGLE_ISSUER ring belongs to the thread that made it)."""
+        ring: Ring | None = getattr(self._local, "ring", None)
+        if ring is None:
+            depth = self.settings.queue_depth
+            ring = Ring(entries=depth + 1, buffer_count=depth + 1, buffer_size=align_up(self.settings.transfer_size))
+            self._local.ring = ring
+            with self._rings_lock:
+                self._rings.append(ring)
+        return ring
+
+    def _discard(self, ring: Ring) -> None:
+        """Drop a ring whose state is unknown (interrupted while commands were in flight)."""
+        self._local.ring = None
+        with self._rings_lock:
+            if ring in self._rings:
+                self._rings.remove(ring)
+        ring.close()
+
+    def write(self, fd: int, key: str, source: ByteSource, size: int, phase: Phase, log: IOLogger | None) -> None:
+        direct = self.settings.direct
+
+        def prepare(ring: Ring, buffer: int, offset: int, n: int) -> _Command:
+            return _Command(offset, n, fill_piece(source, ring.buffers[buffer], offset, n, direct, phase))
+
+        self._move(True, fd, key, size, phase, log, prepare, None)
+
+    def read(self, fd: int, key: str, sink: ByteSink, size: int, phase: Phase, log: IOLogger | None) -> None:
+        direct = self.settings.direct
+
+        def prepare(_ring: Ring, _buffer: int, offset: int, n: int) -> _Command:
+            return _Command(offset, n, align_up(n) if direct else n)
+
+        def finish(ring: Ring, buffer: int, command: _Command) -> None:
+            consume_piece(sink, ring.buffers[buffer], command.offset, command.n, phase)
+
+        self._move(False, fd, key, size, phase, log, prepare, finish)
+
+    def _move(self, write: bool, fd: int, key: str, size: int, phase: Phase, log: IOLogger | None,
+              prepare: Callable[[Ring, int, int, int], _Command],
+              finish: Callable[[Ring, int, _Command], None] | None) -> None:
+        """Keep ``queue_depth`` commands in flight until the entry is moved.
+
+        Buffer ``b`` holds at most one command, so the buffer index is the command's ``user_data``.
+        With ``queue_depth`` in flight one buffer is spare: a write fills the next piece into it
+        while the device works, a read submits the next piece into it before consuming the one
+        that finished.  On an error nothing new is submitted, everything in flight is waited for
+        (the fd and buffers must outlive it), then the first error is raised.
+        """
+        ring = self._ring()
+        depth, transfer, op = self.settings.queue_depth, self.settings.transfer_size, "write" if write else "read"
+        free = list(range(len(ring.buffers)))
+        ready: list[tuple[int, _Command]] = []  # filled (writes) or planned, not yet submitted
+        in_flight: dict[int, _Command] = {}
+        next_offset = 0
+        error: BaseException | None = None
+        ended_at: int | None = None  # a read found the file shorter: the lowest offset where it ended
+
+        def plan() -> None:
+            nonlocal next_offset
+            buffer = free.pop()
+            n = min(transfer, size - next_offset)
+            ready.append((buffer, prepare(ring, buffer, next_offset, n)))
+            next_offset += n
+
+        def submit(buffer: int, command: _Command) -> None:
+            ring.prepare(write, fd, buffer, command.done, command.length - command.done,
+                         command.offset + command.done, buffer)
+            command.submitted = time.perf_counter()
+            in_flight[buffer] = command
+
+        def top_up() -> None:
+            while error is None and ended_at is None and len(in_flight) < depth and \
+                    (ready or (free and next_offset < size)):
+                if not ready:
+                    plan()
+                submit(*ready.pop(0))
+
+        def reap() -> list[tuple[int, _Command]]:
+            nonlocal error, ended_at
+            finished = []
+            for buffer, result in ring.completions():
+                command = in_flight.pop(buffer)
+                now = time.perf_counter()
+                phase.io.append((command.submitted, now))
+                moved = align_up(result) if result > 0 and not write and self.settings.direct else result
+                if log is not None and result >= 0:
+                    log.record(key, op, command.offset + command.done, moved, command.submitted, now)
+                if result < 0:
+                    error = error or OSError(-result, f"io_uring {op} at offset {command.offset + command.done}: "
+                                                      f"{os.strerror(-result)}")
+                elif result == 0 and write:
+                    error = error or OSError(errno.EIO, f"io_uring write wrote nothing at offset "
+                                                        f"{command.offset + command.done}")
+                elif result == 0 and command.done < command.n:
+                    end = command.offset + command.done
+                    ended_at = end if ended_at is None else min(ended_at, end)
+                command.done += max(result, 0)
+                if error is None and result > 0 and command.done < (command.length if write else command.n):
+                    submit(buffer, command)  # a short transfer: the rest from where it stopped
+                else:
+                    finished.append((buffer, command))
+            return finished
+
+        try:
+            while True:
+                top_up()
+                if write and error is None and free and next_offset < size:
+                    ring.enter()  # start the queued writes, then fill the next piece while they run
+                    plan()
+                if not in_flight:
+                    break
+                ring.enter(wait_for=1)
+                finished = reap()
+                if finish is not None and error is None and ended_at is None:
+                    top_up()  # the spare buffer goes back to the device before the consume
+                    if ring.queued:
+                        ring.enter()
+                        finished += reap()
+                for buffer, command in finished:
+                    if finish is not None and error is None and ended_at is None:
+                        finish(ring, buffer, command)
+                    free.append(buffer)
+        except BaseException:
+            self._drain(ring, in_flight)
+            raise
+        if error is not None:
+            raise error
+        if ended_at is not None:
+            raise short_read(ended_at, size)
+
+    def _drain(self, ring: Ring, in_flight: dict[int, _Command]) -> None:
+        """After a Python-side failure: wait for what is in flight, or drop the ring if even that fails."""
+        try:
+            while in_flight:
+                ring.enter(wait_for=1)
+                for buffer, _ in ring.completions():
+                    in_flight.pop(buffer, None)
+        except BaseException:
+            self._discard(ring)
+            raise
+
+
+ENGINES: dict[str, Callable[[EngineSettings], Engine]] = {"psync": PsyncEngine, "io_uring": UringEngine}
+
+
+def make_engine(name: str, settings: EngineSettings) -> Engine:
+    return ENGINES[name](settings)
+
