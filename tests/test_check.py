@@ -11,47 +11,102 @@ from typing import Any
 import pytest
 
 from kvbench_core.cli import main
-from kvbench_core.reports.rules import check
+from kvbench_core.engine.histogram import LatencyHistogram
+from kvbench_core.engine.telemetry import OpStats
+from kvbench_core.reports.aggregate import summarize_trials
+from kvbench_core.reports.rules import RULESETS, check
+from kvbench_core.results.result import headline
+from kvbench_core.spec.loader import spec_sha256
 
 GIB = 1 << 30
+Mutation = Callable[[dict[str, Any]], None]
 
 
-def _submission(cpu_capacity: int = 0) -> dict[str, Any]:
-    """A trials summary that satisfies every mlperf-v3 rule (option 1 when cpu is 0, option 2 at 4 GiB)."""
+def _ms_histogram(*millis: float) -> LatencyHistogram:
+    histogram = LatencyHistogram()
+    for value in millis:
+        histogram.add(value / 1000)
+    return histogram
+
+
+def _op(nbytes: int, *device_ms: float) -> dict[str, Any]:
+    stats = OpStats(ops=len(device_ms), bytes=nbytes, commands=len(device_ms), total=_ms_histogram(*device_ms),
+                    host=_ms_histogram(*[0.0] * len(device_ms)), device=_ms_histogram(*device_ms),
+                    first_start=1.0, last_end=300.0)
+    return stats.to_dict()
+
+
+def _spec(cpu_capacity: int) -> dict[str, Any]:
+    """The seed's Option 1 (cpu 0) or Option 2 (cpu 4 GiB) spec as a session would record it."""
     tiers = [{"name": "nvme", "backend": "nvme", "capacity": 100 * GIB}]
     if cpu_capacity:
         tiers.insert(0, {"name": "dram", "backend": "cpu", "capacity": cpu_capacity})
-    headline = {"decode_bytes_read_gb": 1195.0, "avg_throughput_tokens_per_sec": 557.0,
-                "storage_throughput_tokens_per_sec": 88.0, "nvme_read_device_p95_ms": 892.0,
-                "nvme_write_device_p95_ms": 156.0, "end_to_end_latency_p95_ms": 4000.0, "cache_hit_rate": 0.1,
-                "requests_completed": 5000, "persistent_tier": "nvme"}
-    stats = {key: {"label": key, "unit": "", "better": "higher", "median": value, "min": value, "max": value,
-                   "cv": 0.0, "values": [value] * 5} for key, value in headline.items() if key != "persistent_tier"}
-    return {
-        "kvbench_result": 1,
-        "run": {"id": "s", "name": "mlperf", "kind": "trials-summary", "status": "completed", "traced": False},
-        "spec": {"resolved": {"seed": 42, "duration": 300.0, "trials": 5,
-                              "workload": {"generation": "none", "users": 200},
-                              "cache": {"tiers": tiers}}},
-        "environment": {"cpu_model": "Xeon", "ram_bytes": 256 * GIB, "os": "Ubuntu 22.04"},
-        "metrics": {"headline": headline},
-        "trials": {"requested": 5, "count": 5, "statistic": "median", "metrics": stats,
-                   "runs": [{"trial": n, "id": f"s-t{n}", "file": f"t{n}.json", "status": "completed",
-                             "stop_reason": "duration reached", "measured_s": 301.2, "traced": False}
-                            for n in range(1, 6)]},
+    as_written = {"version": 1, "name": "mlperf", "seed": 42, "model": {"name": "llama3.1-8b"},
+                  "duration": 300, "trials": 5, "workload": {"users": 200, "generation": "none"},
+                  "cache": {"tiers": tiers}}
+    resolved = {"seed": 42, "duration": 300.0, "trials": 5, "clients": 1, "output": {},
+                "workload": {"generation": "none", "users": 200, "mode": "mixed"},
+                "cache": {"tiers": copy.deepcopy(tiers), "promotion": "none"}, "autoscaler": None}
+    return {"as_written": as_written, "resolved": resolved, "sha256": spec_sha256(as_written)}
+
+
+def _trial(number: int, cpu_capacity: int) -> dict[str, Any]:
+    """One trial's result, every section consistent with the others (its invariants hold)."""
+    per_token = 131072
+    decode_tokens = 9_000_000 + number * 10_000
+    read_bytes = decode_tokens * per_token
+    write_bytes = 400 * GIB
+    metrics: dict[str, Any] = {
+        "window": {"measured_s": 301.2, "io_active_s": 300.0, "started_at": 1.0, "ended_at": 302.2,
+                   "monotonic_start": 0.0},
+        "requests": {"completed": 5000 + number, "failed": 0, "unfinished": 0, "context_tokens": decode_tokens,
+                     "generated_tokens": 160_000 + number, "decode_tokens_read": decode_tokens},
+        "latency_ms": {"end_to_end": _ms_histogram(3000.0, 4000.0 + number).summary()},
+        "histograms": {"storage": _ms_histogram(*[900.0 + number] * 2000).to_dict()},
+        "tiers": {"nvme": {"backend": "nvme", "capacity_bytes": 100 * GIB, "volatile": False, "describe": {},
+                           "read": _op(read_bytes, 890.0 + number, 892.0), "write": _op(write_bytes, 156.0),
+                           "reads_served": 5000}},
+        "cache": {"reads_served_by_tier": {"nvme": 5000}, "read_misses": 500, "demotions_bytes": {},
+                  "promotions": 0, "counters": {"stored_entry_bytes": write_bytes}},
     }
+    metrics["headline"] = headline(metrics, per_token)
+    spec = _spec(cpu_capacity)
+    return {"kvbench_result": 2, "kvbench_version": "test", "plugins": {},
+            "run": {"id": f"s-t{number}", "name": "mlperf", "status": "completed", "stop_reason": "duration reached",
+                    "error": None, "trial": number, "client_index": 0, "started_at": 1.0, "finished_at": 303.0,
+                    "traced": False},
+            "spec": spec, "model": {"name": "llama3.1-8b", "bytes_per_token_all_ranks": per_token},
+            "environment": {"cpu_model": "Xeon", "ram_bytes": 256 * GIB, "os": "Ubuntu 22.04"},
+            "declaration": {}, "metrics": metrics, "timeseries": []}
 
 
-def _failed(result: dict[str, Any]) -> dict[str, str]:
-    return {o.rule: o.reason for o in check(result, "mlperf-v3") if not o.passed}
+def _submission(directory: Path, cpu_capacity: int = 0, *, trials: int = 5, trial: Mutation | None = None,
+                only: int | None = None) -> dict[str, Any]:
+    """A trials summary, with its trial files in ``directory``, that satisfies every mlperf-v3 rule (option 1
+    when cpu is 0, option 2 at 4 GiB); ``trial`` edits every trial (or trial number ``only``) before the
+    session writes its file."""
+    results, paths = [], []
+    for number in range(1, trials + 1):
+        result = _trial(number, cpu_capacity)
+        if trial is not None and only in (None, number):
+            trial(result)
+        path = directory / f"mlperf-s-trial{number}.json"
+        path.write_text(json.dumps(result))
+        results.append(result)
+        paths.append(path)
+    return summarize_trials(results, paths, session_id="s", requested=5)
+
+
+def _failed(result: dict[str, Any], directory: Path) -> dict[str, str]:
+    return {o.rule: o.reason for o in check(result, "mlperf-v3", directory) if not o.passed}
 
 
 @pytest.mark.parametrize("cpu", [0, 4 * GIB, 4 * 10**9])
-def test_a_conforming_submission_passes_every_rule(cpu: int) -> None:
-    assert _failed(_submission(cpu)) == {}
+def test_a_conforming_submission_passes_every_rule(cpu: int, tmp_path: Path) -> None:
+    assert _failed(_submission(tmp_path, cpu), tmp_path) == {}
 
 
-def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+def _set(path: str, value: Any) -> Mutation:
     def apply(doc: dict[str, Any]) -> None:
         *parents, last = path.split(".")
         node = doc
@@ -61,7 +116,7 @@ def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
     return apply
 
 
-def _tier_in_front(backend: str, capacity: int) -> Callable[[dict[str, Any]], None]:
+def _tier_in_front(backend: str, capacity: int) -> Mutation:
     def apply(doc: dict[str, Any]) -> None:
         doc["spec"]["resolved"]["cache"]["tiers"].insert(0, {"name": "front", "backend": backend,
                                                              "capacity": capacity})
@@ -69,52 +124,119 @@ def _tier_in_front(backend: str, capacity: int) -> Callable[[dict[str, Any]], No
 
 
 def _unmeasured_read_p95(doc: dict[str, Any]) -> None:
-    doc["metrics"]["headline"]["nvme_read_device_p95_ms"] = None
-    doc["trials"]["metrics"]["nvme_read_device_p95_ms"]["median"] = None
+    read = doc["metrics"]["tiers"]["nvme"]["read"]
+    read["histograms"]["device"] = LatencyHistogram().to_dict()
+    read["latency_ms"]["device"] = LatencyHistogram().summary()
+    doc["metrics"]["headline"] = headline(doc["metrics"], doc["model"]["bytes_per_token_all_ranks"])
 
 
-@pytest.mark.parametrize(("mutate", "rule", "fragment"), [
-    (_set("spec.resolved.seed", 7), "seed 42", "seed is 7"),
-    (_tier_in_front("gpu", GIB), "gpu tier off", "gpu tier front is enabled"),
-    (_set("spec.resolved.workload.generation", "realistic"), "generation none", "'realistic'"),
-    (_set("spec.resolved.duration", 60.0), "duration >= 300 s", "duration is 60.0 s"),
-    (_set("trials.runs.2.measured_s", 120.0), "duration >= 300 s", "trial 3: 120 s"),
-    (_set("trials.count", 2), "3-5 trials", "2 completed trials"),
-    (_set("metrics.headline.decode_bytes_read_gb", 1.0), "median reported", "decode_bytes_read_gb"),
-    (_set("trials.runs.0.status", "interrupted"), "every trial completed", "trial 1: interrupted"),
-    (_tier_in_front("cpu", 8 * GIB), "metrics for the cpu tier setting", "8.00 GiB"),
-    (_unmeasured_read_p95, "metrics for the cpu tier setting", "not measured: nvme_read_device_p95_ms"),
-    (_set("trials.runs.1.traced", True), "not traced", "not scorable"),
-    (_set("environment.cpu_model", None), "system info documented", "CPU model"),
-])
-def test_each_rule_fails_with_its_reason(mutate: Callable[[dict[str, Any]], None], rule: str, fragment: str) -> None:
-    doc = copy.deepcopy(_submission())
-    mutate(doc)
-    failed = _failed(doc)
+def _headline_and_its_statistics(key: str, value: float) -> Mutation:
+    """What a forger edits: the headline figure and the trials' median beside it."""
+    def apply(doc: dict[str, Any]) -> None:
+        doc["metrics"]["headline"][key] = value
+        doc["trials"]["metrics"][key].update(median=value, min=value, max=value, values=[value] * 5)
+    return apply
+
+
+#: (where: every "trial" file, trial n only, or the "summary"; mutation; the rule that must fail; its reason)
+CASES: list[tuple[str | int, Mutation, str, str]] = [
+    ("trial", _set("spec.resolved.seed", 7), "seed 42", "seed is 7"),
+    ("trial", _tier_in_front("gpu", GIB), "gpu tier off", "gpu tier front is enabled"),
+    ("trial", _set("spec.resolved.workload.generation", "realistic"), "generation none", "'realistic'"),
+    ("trial", _set("spec.resolved.duration", 60.0), "duration >= 300 s", "duration is 60.0 s"),
+    (3, _set("metrics.window.measured_s", 120.0), "duration >= 300 s", "trial 3: 120 s"),
+    ("summary", _set("metrics.headline.decode_bytes_read_gb", 1.0), "median reported", "decode_bytes_read_gb"),
+    (1, _set("run.status", "interrupted"), "every trial completed", "trial 1: interrupted"),
+    ("trial", _tier_in_front("cpu", 8 * GIB), "metrics for the cpu tier setting", "8.00 GiB"),
+    ("trial", _unmeasured_read_p95, "metrics for the cpu tier setting", "not measured: nvme_read_device_p95_ms"),
+    (2, _set("run.traced", True), "not traced", "not scorable"),
+    ("trial", _set("environment.cpu_model", None), "system info documented", "CPU model"),
+    # Fooling cases the summary's own numbers used to pass:
+    ("summary", _headline_and_its_statistics("decode_bytes_read_gb", 9999.0), "median reported",
+     "decode_bytes_read_gb is 9999.0, the trials' median is"),
+    ("trial", _set("spec.resolved.workload.mode", "prefill-only"), "prefill and decode", "'prefill-only'"),
+    ("trial", _set("spec.resolved.autoscaler", {"name": "capacity", "options": {}}), "no autoscaler", "'capacity'"),
+    ("trial", _set("spec.resolved.cache.promotion", "on_read"), "no promotion", "'on_read'"),
+    (4, _set("metrics.tiers.nvme.write.errors", 3), "no failed writes", "trial 4: 3 failed writes"),
+    ("trial", _set("model.name", "llama3.2-1b"), "model", "llama3.1-8b or llama3.1-70b-instruct"),
+    (2, _set("metrics.headline.decode_bytes_read_gb", 2000.0), "invariants", "trial 2: decode_bytes"),
+    ("summary", _set("trials.runs.1.sha256", "0" * 64), "trial files verified", "trial 2"),
+]
+
+
+@pytest.mark.parametrize(("where", "mutate", "rule", "fragment"), CASES)
+def test_each_rule_fails_with_its_reason(where: str | int, mutate: Mutation, rule: str, fragment: str,
+                                         tmp_path: Path) -> None:
+    if where == "summary":
+        doc = _submission(tmp_path)
+        mutate(doc)
+    else:
+        doc = _submission(tmp_path, trial=mutate, only=None if where == "trial" else int(where))
+    failed = _failed(doc, tmp_path)
     assert rule in failed, failed
     assert fragment in failed[rule]
 
 
+def test_two_completed_trials_are_too_few(tmp_path: Path) -> None:
+    failed = _failed(_submission(tmp_path, trials=2), tmp_path)
+    assert "2 completed trials" in failed["3-5 trials"]
+
+
+def test_an_edited_trial_file_is_not_trusted(tmp_path: Path) -> None:
+    """The summary records each trial file's sha256: a trial edited after the run is refused, not judged."""
+    doc = _submission(tmp_path)
+    trial = tmp_path / "mlperf-s-trial3.json"
+    edited = json.loads(trial.read_text())
+    edited["spec"]["resolved"]["seed"] = 42  # any edit, even one that changes nothing the rules judge
+    trial.write_text(json.dumps(edited, indent=1))
+    failed = _failed(doc, tmp_path)
+    assert "trial 3 (mlperf-s-trial3.json): sha256 differs" in failed["trial files verified"]
+
+
+def test_a_trial_whose_spec_was_edited_with_its_hash_left_is_refused(tmp_path: Path) -> None:
+    doc = _submission(tmp_path, trial=_set("spec.as_written.workload.users", 8), only=1)
+    assert "does not hash to its recorded spec sha256" in _failed(doc, tmp_path)["trial files verified"]
+
+
+def test_a_missing_trial_file_fails(tmp_path: Path) -> None:
+    doc = _submission(tmp_path)
+    (tmp_path / "mlperf-s-trial5.json").unlink()
+    assert "trial 5 (mlperf-s-trial5.json): file not found" in _failed(doc, tmp_path)["trial files verified"]
+
+
 def test_a_single_trial_is_not_a_submission() -> None:
-    doc = _submission()
-    del doc["trials"], doc["run"]["kind"]
-    doc["run"].update(trial=1, stop_reason="duration reached")
-    doc["metrics"]["window"] = {"measured_s": 300.5}
-    failed = _failed(doc)
+    doc = _trial(1, 0)
+    failed = {o.rule: o.reason for o in check(doc, "mlperf-v3") if not o.passed}
     assert set(failed) == {"3-5 trials", "median reported"}
     assert "-summary.json" in failed["3-5 trials"]
 
 
 def test_check_command_lists_every_rule_and_exits_1_on_a_failure(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
-    good.write_text(json.dumps(_submission()))
-    doc = _submission()
-    doc["spec"]["resolved"]["seed"] = 1
-    bad.write_text(json.dumps(doc))
+    good_dir, bad_dir = tmp_path / "good", tmp_path / "bad"
+    good_dir.mkdir()
+    bad_dir.mkdir()
+    good, bad = good_dir / "summary.json", bad_dir / "summary.json"
+    good.write_text(json.dumps(_submission(good_dir)))
+    bad.write_text(json.dumps(_submission(bad_dir, trial=_set("spec.resolved.seed", 1))))
     assert main(["check", str(good), "--rules", "mlperf-v3"]) == 0
-    assert "10 passed, 0 failed" in capsys.readouterr().out
+    rules = len(RULESETS["mlperf-v3"])  # was a literal 10 before the rules re-derived from the trial files
+    assert f"{rules} passed, 0 failed" in capsys.readouterr().out
     assert main(["check", str(bad), "--rules", "mlperf-v3", "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert report["passed"] is False
     assert [c["rule"] for c in report["checks"] if not c["passed"]] == ["seed 42"]
+
+
+def test_check_without_rules_re_checks_the_invariants(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run whose written bytes do not add up fails ``kvbench check`` (exit 1), naming the invariant."""
+    doc = _trial(1, 0)
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(doc))
+    doc["metrics"]["tiers"]["nvme"]["write"]["bytes"] += 4096
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    assert main(["check", str(good)]) == 0
+    capsys.readouterr()
+    assert main(["check", str(bad)]) == 1
+    assert "written bytes = stored + demoted" in capsys.readouterr().out

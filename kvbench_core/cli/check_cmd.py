@@ -1,7 +1,8 @@
-"""``kvbench check RESULT --rules mlperf-v3``: a result against a submission checklist.
+"""``kvbench check RESULT [--rules mlperf-v3]``: a result against its invariants or a submission checklist.
 
 Every rule is listed as pass or fail with its reason; the exit status is 1
-when any rule fails, so CI can gate on it.
+when any rule fails, so CI can gate on it.  Without ``--rules`` the result's
+invariants are re-checked (and a summary's trial files verified).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict
+from pathlib import Path
 
 from rich.table import Table
 
@@ -23,13 +25,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("check", help="check a result against submission rules (exit 1 on a failure)")
     parser.add_argument("result", metavar="RESULT",
                         help="a result; preferably a trials summary (<name>-<id>-summary.json)")
-    parser.add_argument("--rules", required=True, choices=sorted(RULESETS), help="the rule set")
+    parser.add_argument("--rules", default="invariants", choices=sorted(RULESETS),
+                        help="the rule set (default: invariants, which every rule set includes)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
-    outcomes = check(read_result(args.result), args.rules)
+    outcomes = check(read_result(args.result), args.rules, Path(args.result).parent)
     failed = sum(not o.passed for o in outcomes)
     if args.json:
         print(json.dumps({"rules": args.rules, "passed": not failed, "checks": [asdict(o) for o in outcomes]},

@@ -10,6 +10,7 @@ trials that completed; interrupted or failed ones are listed, not counted.
 
 from __future__ import annotations
 
+import hashlib
 import statistics
 import time
 from pathlib import Path
@@ -27,6 +28,12 @@ def trial_statistics(values: list[float | None]) -> dict[str, Any]:
     cv = statistics.stdev(present) / mean if len(present) > 1 and mean else None
     return {"median": statistics.median(present), "min": min(present), "max": max(present),
             "cv": None if cv is None else round(cv, 6), "values": values}
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a trial's result file as written: ``kvbench check`` verifies the file it re-derives
+    the summary from is the one the session wrote."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def summarize_trials(results: list[dict[str, Any]], paths: list[Path], *, session_id: str,
@@ -68,9 +75,14 @@ def summarize_trials(results: list[dict[str, Any]], paths: list[Path], *, sessio
             "runs": [{"trial": r["run"]["trial"], "id": r["run"]["id"], "file": path.name,
                       "status": r["run"]["status"], "stop_reason": r["run"]["stop_reason"],
                       "measured_s": (r["metrics"].get("window") or {}).get("measured_s") if r["metrics"] else None,
-                      "traced": r["run"]["traced"]}
+                      "traced": r["run"]["traced"], "sha256": file_sha256(path),
+                      "checks_passed": (r.get("checks") or {}).get("passed", True)}
                      for r, path in zip(results, paths, strict=True)],
             "metrics": stats,
         },
+        "checks": {"passed": all((r.get("checks") or {}).get("passed", True) for r in results),
+                   "violations": [f"trial {r['run']['trial']}: {line}" for r in results
+                                  for line in (r.get("checks") or {}).get("violations", [])],
+                   "items": []},
         **({"scale_out": first["scale_out"]} if "scale_out" in first else {}),
     }

@@ -1,22 +1,36 @@
 """Submission rules a result is checked against (``kvbench check RESULT --rules NAME``).
 
-``mlperf-v3`` is the seed's §6 submission checklist.  Each rule reads only
-the result (its resolved spec, its trials, its metrics), says pass or fail,
-and gives the reason in one line a submitter can act on.  Checked on a
-trials summary (``*-summary.json``); a single trial fails the trial rules.
+``mlperf-v3`` is the seed's §6 submission checklist (mlperf-kv-cache-v3-spec.txt,
+"Critical Parameters" and "Submission Checklist").  A summary's numbers are
+never trusted: each trial's result file is read from beside the summary, its
+sha256 verified against the one the session recorded, its spec hash
+recomputed, its headline re-derived from its own sections and its invariants
+re-checked; the rules judge those facts, and the summary's headline must be
+the median of the re-derived figures.  Each rule says pass or fail with the
+reason in one line a submitter can act on.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from kvbench_core.reports.metrics import HEADLINE
+from kvbench_core.results.checks import run_checks
+from kvbench_core.results.result import headline
+from kvbench_core.spec.loader import spec_sha256
 from kvbench_core.spec.units import format_bytes
 
 GIB = 1 << 30
 MIN_DURATION_S = 300.0
 TRIALS_RANGE = (3, 5)
+#: The models the seed's submission options run (Options 1-2: 8B; Option 3: 70B).
+SUBMISSION_MODELS = ("llama3.1-8b", "llama3.1-70b-instruct")
 #: cpu tier capacity -> the primary metrics the seed names for it (§6 "Correct metrics for cpu_mem")
 CPU_SETTING_METRICS = {
     0: ("decode_bytes_read_gb", "avg_throughput_tokens_per_sec", "nvme_read_device_p95_ms",
@@ -32,125 +46,242 @@ class RuleOutcome:
     reason: str
 
 
-Rule = Callable[[dict[str, Any]], RuleOutcome]
+@dataclass
+class Evidence:
+    """What the rules judge: the checked document, and every trial as read and verified from its file
+    (a single run is its own only trial).  ``problems`` are trial files that could not be trusted."""
+
+    result: dict[str, Any]
+    trials: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def summary(self) -> bool:
+        return bool(self.result.get("trials"))
+
+    def specs(self) -> list[dict[str, Any]]:
+        """The resolved spec of every trial (of the document itself when no trial could be read)."""
+        return [t["spec"]["resolved"] for t in self.trials] or [self.result["spec"]["resolved"]]
 
 
-def _runs(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per-trial facts: the summary's list, or the single run itself."""
-    trials = result.get("trials")
-    if trials:
-        return trials["runs"]
-    window = (result.get("metrics") or {}).get("window") or {}
-    return [{"trial": result["run"].get("trial"), "status": result["run"]["status"],
-             "stop_reason": result["run"]["stop_reason"], "measured_s": window.get("measured_s"),
-             "traced": result["run"].get("traced", False)}]
+Rule = Callable[[Evidence], RuleOutcome]
 
 
-def _resolved(result: dict[str, Any]) -> dict[str, Any]:
-    return result["spec"]["resolved"]
+def _file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def seed_42(result: dict[str, Any]) -> RuleOutcome:
-    seed = _resolved(result).get("seed")
-    return RuleOutcome("seed 42", seed == 42, f"seed is {seed}" + ("" if seed == 42 else "; the rules require 42"))
+def gather(result: dict[str, Any], directory: str | Path | None) -> Evidence:
+    """Read and verify the trial files a summary names (``directory``: where the summary lives)."""
+    evidence = Evidence(result)
+    if not evidence.summary:
+        evidence.trials = [result]
+        return evidence
+    summary_hash = result["spec"].get("sha256")
+    for run in result["trials"]["runs"]:
+        label = f"trial {run['trial']} ({run['file']})"
+        path = Path(directory or ".") / Path(run["file"]).name
+        if not path.is_file():
+            evidence.problems.append(f"{label}: file not found next to the summary")
+            continue
+        recorded = run.get("sha256")
+        if not recorded:
+            evidence.problems.append(f"{label}: the summary records no sha256 for it")
+            continue
+        if _file_sha256(path) != recorded:
+            evidence.problems.append(f"{label}: sha256 differs from the summary's record (the file was edited)")
+            continue
+        trial = json.loads(path.read_text())
+        if spec_sha256(trial["spec"]["as_written"]) != trial["spec"].get("sha256"):
+            evidence.problems.append(f"{label}: its spec does not hash to its recorded spec sha256")
+            continue
+        if trial["spec"]["sha256"] != summary_hash:
+            evidence.problems.append(f"{label}: ran another spec than the summary's")
+            continue
+        evidence.trials.append(trial)
+    return evidence
 
 
-def gpu_tier_off(result: dict[str, Any]) -> RuleOutcome:
-    gpu = [t["name"] for t in _resolved(result)["cache"]["tiers"] if t["backend"] == "gpu" and t["capacity"] != 0]
+def rederived_headline(trial: dict[str, Any]) -> dict[str, Any]:
+    """The trial's headline recomputed from its own sections by the run's formulas (never read back)."""
+    metrics = trial.get("metrics") or {}
+    if "window" not in metrics:
+        return {}
+    return headline(metrics, trial["model"]["bytes_per_token_all_ranks"])
+
+
+def _completed(evidence: Evidence) -> list[dict[str, Any]]:
+    return [t for t in evidence.trials if t["run"]["status"] == "completed" and (t.get("metrics") or {})]
+
+
+def trial_files_verified(evidence: Evidence) -> RuleOutcome:
+    name = "trial files verified"
+    if not evidence.summary:
+        return RuleOutcome(name, True, "a single run is its own evidence")
+    if evidence.problems:
+        return RuleOutcome(name, False, "; ".join(evidence.problems))
+    return RuleOutcome(name, True, f"{len(evidence.trials)} trial files read; sha256 and spec hash verified")
+
+
+def seed_42(evidence: Evidence) -> RuleOutcome:
+    seeds = sorted({spec.get("seed") for spec in evidence.specs()}, key=str)
+    ok = seeds == [42]
+    return RuleOutcome("seed 42", ok, f"seed is {', '.join(map(str, seeds))}"
+                       + ("" if ok else "; the rules require 42"))
+
+
+def model_submitted(evidence: Evidence) -> RuleOutcome:
+    names = sorted({str((t.get("model") or {}).get("name")) for t in evidence.trials or [evidence.result]})
+    bad = [n for n in names if n not in SUBMISSION_MODELS]
+    return RuleOutcome("model", not bad, f"model {', '.join(names)}" + (
+        f"; the rules run {' or '.join(SUBMISSION_MODELS)}" if bad else ""))
+
+
+def _spec_rule(name: str, get: Callable[[dict[str, Any]], Any], wanted: Any, why: str) -> Rule:
+    def rule(evidence: Evidence) -> RuleOutcome:
+        found = sorted({repr(get(spec)) for spec in evidence.specs()})
+        ok = found == [repr(wanted)]
+        return RuleOutcome(name, ok, f"{', '.join(found)}" + ("" if ok else f"; the rules require {wanted!r} ({why})"))
+    rule.__name__ = name.replace(" ", "_")
+    return rule
+
+
+generation_none = _spec_rule("generation none", lambda s: s["workload"].get("generation"), "none",
+                             "pure storage")
+mode_mixed = _spec_rule("prefill and decode", lambda s: s["workload"].get("mode", "mixed"), "mixed",
+                        "the seed's requests write their prefill and read it back to decode")
+autoscaler_off = _spec_rule("no autoscaler", lambda s: (s.get("autoscaler") or {}).get("name"), None,
+                            "a fixed user count; autoscaling is capacity discovery, not a submission")
+promotion_none = _spec_rule("no promotion", lambda s: s["cache"].get("promotion", "none"), "none",
+                            "the seed's waterfall is one way")
+
+
+def gpu_tier_off(evidence: Evidence) -> RuleOutcome:
+    gpu = sorted({t["name"] for spec in evidence.specs() for t in spec["cache"]["tiers"]
+                  if t["backend"] == "gpu" and t["capacity"] != 0})
     if gpu:
         return RuleOutcome("gpu tier off", False, f"gpu tier {', '.join(gpu)} is enabled; set its capacity to 0 "
                            "(storage isolation)")
     return RuleOutcome("gpu tier off", True, "no gpu tier enabled")
 
 
-def generation_none(result: dict[str, Any]) -> RuleOutcome:
-    generation = _resolved(result)["workload"].get("generation")
-    ok = generation == "none"
-    return RuleOutcome("generation none", ok, f"workload.generation is {generation!r}"
-                       + ("" if ok else "; the rules require 'none' (pure storage)"))
-
-
-def duration_300s(result: dict[str, Any]) -> RuleOutcome:
-    duration = _resolved(result).get("duration")
-    if duration is None or duration < MIN_DURATION_S:
-        return RuleOutcome("duration >= 300 s", False, f"duration is {duration} s; the rules require >= 300 s "
+def duration_300s(evidence: Evidence) -> RuleOutcome:
+    durations = sorted({spec.get("duration") for spec in evidence.specs()}, key=lambda d: d or 0)
+    if any(d is None or d < MIN_DURATION_S for d in durations):
+        shown = ", ".join(str(d) for d in durations)
+        return RuleOutcome("duration >= 300 s", False, f"duration is {shown} s; the rules require >= 300 s "
                            "(steady state)")
-    short = [r for r in _runs(result) if (r.get("measured_s") or 0) < MIN_DURATION_S]
+    short = [(t["run"]["trial"], t["metrics"]["window"]["measured_s"]) for t in _completed(evidence)
+             if t["metrics"]["window"]["measured_s"] < MIN_DURATION_S]
     if short:
-        listed = ", ".join(f"trial {r['trial']}: {r.get('measured_s') or 0:.0f} s" for r in short)
+        listed = ", ".join(f"trial {n}: {s:.0f} s" for n, s in short)
         return RuleOutcome("duration >= 300 s", False, f"measured window shorter than 300 s ({listed})")
-    return RuleOutcome("duration >= 300 s", True, f"duration {duration:g} s; every trial measured >= 300 s")
+    return RuleOutcome("duration >= 300 s", True, f"duration {durations[0]:g} s; every trial measured >= 300 s")
 
 
-def trial_count(result: dict[str, Any]) -> RuleOutcome:
-    trials = result.get("trials")
+def trial_count(evidence: Evidence) -> RuleOutcome:
     low, high = TRIALS_RANGE
-    if not trials:
+    if not evidence.summary:
         return RuleOutcome("3-5 trials", False, "this is a single run; run with trials: 3-5 and check the "
                            "-summary.json")
-    count = trials["count"]
+    count = len(_completed(evidence))
     ok = low <= count <= high
-    return RuleOutcome("3-5 trials", ok, f"{count} completed trials ({trials['requested']} requested)"
-                       + ("" if ok else f"; the rules require {low}-{high}"))
+    return RuleOutcome("3-5 trials", ok, f"{count} completed trials read ({evidence.result['trials']['requested']} "
+                       "requested)" + ("" if ok else f"; the rules require {low}-{high}"))
 
 
-def median_reported(result: dict[str, Any]) -> RuleOutcome:
-    trials = result.get("trials")
-    if not trials:
+def median_reported(evidence: Evidence) -> RuleOutcome:
+    """The summary's headline = the median of the headline re-derived from each trial file."""
+    if not evidence.summary:
         return RuleOutcome("median reported", False, "no trials summary: a single run has no median")
-    headline = result["metrics"]["headline"]
-    wrong = [key for key, value in headline.items()
-             if key in trials["metrics"] and value != trials["metrics"][key]["median"]]
-    ok = trials["statistic"] == "median" and not wrong
-    return RuleOutcome("median reported", ok, "headline = median of the trials" if ok
-                       else f"headline is not the trials' median for {', '.join(wrong) or trials['statistic']}")
+    derived = [rederived_headline(t) for t in _completed(evidence)]
+    stated = evidence.result["metrics"]["headline"]
+    wrong = []
+    for figure in HEADLINE:
+        values = [d[figure.key] for d in derived if d.get(figure.key) is not None]
+        median = statistics.median(values) if values else None
+        if stated.get(figure.key) != median:
+            wrong.append(f"{figure.key} is {stated.get(figure.key)}, the trials' median is {median}")
+    ok = bool(derived) and not wrong and evidence.result["trials"]["statistic"] == "median"
+    return RuleOutcome("median reported", ok, "headline = median of the re-derived trial figures" if ok
+                       else "; ".join(wrong) or "no completed trial to take a median of")
 
 
-def trials_completed(result: dict[str, Any]) -> RuleOutcome:
-    bad = [f"trial {r['trial']}: {r['status']} ({r['stop_reason']})" for r in _runs(result)
-           if r["status"] != "completed"]
-    return RuleOutcome("every trial completed", not bad, "; ".join(bad) or "all completed")
+def trials_completed(evidence: Evidence) -> RuleOutcome:
+    runs = evidence.result["trials"]["runs"] if evidence.summary else [evidence.result["run"]]
+    bad = [f"trial {r['trial']}: {r['status']} ({r['stop_reason']})" for r in runs if r["status"] != "completed"]
+    bad += [f"trial {t['run']['trial']}: {t['run']['status']} in its file" for t in evidence.trials
+            if t["run"]["status"] != "completed"]
+    return RuleOutcome("every trial completed", not bad, "; ".join(dict.fromkeys(bad)) or "all completed")
 
 
-def cpu_setting_metrics(result: dict[str, Any]) -> RuleOutcome:
+def no_failed_writes(evidence: Evidence) -> RuleOutcome:
+    bad = []
+    for trial in _completed(evidence):
+        metrics = trial["metrics"]
+        errors = sum(t["write"]["errors"] for t in metrics["tiers"].values())
+        failed = metrics["requests"]["failed"]
+        if errors or failed:
+            bad.append(f"trial {trial['run']['trial']}: {errors} failed writes, {failed} failed requests")
+    return RuleOutcome("no failed writes", not bad, "; ".join(bad) or "every write and request succeeded")
+
+
+def invariants_hold(evidence: Evidence) -> RuleOutcome:
+    bad = [f"trial {t['run']['trial']}: {line}" for t in evidence.trials for line in run_checks(t)["violations"]]
+    return RuleOutcome("invariants", not bad, "; ".join(bad) or "every invariant re-checked and holds")
+
+
+def cpu_setting_metrics(evidence: Evidence) -> RuleOutcome:
     name = "metrics for the cpu tier setting"
-    capacities = [t["capacity"] for t in _resolved(result)["cache"]["tiers"] if t["backend"] == "cpu"]
-    if "auto" in capacities:
-        return RuleOutcome(name, False, "cpu tier capacity is 'auto'; the rules use 0 or 4 GB")
-    total = sum(capacities)
-    setting = next((gb for gb in CPU_SETTING_METRICS if total in (gb * GIB, gb * 10**9)), None)
-    if setting is None:
-        return RuleOutcome(name, False, f"cpu tier capacity is {format_bytes(total)}; the rules use 0 or 4 GB")
-    headline = result["metrics"].get("headline") or {}
-    missing = [key for key in CPU_SETTING_METRICS[setting] if headline.get(key) is None]
+    settings = set()
+    for spec in evidence.specs():
+        capacities = [t["capacity"] for t in spec["cache"]["tiers"] if t["backend"] == "cpu"]
+        if "auto" in capacities:
+            return RuleOutcome(name, False, "cpu tier capacity is 'auto'; the rules use 0 or 4 GB")
+        total = sum(capacities)
+        setting = next((gb for gb in CPU_SETTING_METRICS if total in (gb * GIB, gb * 10**9)), None)
+        if setting is None:
+            return RuleOutcome(name, False, f"cpu tier capacity is {format_bytes(total)}; the rules use 0 or 4 GB")
+        settings.add(setting)
+    if len(settings) > 1:
+        return RuleOutcome(name, False, "the trials ran different cpu tier capacities")
+    setting = settings.pop()
+    derived = [rederived_headline(t) for t in _completed(evidence)] or [{}]
+    missing = sorted({key for head in derived for key in CPU_SETTING_METRICS[setting] if head.get(key) is None})
     required = ", ".join(CPU_SETTING_METRICS[setting])
     if missing:
         return RuleOutcome(name, False, f"cpu = {setting} GB reports {required}; not measured: {', '.join(missing)}")
     return RuleOutcome(name, True, f"cpu = {setting} GB: {required} reported")
 
 
-def not_traced(result: dict[str, Any]) -> RuleOutcome:
-    traced = [str(r["trial"]) for r in _runs(result) if r.get("traced")]
-    if traced or result["run"].get("traced"):
+def not_traced(evidence: Evidence) -> RuleOutcome:
+    runs = evidence.result["trials"]["runs"] if evidence.summary else []
+    traced = sorted({str(r["trial"]) for r in [*runs, *(t["run"] for t in evidence.trials)] if r.get("traced")})
+    if traced or evidence.result["run"].get("traced"):
         return RuleOutcome("not traced", False, f"block tracing was on (trial {', '.join(traced) or '?'}); "
                            "traced runs are diagnostic, not scorable")
     return RuleOutcome("not traced", True, "no block tracing")
 
 
-def system_documented(result: dict[str, Any]) -> RuleOutcome:
-    environment = result.get("environment") or {}
-    missing = [label for label, key in (("CPU model", "cpu_model"), ("RAM size", "ram_bytes"), ("OS", "os"))
-               if not environment.get(key)]
+def system_documented(evidence: Evidence) -> RuleOutcome:
+    environments = [t.get("environment") or {} for t in evidence.trials] or [evidence.result.get("environment") or {}]
+    missing = sorted({label for env in environments
+                      for label, key in (("CPU model", "cpu_model"), ("RAM size", "ram_bytes"), ("OS", "os"))
+                      if not env.get(key)})
     ok = not missing
     return RuleOutcome("system info documented", ok, "CPU model, RAM and OS recorded" if ok
                        else f"missing from the environment: {', '.join(missing)}")
 
 
 RULESETS: dict[str, tuple[Rule, ...]] = {
-    "mlperf-v3": (seed_42, gpu_tier_off, generation_none, duration_300s, trial_count, median_reported,
-                  trials_completed, cpu_setting_metrics, not_traced, system_documented),
+    "invariants": (trial_files_verified, invariants_hold),
+    "mlperf-v3": (trial_files_verified, seed_42, model_submitted, gpu_tier_off, generation_none, mode_mixed,
+                  autoscaler_off, promotion_none, duration_300s, trial_count, median_reported, trials_completed,
+                  no_failed_writes, invariants_hold, cpu_setting_metrics, not_traced, system_documented),
 }
 
 
-def check(result: dict[str, Any], ruleset: str) -> list[RuleOutcome]:
-    return [rule(result) for rule in RULESETS[ruleset]]
+def check(result: dict[str, Any], ruleset: str, directory: str | Path | None = None) -> list[RuleOutcome]:
+    """Every rule of ``ruleset`` on ``result``; a summary's trial files are read from ``directory``."""
+    evidence = gather(result, directory)
+    return [rule(evidence) for rule in RULESETS[ruleset]]

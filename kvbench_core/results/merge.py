@@ -25,6 +25,7 @@ from typing import Any
 
 from kvbench_core.engine.histogram import LatencyHistogram
 from kvbench_core.engine.telemetry import OpStats
+from kvbench_core.results.checks import run_checks
 from kvbench_core.results.result import GB, headline, hit_rates, host_share, qos_section, spec_section
 
 MAX_LISTED_ERRORS = 100
@@ -80,7 +81,7 @@ def merge_results(clients: list[ClientReport], *, mode: str, label: str, run_id:
         concurrency.update(value=f"{sum(users)} users over {len(clients)} {label}s "
                                  f"({spec['workload']['users_scope']}), max_inflight "
                                  f"{spec['workload']['max_inflight']} per {label}", source="detected")
-    return {
+    merged = {
         "kvbench_result": base["kvbench_result"],
         "kvbench_version": base["kvbench_version"],
         "plugins": base["plugins"],
@@ -113,6 +114,8 @@ def merge_results(clients: list[ClientReport], *, mode: str, label: str, run_id:
         },
         "clients": [_client_section(c, label) for c in clients],
     }
+    merged["checks"] = run_checks(merged)
+    return merged
 
 
 # -- metrics -------------------------------------------------------------------------------------------
@@ -281,6 +284,7 @@ def _client_section(client: ClientReport, label: str) -> dict[str, Any]:
         "autoscaling": result["autoscaling"],
         "sections": result["sections"],
         "errors": result["errors"],
+        "checks": result.get("checks"),
     }
 
 

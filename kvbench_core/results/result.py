@@ -24,12 +24,15 @@ from kvbench_core.contracts.plugins import plugin_versions
 from kvbench_core.contracts.workload import DEFAULT_QOS
 from kvbench_core.engine.histogram import LatencyHistogram
 from kvbench_core.engine.runner import RunState
+from kvbench_core.results.checks import run_checks
 from kvbench_core.results.environment import detect_environment
+from kvbench_core.results.schema import VALIDATE_ENV, assert_conforms
 from kvbench_core.spec.declaration import merge_declaration
 from kvbench_core.spec.loader import spec_sha256
 from kvbench_core.spec.redact import environment_secrets, redact
 
-RESULT_FORMAT = 1
+#: The result format; bumped whenever the schema (kvbench_core/schemas/result.schema.json) changes.
+RESULT_FORMAT = 2
 GB = 1e9
 
 
@@ -269,7 +272,7 @@ def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,
     # Declared free text (fabric, notes) may quote a dashboard URL with its token: masked like the spec.
     declaration = redact(merge_declaration(spec.get("declaration") or {}, _detected_declaration(
         state, spec, tiers, workload, describe) if telemetry else {}), secrets)
-    return {
+    result = {
         "kvbench_result": RESULT_FORMAT,
         "kvbench_version": __version__,
         "plugins": plugin_versions(),
@@ -292,6 +295,8 @@ def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,
         "sections": redact(state.plugin_sections, secrets),
         "errors": redact(telemetry.errors, secrets) if telemetry else [],
     }
+    result["checks"] = run_checks(result)
+    return result
 
 
 def host_share(tiers: dict[str, Any]) -> dict[str, float | None]:
@@ -308,6 +313,8 @@ def write_result(result: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     from kvbench_core.contracts.errors import InputFileError
 
     target = Path(path)
+    if os.environ.get(VALIDATE_ENV) == "1":
+        assert_conforms(result, str(target))
     tmp = target.with_suffix(target.suffix + ".tmp")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)

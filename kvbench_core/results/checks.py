@@ -1,0 +1,170 @@
+"""Invariants every result must satisfy, re-derived from the result's own sections.
+
+A result is attached to a claim; these checks make it a contract.  Each one
+compares two figures that are counted or computed separately (the tiers'
+operation totals against the time series' per-interval counts, the cache's
+read outcomes against the per-kind read counters, a headline figure
+against the sections it is derived from) and fails on any disagreement
+beyond rounding.  They read only the result document, so the run writes
+them into ``checks`` and ``kvbench check`` recomputes them on a file it
+never trusts.  docs/results.md ("checks") defines each one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+GB = 1e9
+#: Relative slack for figures computed along two float paths (counts compare exactly).
+REL_TOL = 1e-6
+#: Rounding of the time series' ``interval_s`` (milliseconds).
+SERIES_ROUNDING_S = 0.0005
+READ_KINDS = ("prefix", "turn", "rag")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One invariant: passed, or the two sides that disagree and why they should not."""
+
+    name: str
+    passed: bool
+    expected: float | int | None
+    observed: float | int | None
+    detail: str
+
+    def line(self) -> str:
+        return f"{self.name}: {self.detail} (expected {_show(self.expected)}, found {_show(self.observed)})"
+
+
+def _show(value: float | int | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,}" if isinstance(value, int) else f"{value:,.6g}"
+
+
+def _close(expected: float, observed: float, slack: float) -> bool:
+    return abs(expected - observed) <= slack + REL_TOL * max(abs(expected), abs(observed))
+
+
+def _check(name: str, expected: float | int, observed: float | int | None, detail: str,
+           slack: float = 0.0) -> Check:
+    """Counts (two ints, no slack) must be equal; figures computed along two float paths within rounding."""
+    if isinstance(expected, int) and isinstance(observed, int) and not slack:
+        return Check(name, expected == observed, expected, observed, detail)
+    passed = observed is not None and _close(float(expected), float(observed), slack)
+    return Check(name, passed, expected, observed, detail)
+
+
+def _tier_bytes(metrics: dict[str, Any], series: list[dict[str, Any]]) -> Iterator[Check]:
+    """Per tier and op, the bytes of the tier's operation stats = the sum of the bytes its commands moved in
+    each interval of the time series (two tallies of the same completions; the series covers the window)."""
+    if not series or not all("tiers" in p for p in series):
+        return
+    for name, tier in metrics["tiers"].items():
+        for op in ("read", "write"):
+            counted = sum((p["tiers"].get(name) or {}).get(f"{op}_bytes", 0) for p in series)
+            yield _check(f"tier_bytes.{name}.{op}", tier[op]["bytes"], counted,
+                         f"{name} {op} bytes = sum of the time series' {name} {op} bytes")
+    if all("generated_tokens" in p for p in series):
+        yield _check("series_tokens", metrics["requests"]["generated_tokens"],
+                     sum(p["generated_tokens"] for p in series),
+                     "generated tokens of completed requests = sum of the time series' generated tokens")
+
+
+def _reads(metrics: dict[str, Any]) -> Iterator[Check]:
+    """Every cache read is a hit or a miss: per read kind (shared prefix, earlier turn, RAG chunk), and
+    per tier the reads the cache saw served there = the reads the tier section reports served."""
+    counters = metrics["cache"].get("counters") or {}
+    for kind in READ_KINDS:
+        reads = counters.get(f"{kind}_reads", 0)
+        outcomes = counters.get(f"{kind}_hits", 0) + counters.get(f"{kind}_misses", 0)
+        if reads or outcomes:
+            yield _check(f"{kind}_reads", reads, outcomes, f"{kind} reads = {kind} hits + misses")
+    served = metrics["cache"]["reads_served_by_tier"]
+    for name, tier in metrics["tiers"].items():
+        yield _check(f"reads_served.{name}", served.get(name, 0), tier["reads_served"],
+                     f"reads the cache served from {name} = the tier's reads_served")
+
+
+def _decode_bytes(result: dict[str, Any], metrics: dict[str, Any]) -> Iterator[Check]:
+    """decode bytes = decode tokens × bytes per token (all ranks), and no more than the tiers read."""
+    model = result.get("model") or {}
+    per_token = model.get("bytes_per_token_all_ranks")
+    head = metrics["headline"]
+    if per_token is None or head.get("decode_bytes_read_gb") is None:
+        return
+    decode = metrics["requests"]["decode_tokens_read"] * per_token
+    yield _check("decode_bytes", round(decode / GB, 6), head["decode_bytes_read_gb"],
+                 "decode_bytes_read_gb = decode tokens read × bytes per token", 5e-7)
+    read = sum(t["read"]["bytes"] for t in metrics["tiers"].values())
+    yield Check("decode_bytes_read", decode <= read, read, decode,
+                "decode bytes cannot exceed the bytes the tiers read")
+
+
+def _written(metrics: dict[str, Any]) -> Iterator[Check]:
+    """Bytes written to the tiers = new entries stored + demotion copies (+ promotion copies, which the
+    result counts but does not size: with promotions the stored + demoted bytes are a lower bound)."""
+    cache = metrics["cache"]
+    written = sum(t["write"]["bytes"] for t in metrics["tiers"].values())
+    parts = (cache.get("counters") or {}).get("stored_entry_bytes", 0) + sum(cache["demotions_bytes"].values())
+    if cache.get("promotions"):
+        yield Check("written_bytes", written >= parts, parts, written,
+                    "written bytes >= stored + demoted (promotion copies add to them)")
+    else:
+        yield _check("written_bytes", parts, written, "written bytes = stored + demoted")
+
+
+def _throughput(metrics: dict[str, Any]) -> Iterator[Check]:
+    """The throughput counts the generated tokens of completed requests over the measured window."""
+    window = metrics["window"]["measured_s"]
+    stated = metrics["headline"].get("avg_throughput_tokens_per_sec")
+    if window <= 0 or stated is None:
+        return
+    tokens = metrics["requests"]["generated_tokens"]
+    yield _check("throughput_tokens", tokens, round(stated * window, 3),
+                 "avg throughput × measured window = generated tokens of completed requests", 5e-4 * window)
+
+
+def _window(result: dict[str, Any], metrics: dict[str, Any], series: list[dict[str, Any]]) -> Iterator[Check]:
+    """The measured window is the duration (a run stopped by its duration cannot be shorter, and the
+    time series covers the window interval by interval)."""
+    measured = metrics["window"]["measured_s"]
+    duration = ((result.get("spec") or {}).get("resolved") or {}).get("duration")
+    if duration and (result.get("run") or {}).get("stop_reason") == "duration reached":
+        yield Check("window_duration", measured >= duration - SERIES_ROUNDING_S, duration, measured,
+                    "a run stopped by its duration measured at least the duration")
+    if series and "clients" not in series[0]:  # a merged series aligns clients by index, not by time
+        covered = sum(p["interval_s"] for p in series)
+        yield _check("window_series", measured, round(covered, 6), "measured window = sum of the time "
+                     "series' intervals", SERIES_ROUNDING_S * len(series) + 1e-6)
+
+
+def run_checks(result: dict[str, Any]) -> dict[str, Any]:
+    """The ``checks`` section of ``result``: every applicable invariant, and the violated ones as lines."""
+    metrics = result.get("metrics") or {}
+    if "window" not in metrics:  # no telemetry (stopped before measuring) or a trials summary
+        return {"passed": True, "violations": [], "items": []}
+    series = result.get("timeseries") or []
+    found = [*_tier_bytes(metrics, series), *_reads(metrics), *_decode_bytes(result, metrics),
+             *_written(metrics), *_throughput(metrics), *_window(result, metrics, series)]
+    violations = [c.line() for c in found if not c.passed]
+    return {"passed": not violations, "violations": violations,
+            "items": [{**asdict(c), "expected": _json_number(c.expected), "observed": _json_number(c.observed)}
+                      for c in found]}
+
+
+def _json_number(value: float | int | None) -> float | int | None:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def checks_line(result: dict[str, Any]) -> str | None:
+    """One line for the printed summary when an invariant is violated (None when all hold)."""
+    checks = result.get("checks") or {}
+    violations = checks.get("violations") or []
+    if not violations:
+        return None
+    more = f" (+{len(violations) - 1} more in the result's checks)" if len(violations) > 1 else ""
+    return f"  INVARIANT VIOLATED: {violations[0]}{more}"
