@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,4 +52,3 @@ def obj_options(moto_server: MotoServer) -> dict[str, Any]:
 
 #: ``open_backend(options, *, run_id=None, keep=False, concurrency=2)`` and ``verify(backend, key, size)``.
 open_backend, verify = backend_fixtures(NixlBackend, "nixl0")
-OpenBackend = Callable[..., NixlBackend]

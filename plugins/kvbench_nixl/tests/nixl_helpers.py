@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
+from kvbench_nixl.backend import NixlBackend
 from kvbench_nixl.library import INSTALL_HINT, installed_module
+
+#: The ``open_backend`` fixture's type.
+OpenBackend = Callable[..., NixlBackend]
 
 #: Tests that move bytes through NIXL; without the wheel they skip with the install line.
 needs_nixl = pytest.mark.skipif(installed_module() is None, reason=f"NIXL is not installed: {INSTALL_HINT}")
