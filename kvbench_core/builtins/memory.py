@@ -20,22 +20,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kvbench_core.contracts.backend import DISCARD, BackendContext, ByteSink, ByteSource, IOTiming, StorageBackend
+from kvbench_core.builtins.memlimit import host_memory_limit
+from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, DiscardSink, IOTiming, StorageBackend
 from kvbench_core.contracts.errors import BackendUnavailable
 from kvbench_core.engine.buffers import ThreadBuffers
 
 PIECE = 16 << 20  # how much a memory tier moves per source/sink call
-
-
-def _mem_available() -> int | None:
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
 
 
 BLOCK = 4 << 20  # DRAM tier block (and transfer) size
@@ -93,9 +83,14 @@ class CPUMemoryBackend(StorageBackend):
         # Whole blocks come recycled from the arena; a tail gets an exact-size array, so a small entry
         # costs its size, not a 4 MiB block.
         blocks = self._arena.take(full) + ([np.empty(tail, dtype=np.uint8)] if tail else [])
+        log = self.context.io_log
         for index, block in enumerate(blocks):
             offset = index * BLOCK
-            source.fill(offset, memoryview(block)[: min(BLOCK, source.size - offset)])
+            n = min(BLOCK, source.size - offset)
+            t0 = time.perf_counter()
+            source.fill(offset, memoryview(block)[:n])
+            if log is not None:  # a block filled is the DRAM tier's device command
+                log.record(key, "write", offset, n, t0, time.perf_counter())
         with self._lock:
             old = self._entries.pop(key, None)
             self._entries[key] = blocks
@@ -108,10 +103,14 @@ class CPUMemoryBackend(StorageBackend):
         start = time.perf_counter()
         blocks = self._entry(key)
         destination = np.frombuffer(self._restore.get(BLOCK), dtype=np.uint8)
+        log = self.context.io_log
         for index, block in enumerate(blocks):
             offset = index * BLOCK
             n = min(BLOCK, size - offset)
+            t0 = time.perf_counter()
             np.copyto(destination[:n], block[:n])  # the restore: a real memcpy per block
+            if log is not None:
+                log.record(key, "read", offset, n, t0, time.perf_counter())
             sink.consume(offset, memoryview(destination)[:n])
         elapsed = time.perf_counter() - start
         return IOTiming(total=elapsed, host=elapsed, device=0.0, nbytes=size, commands=len(blocks))
@@ -132,8 +131,10 @@ class CPUMemoryBackend(StorageBackend):
             self._arena.give(blocks)
 
     def capacity_bytes(self) -> int | None:
-        available = _mem_available()
-        return None if available is None else available // 2
+        """``auto``: half of what the host can give (MemAvailable, capped by the cgroup's limit), leaving
+        the rest to the run's own buffers and everything else on the machine."""
+        limit = host_memory_limit()
+        return None if limit is None else limit.nbytes // 2
 
     def describe(self) -> dict[str, Any]:
         return {"backend": self.name, "medium": "DRAM",
@@ -203,6 +204,7 @@ class GPUMemoryBackend(StorageBackend):
         tensor = torch.empty(source.size, dtype=torch.uint8, device=self.device)
         staging = self._pinned()
         staging_view = memoryview(staging.numpy())
+        log = self.context.io_log
         host = device = 0.0
         for offset in range(0, source.size, PIECE):
             n = min(PIECE, source.size - offset)
@@ -211,6 +213,8 @@ class GPUMemoryBackend(StorageBackend):
             t1 = time.perf_counter()
             tensor[offset:offset + n].copy_(staging[:n])
             self._sync()
+            if log is not None:
+                log.record(key, "write", offset, n, t1, time.perf_counter())
             host += t1 - t0
             device += time.perf_counter() - t1
         with self._lock:
@@ -231,8 +235,9 @@ class GPUMemoryBackend(StorageBackend):
         restore = self._restore_buffer()
         # The bytes cross to the host only when the sink looks at them (verification): a restore stays on
         # the device, and a discarding sink must not turn a GPU read into a PCIe benchmark.
-        to_host = sink is not DISCARD
+        to_host = not isinstance(sink, DiscardSink)
         staging = self._pinned() if to_host else None
+        log = self.context.io_log
         host = device = 0.0
         for offset in range(0, size, PIECE):
             n = min(PIECE, size - offset)
@@ -242,6 +247,8 @@ class GPUMemoryBackend(StorageBackend):
                 staging[:n].copy_(restore[:n])
             self._sync()
             t1 = time.perf_counter()
+            if log is not None:
+                log.record(key, "read", offset, n, t0, t1)
             if staging is not None:
                 sink.consume(offset, memoryview(staging.numpy())[:n])
             device += t1 - t0

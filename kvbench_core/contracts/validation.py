@@ -72,7 +72,12 @@ def describe_error(error: ValidationError, root: str = "") -> str:
         hint = schema.get("description") or f"a string matching {error.validator_value}"
         return f"{path}: expected {hint}, got {_shown(value)}"
     if kind in ("minItems", "maxItems", "minLength", "maxLength"):
-        return f"{path}: {error.message}"
+        if len(error.message) <= 80:
+            return f"{path}: {error.message}"
+        # jsonschema's message quotes the whole value (a list of 20 tier dicts): say the count instead
+        bound = "at least" if kind.startswith("min") else "at most"
+        unit = "items" if kind.endswith("Items") else "characters"
+        return f"{path}: expected {bound} {error.validator_value} {unit}, got {len(value)}"
     if kind in ("oneOf", "anyOf") and error.context:
         return _describe_alternatives(error, root)
     if kind == "not":

@@ -8,6 +8,10 @@ LMCache's raw_block engine plants ``trace_id`` in the high half of io_uring's
 ``user_data``.  The manifest supplies the key -> trace_id map; without one the
 id is derived from the key, so a run and a later manifest agree.
 
+The log never replaces a file kvbench did not create: it is opened with
+``O_EXCL`` (and ``O_NOFOLLOW``), except that a later trial of the same session
+rewrites the log its first trial created.
+
 Lines go through the file object's buffer (bounded, ``BUFFER_BYTES``), under
 a lock because many tier threads record at once; ``close`` flushes.
 """
@@ -25,6 +29,14 @@ from kvbench_core.engine.payload import entry_id_for
 
 TRACE_ID_BITS = 32
 BUFFER_BYTES = 1 << 20
+#: Logs this process created: the next trial of the same session may truncate its own log, nothing else.
+_CREATED: set[str] = set()
+
+
+def _open_flags(path: str) -> int:
+    """Create the log (never through a symlink, never over an existing file) unless this process made it."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    return flags | (os.O_TRUNC if os.path.realpath(path) in _CREATED else os.O_EXCL)
 
 
 def trace_id_for(key: str) -> int:
@@ -45,9 +57,14 @@ class IOLog:
         self._lock = threading.Lock()
         try:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            self._file = open(path, "w", encoding="utf-8", buffering=BUFFER_BYTES)  # noqa: SIM115 - see close()
+            fd = os.open(path, _open_flags(path), 0o644)
+        except FileExistsError:
+            raise InputFileError(f"{path}: the I/O log exists and kvbench did not create it; kvbench never "
+                                 "overwrites a file it did not create: remove it or name a new file") from None
         except OSError as error:
             raise InputFileError(f"{path}: cannot write the I/O log: {error.strerror or error}") from None
+        _CREATED.add(os.path.realpath(path))
+        self._file = open(fd, "w", encoding="utf-8", buffering=BUFFER_BYTES)  # noqa: SIM115 - see close()
 
     def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float) -> None:
         """Log one device command of ``op`` (``write``/``read``) on ``key``'s entry."""

@@ -19,21 +19,26 @@ from typing import Any
 
 import yaml
 
+from kvbench_core.codecs.stage import CODEC_SCHEMA, check_codec_choices, resolve_codecs
 from kvbench_core.contracts.backend import BackendContext
 from kvbench_core.contracts.errors import InputFileError, SpecError
 from kvbench_core.contracts.plugins import extra_schema, lookup, registry
 from kvbench_core.contracts.validation import validate_or_raise
+from kvbench_core.spec.bounds import MAX_BYTES, MAX_SECONDS, MIN_INTERVAL_S, check_memory_tiers, check_parsed_bounds
 from kvbench_core.spec.declaration import declaration_schema
+from kvbench_core.spec.redact import register_spec_secrets
+from kvbench_core.spec.safepaths import expanded, overlap_reason, tier_paths, unset_variable
 from kvbench_core.spec.units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
 
 SPEC_VERSION = 1
 
 _SIZE = {
-    "oneOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": SIZE_PATTERN}],
+    "oneOf": [{"type": "integer", "minimum": 0, "maximum": MAX_BYTES}, {"type": "string", "pattern": SIZE_PATTERN}],
     "description": "a size in bytes, or a string like 512MiB / 8GB",
 }
 _DURATION = {
-    "oneOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": DURATION_PATTERN}],
+    "oneOf": [{"type": "number", "minimum": 0, "maximum": MAX_SECONDS},
+              {"type": "string", "pattern": DURATION_PATTERN}],
     "description": "seconds, or a string like 30s / 5m / 500ms",
 }
 _CAPACITY = {
@@ -48,6 +53,7 @@ DEFAULTS: dict[str, Any] = {
     "trial_pause": 0,
     "clients": 1,
     "verify": False,
+    "payload": "random",
     "on_error": "stop",
     "model": {"dtype": None, "tp": 1},
     "workload": {
@@ -95,6 +101,7 @@ def core_schema() -> dict[str, Any]:
             "options": {"type": "object"},
             "cold_after": {**_DURATION, "description": "a duration (seconds, or a string like 30s / 5m): entries "
                                                         "idle this long in the tier above move down into this tier"},
+            "codec": CODEC_SCHEMA,
         },
     }
     return {
@@ -110,7 +117,7 @@ def core_schema() -> dict[str, Any]:
                      "description": "a run name (it names the result files): up to 100 letters, digits, spaces "
                                     "and . _ + - = @ , ( ), not starting with a dot or a space"},
             "description": {"type": "string"},
-            "seed": {"type": "integer", "minimum": 0},
+            "seed": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
             "model": {
                 "type": "object",
                 "additionalProperties": False,
@@ -122,12 +129,22 @@ def core_schema() -> dict[str, Any]:
                 },
             },
             "duration": _DURATION,
-            "requests": {"type": "integer", "minimum": 1},
+            "requests": {"type": "integer", "minimum": 1, "maximum": 10**9},
             "warmup": _DURATION,
+            "drain_timeout": {**_DURATION, "description": "how long in-flight work may finish after duration "
+                                                          "(default 10% of duration, at most 30s); then cancelled"},
+            "qos": {"type": "object", "additionalProperties": False,
+                    "description": "per QoS class SLA targets; the seed's table is the default",
+                    "properties": {name: {"type": "object", "additionalProperties": False,
+                                          "properties": {"p95": _DURATION, "p99": _DURATION}}
+                                   for name in ("interactive", "responsive", "batch")}},
             "trials": {"type": "integer", "minimum": 1, "maximum": 100},
             "trial_pause": _DURATION,
             "clients": {"type": "integer", "minimum": 1, "maximum": 1024},
             "verify": {"type": "boolean"},
+            "payload": {"enum": ["random", "synthetic_kv"],
+                        "description": "what entries contain: random (incompressible, the default) or synthetic_kv "
+                                       "(BF16 values from an activation-like model, see docs/codecs.md)"},
             "on_error": {"enum": ["stop", "count"]},
             "workload": {
                 "type": "object",
@@ -139,9 +156,9 @@ def core_schema() -> dict[str, Any]:
                                     "description": "users per client/rank, or split across them"},
                     "mode": {"enum": ["mixed", "prefill-only", "decode-only"]},
                     "generation": {"oneOf": [{"enum": ["none", "fast", "realistic"]},
-                                             {"type": "number", "minimum": 0}],
+                                             {"type": "number", "minimum": 0, "maximum": 60_000}],
                                    "description": "none/fast/realistic or milliseconds per token"},
-                    "decode_batch": {"type": "integer", "minimum": 1},
+                    "decode_batch": {"type": "integer", "minimum": 1, "maximum": 65_536},
                     "max_inflight": {"type": "integer", "minimum": 0, "maximum": 4096},
                     "options": {"type": "object"},
                 },
@@ -152,6 +169,7 @@ def core_schema() -> dict[str, Any]:
                 "required": ["tiers"],
                 "properties": {
                     "promotion": {"enum": ["none", "on_read"]},
+                    "codec": CODEC_SCHEMA,
                     "eviction": {
                         "type": "object",
                         "additionalProperties": False,
@@ -159,7 +177,10 @@ def core_schema() -> dict[str, Any]:
                             "target_usage_ratio": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
                             "large_entry_limit_ratio": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
                             "max_recursion_depth": {"type": "integer", "minimum": 1, "maximum": 100},
-                            "max_evictions": {"type": "integer", "minimum": 1},
+                            "max_evictions": {"type": "integer", "minimum": 1, "maximum": 10**7},
+                            "no_room_below": {"enum": ["refuse", "drop"],
+                                              "description": "a victim the tier below has no room for: refuse "
+                                                             "the cascade (the seed, default) or drop the victim"},
                         },
                     },
                     "tiers": {"type": "array", "minItems": 1, "maxItems": 16, "items": tier},
@@ -175,7 +196,7 @@ def core_schema() -> dict[str, Any]:
                         "required": ["name"],
                         "properties": {
                             "name": {"type": "string"},
-                            "max_users": {"type": "integer", "minimum": 1},
+                            "max_users": {"type": "integer", "minimum": 1, "maximum": 1_000_000},
                             "stop_when_converged": {"type": "boolean"},
                             "options": {"type": "object"},
                         },
@@ -208,7 +229,8 @@ def core_schema() -> dict[str, Any]:
                     "keep_files": {"type": "boolean"},
                     "progress": {"enum": ["auto", "on", "off", True, False],
                                  "description": "auto (only on a terminal), on or off"},
-                    "interval": {"type": "number", "exclusiveMinimum": 0},
+                    "interval": {"type": "number", "minimum": MIN_INTERVAL_S, "maximum": 3600,
+                                 "description": "seconds between timeseries samples (10 ms to 1 h)"},
                     "io_log": {"type": "string", "description": "write every device command as JSONL here"},
                 },
             },
@@ -272,7 +294,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         if "=" not in override:
             raise SpecError(f"--set {override!r}: expected PATH=VALUE, e.g. workload.users=20")
         path, text = override.split("=", 1)
-        parts = [part for part in re.sub(r"\[(\d+)\]", r".\1", path.strip()).split(".") if part]
+        parts = [part for part in re.sub(r"\[(-?\d+)\]", r".\1", path.strip()).split(".") if part]
         if not parts:
             raise SpecError(f"--set {override!r}: empty path")
         node: Any = spec
@@ -289,9 +311,12 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
 
 
 def _index(node: list[Any], part: str, parts: list[str]) -> int:
-    if not part.isdigit() or int(part) >= len(node):
-        raise SpecError(f"--set {'.'.join(parts)}: no list item {part!r} (list has {len(node)} items)")
-    return int(part)
+    """A list index as Python reads it: ``tiers[-1]`` is the last tier."""
+    if not re.fullmatch(r"-?\d+", part) or not -len(node) <= int(part) < len(node):
+        valid = f"0 to {len(node) - 1}, or -1 for the last" if node else "none: the list is empty"
+        shown = re.sub(r"\.(-?\d+)(?=\.|$)", r"[\1]", ".".join(parts))
+        raise SpecError(f"--set {shown}: no list item {part} (the list has {len(node)} items: {valid})")
+    return int(part) % len(node)
 
 
 def _descend(node: Any, part: str, parts: list[str], *, create: bool) -> Any:
@@ -312,10 +337,53 @@ def _parse_json_or_yaml(text: str) -> Any:
         except json.JSONDecodeError:
             pass  # a YAML flow mapping, or broken JSON: YAML names the line
     try:
-        return yaml.load(text, Loader=_FastStrictLoader)  # a SafeLoader that also refuses duplicate keys
+        return _load_within_budget(text, _FastStrictLoader)  # a SafeLoader that also refuses duplicate keys
     except yaml.YAMLError as error:
-        yaml.load(text, Loader=_StrictLoader)  # PyYAML's own parser says what is wrong more plainly
+        _load_within_budget(text, _StrictLoader)  # PyYAML's own parser says what is wrong more plainly
         raise error from None
+
+
+#: Most nodes a spec may hold, each alias counted as the nodes it stands for.  A real spec has a few hundred;
+#: a "billion laughs" alias bomb has 10^9 and grew past 1.5 GB before anything refused it.
+MAX_YAML_NODES = 100_000
+
+
+def _load_within_budget(text: str, loader_class: type) -> Any:
+    """Compose the YAML graph (aliases stay shared, so this is cheap), refuse it if its expansion exceeds
+    ``MAX_YAML_NODES``, and only then build Python objects from it."""
+    loader = loader_class(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_node_budget(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _check_node_budget(root: yaml.Node) -> None:
+    """Count ``root``'s expanded size in one pass over the shared graph (each node once, iteratively)."""
+    expanded: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in expanded:
+            continue
+        children = [item for pair in node.value for item in pair] if isinstance(node, yaml.MappingNode) \
+            else list(node.value) if isinstance(node, yaml.SequenceNode) else []
+        if not children_done:
+            stack.append((node, True))
+            stack.extend((child, False) for child in children if id(child) not in expanded)
+            continue
+        if any(id(child) not in expanded for child in children):
+            raise yaml.constructor.ConstructorError(None, None, "an alias refers to a node that contains it",
+                                                    node.start_mark)
+        expanded[id(node)] = 1 + sum(expanded[id(child)] for child in children)
+        if expanded[id(node)] > MAX_YAML_NODES:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"its aliases expand to more than {MAX_YAML_NODES:,} values (an alias bomb?); "
+                            "a run spec needs a few hundred", node.start_mark)
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -352,8 +420,8 @@ def read_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     return _read_spec(path)[0]
 
 
-def _read_spec(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str | None]:
-    """The spec, and for a result file the folder its relative paths were resolved against."""
+def _read_spec(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str | None, dict[str, Any] | None]:
+    """The spec, and for a result file the folder its relative paths were resolved against and the result."""
     file = Path(path)
     try:
         text = file.read_text()
@@ -378,10 +446,10 @@ def _read_spec(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str | None
         embedded = (data.get("spec") or {}).get("as_written") if isinstance(data.get("spec"), dict) else None
         if not isinstance(embedded, dict):
             raise SpecError(f"{file}: a kvbench result without an embedded spec (spec.as_written)")
-        return copy.deepcopy(embedded), data["spec"].get("spec_dir")
+        return copy.deepcopy(embedded), data["spec"].get("spec_dir"), data
     if not isinstance(data, dict):
         raise SpecError(f"{file}: expected a mapping at the top level, got {type(data).__name__}")
-    return data, None
+    return data, None, None
 
 
 def validate(raw: dict[str, Any]) -> None:
@@ -414,6 +482,7 @@ def _check_cross_fields(raw: dict[str, Any]) -> None:
         raise SpecError(f"cache.tiers: tier names must be unique, repeated: {', '.join(duplicates)}")
     for i, tier in enumerate(cache["tiers"]):
         _check_backend_options(tier, lookup("backend", tier["backend"], path=f"cache.tiers[{i}].backend"))
+    check_codec_choices(raw)
     source = (raw.get("workload") or {}).get("source", DEFAULTS["workload"]["source"])
     source_class = lookup("source", source, path="workload.source")
     # An implementation may check what its schema fragment cannot say (raises SpecError naming the path).
@@ -445,15 +514,24 @@ def resolve(raw: dict[str, Any], spec_dir: str) -> dict[str, Any]:
     """Defaults filled and units converted: sizes in bytes, durations in seconds."""
     spec = _deep_merge(DEFAULTS, raw)
     spec["spec_dir"] = spec_dir
-    for key in ("duration", "warmup", "trial_pause"):
+    for key in ("directory", "io_log"):  # "$HOME/results" is the home's results, as in a shell
+        if isinstance(spec["output"].get(key), str):
+            spec["output"][key] = expanded(spec["output"][key])
+    for key in ("duration", "warmup", "trial_pause", "drain_timeout"):
         if spec.get(key) is not None:
             spec[key] = parse_duration(spec[key])
+    for targets in (spec.get("qos") or {}).values():
+        for key in list(targets):
+            targets[key] = parse_duration(targets[key])
     for tier in spec["cache"]["tiers"]:
         capacity = tier.get("capacity", "auto")
         tier["capacity"] = "auto" if capacity == "auto" else parse_size(capacity)
         tier.setdefault("options", {})
+        if isinstance(tier["options"].get("path"), str):
+            tier["options"]["path"] = expanded(tier["options"]["path"])
         if tier.get("cold_after") is not None:
             tier["cold_after"] = parse_duration(tier["cold_after"])
+    resolve_codecs(spec)
     generation = spec["workload"]["generation"]
     spec["workload"]["generation_ms_per_token"] = (
         GENERATION_MS_PER_TOKEN[generation] if isinstance(generation, str) else float(generation)
@@ -469,22 +547,53 @@ def resolve(raw: dict[str, Any], spec_dir: str) -> dict[str, Any]:
     return spec
 
 
-def load_spec(path: str | os.PathLike[str],
-              overrides: list[str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(as_written, resolved)``: the spec with overrides applied, and its resolved form."""
-    written, recorded_dir = _read_spec(path)
+def load_spec(path: str | os.PathLike[str], overrides: list[str] | None = None, *,
+              accept_edited: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(as_written, resolved)``: the spec with overrides applied, and its resolved form.  A result file's
+    spec is verified first (``kvbench_core.results.rerun``); ``resolved["rerun_of"]`` then says so."""
+    written, recorded_dir, result = _read_spec(path)
+    rerun_of = None
+    if result is not None:
+        from kvbench_core.results.rerun import verify_rerun
+
+        rerun_of = verify_rerun(result, str(path), accept_edited=accept_edited)
+    register_spec_secrets({"spec": written, "overrides": overrides or []})  # before any message can quote one
     raw = apply_overrides(written, overrides or [])
+    register_spec_secrets(raw)
     validate(raw)
     # A re-run result resolves relative paths (model config, traces) where the original run did.
     spec_dir = recorded_dir if recorded_dir and Path(recorded_dir).is_dir() else str(Path(path).resolve().parent)
     check_model(raw["model"], spec_dir)
-    check_output_paths(raw.get("output") or {})
-    return raw, resolve(raw, spec_dir)
+    check_output_paths(raw.get("output") or {}, clients=raw.get("clients", 1))
+    check_tier_paths(raw["cache"]["tiers"])
+    check_parsed_bounds(raw)
+    check_memory_tiers(raw)
+    resolved = resolve(raw, spec_dir)
+    if rerun_of is not None:
+        resolved["rerun_of"] = rerun_of
+    return raw, resolved
 
 
-def check_output_paths(output: dict[str, Any]) -> None:
+def check_tier_paths(tiers: list[dict[str, Any]]) -> None:
+    """File tiers' directories: ``$VARIABLE``s set, and no two tiers sharing or nesting a directory."""
+    for field, path in tier_paths(tiers):
+        _check_variables(field, path)
+    reason = overlap_reason(tiers)
+    if reason is not None:
+        raise SpecError(reason)
+
+
+def _check_variables(field: str, path: str) -> None:
+    variable = unset_variable(path)
+    if variable is not None:
+        raise SpecError(f"{field}: {path}: {variable} is not set in the environment (kvbench expands ~ and "
+                        "$VARIABLE in paths as a shell does)")
+
+
+def check_output_paths(output: dict[str, Any], *, clients: int = 1) -> None:
     """Results and the I/O log never go into the OS, a virtual filesystem or a home directory itself, and
-    must be writable: found out now, not when the result of a long run cannot be saved."""
+    must be writable: found out now, not when the result of a long run cannot be saved.  The I/O log must
+    not exist yet: kvbench never overwrites a file it did not create (it once replaced the spec itself)."""
     from kvbench_core.spec.safepaths import refusal_reason, resolved
 
     wanted = (("output.directory", output.get("directory", DEFAULTS["output"]["directory"]), False),
@@ -492,6 +601,7 @@ def check_output_paths(output: dict[str, Any]) -> None:
     for field, path, is_file in wanted:
         if not path:
             continue
+        _check_variables(field, path)
         target = resolved(path)
         where = os.path.dirname(target) if is_file else target
         shown = f"{path} ({where})" if where != path else path
@@ -500,6 +610,12 @@ def check_output_paths(output: dict[str, Any]) -> None:
             raise SpecError(f"{field}: {shown} {reason}")
         if is_file and os.path.isdir(target):
             raise SpecError(f"{field}: {path} is a directory; give a file name")
+        if is_file and os.path.lexists(target):
+            raise SpecError(f"{field}: {path} already exists; kvbench never overwrites a file it did not create: "
+                            "remove it or name a new file")
+        if is_file and clients > 1:
+            raise SpecError(f"{field}: one I/O log cannot take {clients} client processes at once; "
+                            "log a single-client run")
         existing = where
         while not os.path.lexists(existing):
             existing = os.path.dirname(existing)

@@ -1,8 +1,17 @@
 """Keep secrets out of results, logs and error messages.
 
 Any mapping key that looks like a credential has its value replaced; URLs
-lose their userinfo and secret-looking query parameters.  Applied to the
-resolved spec and to every string a result carries from a backend.
+(and bare ``user:password@host`` strings) lose their userinfo and secret-looking
+query parameters.  Applied to the resolved spec and to every string a result
+carries from a backend.
+
+Not a list of known fields: ``register_spec_secrets`` walks the whole spec as
+written (``--set`` overrides included) before it is validated and remembers every
+credential-shaped value in it, whatever option holds it: the value of a
+credential-named field, the password of any userinfo, a value typed where an
+environment variable's *name* belongs (``password_env: hunter2``), and any option
+shaped like a key or token (long, mixed case and digits, no spaces or path).
+From then on every masked text (errors, results, logs) masks those values too.
 """
 
 from __future__ import annotations
@@ -24,6 +33,14 @@ _QUERY_SECRET_NAME = re.compile(r"token|secret|password|signature|credential", r
 #: Query parameters that carry a credential under a short name: Azure SAS ``sig``, Google ``key``.
 _QUERY_SECRET_NAMES = {"sig", "key", "auth"}
 _AWS_KEY = re.compile(r"\b(AKIA|ASIA)[A-Z0-9]{16}\b")
+#: ``user:password@host`` without a scheme (a Redis ``host`` option, a bare endpoint).
+_BARE_USERINFO = re.compile(r"(?<![\w/:@])(?P<user>[^\s:@/'\"]*):(?P<password>[^\s@/'\"]+)@(?=[\w\[])")
+#: An environment variable's name as people write them; anything else in a ``*_env`` field may be a secret.
+_VARIABLE_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+#: Shaped like a key or token: 16+ characters of one word, with upper case, lower case and digits.
+_TOKEN_SHAPED = re.compile(r"^(?=.*[a-z])(?=.*[A-Z])(?=.*[0-9])[A-Za-z0-9+=_\-]{16,}$")
+#: Secrets found in this process's spec: masked in every text from then on.
+_REGISTERED: set[str] = set()
 
 
 def is_secret_key(key: str) -> bool:
@@ -49,13 +66,42 @@ def _secret_query_param(name: str) -> bool:
 
 def redact_text(text: str, known_secrets: tuple[str, ...] = ()) -> str:
     text = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", text)
+    text = _BARE_USERINFO.sub(lambda m: f"{m.group('user')}:{REDACTED}@", text)
     text = _QUERY_PARAM.sub(lambda m: f"{m.group('key')}{REDACTED}" if _secret_query_param(m.group("name"))
                             else m.group(0), text)
     text = _AWS_KEY.sub(REDACTED, text)
-    for secret in known_secrets:
+    for secret in sorted({*known_secrets, *_REGISTERED}, key=len, reverse=True):
         if secret and len(secret) >= 4:
             text = text.replace(secret, REDACTED)
     return text
+
+
+def register_spec_secrets(spec: Any) -> None:
+    """Remember every credential-shaped value in a spec (see the module docstring), before anything
+    (a validation error, a driver's message, the result) can quote it."""
+    import os
+
+    def visit(value: Any, key: str, in_options: bool) -> None:
+        if isinstance(value, dict):
+            for name, item in value.items():
+                visit(item, str(name), in_options or key == "options")
+        elif isinstance(value, list):
+            for item in value:
+                visit(item, key, in_options)
+        elif isinstance(value, str):
+            if is_secret_key(key):
+                _REGISTERED.add(value)
+            elif key.lower().endswith("_env") and is_secret_key(key[:-4]):
+                if not _VARIABLE_NAME.match(value) and value not in os.environ:
+                    _REGISTERED.add(value)  # a password typed where its variable's name belongs
+            elif in_options and _TOKEN_SHAPED.match(value):  # a plugin's option: model names are not keys
+                _REGISTERED.add(value)
+            for match in _BARE_USERINFO.finditer(value):
+                _REGISTERED.add(match.group("password"))
+            for match in _URL_USERINFO.finditer(value):
+                _REGISTERED.update(part for part in match.group("userinfo").split(":", 1)[1:] if part)
+
+    visit(spec, "", False)
 
 
 def redact(value: Any, known_secrets: tuple[str, ...] = ()) -> Any:
@@ -71,11 +117,12 @@ def redact(value: Any, known_secrets: tuple[str, ...] = ()) -> Any:
 
 
 def environment_secrets() -> tuple[str, ...]:
-    """Values of credential-like environment variables, so they can be scrubbed wherever they leak."""
+    """Values of credential-like environment variables, and the secrets found in the spec
+    (``register_spec_secrets``), so they can be scrubbed wherever they leak."""
     import os
 
-    return tuple(value for name, value in os.environ.items()
-                 if is_secret_key(name) and name not in _NOT_SECRET_VARIABLES and len(value) >= 8)
+    return (*(value for name, value in os.environ.items()
+              if is_secret_key(name) and name not in _NOT_SECRET_VARIABLES and len(value) >= 8), *_REGISTERED)
 
 
 #: Variables whose names look like credentials but are not: the shell's working directories ("pwd").

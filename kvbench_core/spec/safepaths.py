@@ -9,6 +9,10 @@ link to ``/etc`` is ``/etc``.
 from __future__ import annotations
 
 import os
+import re
+from typing import Any
+
+_VARIABLE = re.compile(r"\$(\w+|\{[^}]*\})")
 
 #: Never write here or anywhere below: the OS, virtual filesystems, device nodes.
 REFUSED_TREES = ("/etc", "/usr", "/boot", "/proc", "/sys", "/dev", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
@@ -23,9 +27,44 @@ def _within(path: str, tree: str) -> bool:
     return path == tree or path.startswith(tree + "/")
 
 
+def unset_variable(path: str) -> str | None:
+    """The first ``$VARIABLE`` in ``path`` that the environment does not set, if any."""
+    for match in _VARIABLE.finditer(path):
+        name = match.group(1).strip("{}")
+        if name not in os.environ:
+            return f"${match.group(1)}"
+    return None
+
+
+def expanded(path: str) -> str:
+    """``path`` with ``~`` and ``$VARIABLE`` expanded (both, as a shell would)."""
+    return os.path.expanduser(os.path.expandvars(path))
+
+
 def resolved(path: str) -> str:
     """``path`` made absolute with every symlink resolved (for the part that exists)."""
-    return os.path.realpath(os.path.abspath(os.path.expanduser(path)))
+    return os.path.realpath(os.path.abspath(expanded(path)))
+
+
+def tier_paths(tiers: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """``(field, path)`` of every enabled tier that keeps files in a directory (an ``options.path``)."""
+    return [(f"cache.tiers[{i}].options.path", tier["options"]["path"]) for i, tier in enumerate(tiers)
+            if isinstance((tier.get("options") or {}).get("path"), str) and tier.get("capacity") not in (0, "0")]
+
+
+def overlap_reason(tiers: list[dict[str, Any]]) -> str | None:
+    """Why two file tiers' directories collide (the same directory however written, or one inside the
+    other: each would count and delete the other's files); None when they are apart."""
+    seen: list[tuple[str, str, str]] = []
+    for field, path in tier_paths(tiers):
+        target = resolved(path)
+        for other_field, other_path, other in seen:
+            if target == other or _within(target, other) or _within(other, target):
+                relation = "is the same directory as" if target == other else "overlaps"
+                return (f"{field}: {path} ({target}) {relation} {other_field} ({other_path}); give each file tier "
+                        "a directory of its own, apart from the others")
+        seen.append((field, path, target))
+    return None
 
 
 def refusal_reason(path: str) -> str | None:
