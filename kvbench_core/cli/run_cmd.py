@@ -12,6 +12,7 @@ import argparse
 import sys
 from typing import Any
 
+from kvbench_core.results.rerun import OVERRIDE_FLAG
 from kvbench_core.scaleout.session import run_session
 from kvbench_core.spec.loader import load_spec
 
@@ -25,6 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--clients", type=int, help="shorthand for --set clients=N (N local client processes)")
     parser.add_argument("--output", help="shorthand for --set output.directory=DIR")
     parser.add_argument("--quiet", action="store_true", help="no progress line")
+    parser.add_argument(OVERRIDE_FLAG, dest="accept_edited", action="store_true",
+                        help="re-run a result whose embedded spec fails its sha256 or format check; the new "
+                             "result records the edit under run.rerun_of")
     parser.set_defaults(handler=handle)
 
 
@@ -33,7 +37,7 @@ def handle(args: argparse.Namespace) -> int:
     for field, value in (("trials", args.trials), ("clients", args.clients), ("output.directory", args.output)):
         if value is not None:
             overrides.append(f"{field}={value}")
-    as_written, spec = load_spec(args.spec, overrides)
+    as_written, spec = load_spec(args.spec, overrides, accept_edited=args.accept_edited)
     outcome = run_session(as_written, spec, quiet=args.quiet)
     if not outcome.writer:  # an MPI rank other than 0: rank 0 reports for everyone
         return outcome.exit_code

@@ -26,7 +26,15 @@ from typing import Any
 from kvbench_core.engine.histogram import LatencyHistogram
 from kvbench_core.engine.telemetry import OpStats
 from kvbench_core.results.checks import run_checks
-from kvbench_core.results.result import GB, headline, hit_rates, host_share, qos_section, spec_section
+from kvbench_core.results.result import (
+    GB,
+    headline,
+    hit_rates,
+    host_share,
+    qos_section,
+    rerun_section,
+    spec_section,
+)
 
 MAX_LISTED_ERRORS = 100
 
@@ -89,7 +97,7 @@ def merge_results(clients: list[ClientReport], *, mode: str, label: str, run_id:
                 "stop_reason": "; ".join(failures) if failures else "; ".join(reasons),
                 "error": "; ".join(failures) if failures else None,
                 "trial": trial, "client_index": None, "started_at": started_at, "finished_at": time.time(),
-                "traced": any(c.result["run"]["traced"] for c in reported)},
+                "traced": any(c.result["run"]["traced"] for c in reported), **rerun_section(spec)},
         "spec": spec_section(spec, as_written),
         "model": base["model"],
         "environment": base["environment"],

@@ -221,8 +221,13 @@ def spec_section(spec: dict[str, Any], as_written: dict[str, Any]) -> dict[str, 
     stored = redact(as_written, secrets)
     # The hash is of the spec as stored, so re-running the result reproduces it.
     return {"as_written": stored,
-            "resolved": redact({k: v for k, v in spec.items() if k != "spec_dir"}, secrets),
+            "resolved": redact({k: v for k, v in spec.items() if k not in ("spec_dir", "rerun_of")}, secrets),
             "sha256": spec_sha256(stored), "spec_dir": spec.get("spec_dir")}
+
+
+def rerun_section(spec: dict[str, Any]) -> dict[str, Any]:
+    """``{"rerun_of": …}`` when the spec came from a result file (``kvbench run RESULT.json``), else nothing."""
+    return {"rerun_of": spec["rerun_of"]} if spec.get("rerun_of") else {}
 
 
 def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,
@@ -281,7 +286,8 @@ def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,
                 "error": redact(str(state.error), secrets) if state.error else None,
                 "trial": trial, "client_index": state.client_index,
                 "started_at": started_at, "finished_at": time.time(),
-                "traced": bool(state.plugin_sections.get("block_trace"))},
+                "traced": bool(state.plugin_sections.get("block_trace")),
+                **rerun_section(spec)},
         "spec": spec_section(spec, as_written),
         "model": state.model.to_dict() if state.model is not None else None,
         "environment": detect_environment(paths),
