@@ -375,6 +375,8 @@ class Runner:
             events.wait(now, min(interval, 0.05) if not measuring else max(0.0, min(next_tick - now, 0.05)))
 
         # Drain: requests never started are dropped; in-flight storage work finishes (the honest window).
+        if self.on_progress and measuring:  # the drain has no intervals of its own: say that it started
+            self.on_progress({"phase": "drain"})
         state.unfinished_requests += len(queue.drain())  # completions past the request limit are in already
         queue.close()
         for thread in threads:

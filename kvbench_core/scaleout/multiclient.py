@@ -217,10 +217,11 @@ class _Coordinator:
         self.fresh.clear()
         self.last_print = time.monotonic()
         points = list(self.points.values())
-        measuring = [p for p in points if p.get("phase") == "measure"]
+        measuring = [p for p in points if p.get("phase") in ("measure", "drain")]
         shown = measuring or points
         self.printer({
-            "phase": "measure" if measuring else "warmup",
+            "phase": ("drain" if any(p.get("phase") == "drain" for p in points) else "measure") if measuring
+            else "warmup",
             "elapsed_s": max(p.get("elapsed_s", 0.0) for p in shown),
             "t_s": max(p.get("t_s", 0.0) for p in shown),
             "duration_s": shown[0].get("duration_s"), "warmup_s": shown[0].get("warmup_s"),

@@ -74,16 +74,20 @@ def run_session(as_written: dict[str, Any], spec: dict[str, Any], *, quiet: bool
     with stop_on_signals(launcher.stop, received):
         for trial in range(1, trials + 1):
             printer = ProgressPrinter("off" if quiet or not launcher.writer else spec["output"]["progress"],
-                                      prefix=f"trial {trial}/{trials} " if trials > 1 else "")
+                                      prefix=f"trial {trial}/{trials} " if trials > 1 else "",
+                                      duration_s=spec.get("duration"), warmup_s=spec.get("warmup") or 0.0)
+            printer.phase("setup")
             run = launcher.run_trial(as_written, spec, run_id=session_id if trials == 1 else f"{session_id}-t{trial}",
                                      trial=trial, printer=printer)
             if run.result is not None:
+                printer.phase("results")
                 path = result_path(spec, session_id, f"-trial{trial}" if trials > 1 else "")
                 outcome.results.append(run.result)
                 saved = _save(run.result, path, outcome)
                 outcome.paths.append(saved)
                 if saved == path:
                     outcome.reports += write_reports(run.result, path, formats)
+            printer.finish()
             if run.crash is not None:
                 raise run.crash
             if run.error is not None:
