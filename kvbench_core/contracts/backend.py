@@ -30,6 +30,8 @@ class IOTiming:
     device: float
     nbytes: int
     commands: int = 1  # device commands issued (pread/pwrite calls, HTTP parts, cuFile tasks)
+    codec: float = 0.0  # of ``host``: encoding or decoding in a codec stage (kvbench_core.codecs), its own layer
+    physical_bytes: int | None = None  # bytes that reached the device when a codec changed them; None = nbytes
 
 
 class ByteSource(Protocol):

@@ -2,24 +2,63 @@
 
 One seeded noise pool is generated at start-up.  The bytes of an entry at
 offset ``o`` are the pool's bytes at ``(shift(entry) + o) mod POOL``, and the
-first 16 bytes of every 512-byte block are overwritten with a stamp
+first 16 bytes of every 512-byte block are overwritten with a stamp: two
+uint64 words ``(mix(entry_id ^ mix(block_index)), mix(block_index))``, where
+``mix`` is splitmix64's finaliser, a bijection, so the pair is unique for every
 ``(entry_id, block_index)``.  The stamp makes every 512 B (hence every 4 KiB)
 block unique across the whole run, so deduplicating storage finds nothing;
-the random remainder keeps it incompressible.  Filling a piece is one memcpy
+being mixed, the stamp is as incompressible as the noise around it (a plain
+counter stamp gave a byte-plane codec 2.4 % to find in "incompressible" data).  Filling a piece is one memcpy
 plus a strided stamp into the caller's reused buffer.  The same function
 regenerates the expected bytes for ``verify``.
+
+What the pool holds is the run's declared payload kind (``payload:`` in the
+spec).  ``random`` (the default, as MLPerf requires) is incompressible noise.
+``synthetic_kv`` is BF16 values drawn from an activation-like model (below and
+in docs/codecs.md), so that a codec's ratio means something; the stamp is
+kept, so synthetic KV is no more dedupable than real KV is.
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
 import zlib
 
 import numpy as np
 
+PAYLOAD_KINDS = ("random", "synthetic_kv")
 POOL_BYTES = 64 << 20
 BLOCK = 512
-STAMP_BYTES = 16  # (entry_id, block_index) as two little-endian uint64 at the start of each block
+STAMP_BYTES = 16  # two little-endian uint64 at the start of each block, see the module docstring
+_MIX_ADD, _MIX_1, _MIX_2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+_MASK64 = (1 << 64) - 1
+
+
+def mix64(value: int) -> int:
+    """splitmix64's finaliser on one integer: a bijection of 64-bit values that looks random."""
+    z = (value + _MIX_ADD) & _MASK64
+    z = ((z ^ (z >> 30)) * _MIX_1) & _MASK64
+    z = ((z ^ (z >> 27)) * _MIX_2) & _MASK64
+    return z ^ (z >> 31)
+
+
+def mix64_array(values: np.ndarray, scratch: np.ndarray) -> None:
+    """``mix64`` on a uint64 array in place (``scratch`` is as long), with no temporary arrays."""
+    with np.errstate(over="ignore"):
+        np.add(values, np.uint64(_MIX_ADD), out=values)
+        for shift, multiplier in ((30, _MIX_1), (27, _MIX_2)):
+            np.right_shift(values, np.uint64(shift), out=scratch)
+            np.bitwise_xor(values, scratch, out=values)
+            np.multiply(values, np.uint64(multiplier), out=values)
+        np.right_shift(values, np.uint64(31), out=scratch)
+        np.bitwise_xor(values, scratch, out=values)
+
+
+def stamp_words(entry_id: int, block: int) -> tuple[int, int]:
+    """The two stamp words of one block (the vectorised path in ``NoisePool`` computes the same)."""
+    mixed_block = mix64(block)
+    return mix64(entry_id ^ mixed_block), mixed_block
 
 
 def entry_id_for(key: str) -> int:
@@ -30,13 +69,20 @@ def entry_id_for(key: str) -> int:
 class NoisePool:
     """The seeded random bytes every payload is cut from; shared read-only by all threads."""
 
-    def __init__(self, seed: int, pool_bytes: int = POOL_BYTES, max_piece: int = 64 << 20) -> None:
+    def __init__(self, seed: int, pool_bytes: int = POOL_BYTES, max_piece: int = 64 << 20,
+                 kind: str = "random") -> None:
+        if kind not in PAYLOAD_KINDS:
+            raise ValueError(f"unknown payload kind {kind!r}; expected one of {', '.join(PAYLOAD_KINDS)}")
         rng = np.random.default_rng(seed)
+        self.kind = kind
         self.pool_bytes = pool_bytes
         self.max_piece = max_piece
         # The tail repeats the head so any piece up to max_piece is one contiguous slice.
         data = np.empty(pool_bytes + max_piece, dtype=np.uint8)
-        data[:pool_bytes] = np.frombuffer(rng.bytes(pool_bytes), dtype=np.uint8)  # ~10x faster than integers()
+        if kind == "synthetic_kv":
+            synthetic_kv_bf16(rng, data[:pool_bytes])
+        else:
+            data[:pool_bytes] = np.frombuffer(rng.bytes(pool_bytes), dtype=np.uint8)  # ~10x faster than integers()
         head = min(max_piece, pool_bytes)
         data[pool_bytes:pool_bytes + head] = data[:head]
         for start in range(pool_bytes + head, pool_bytes + max_piece, pool_bytes):
@@ -44,6 +90,7 @@ class NoisePool:
             data[start:end] = data[: end - start]
         self.data = data
         self._block_index = np.arange(max_piece // BLOCK + 1, dtype=np.uint64)
+        self._scratch = threading.local()  # per thread: the stamp computation's two word arrays
 
     def payload(self, key: str, size: int) -> EntryPayload:
         return EntryPayload(self, key, size)
@@ -68,17 +115,67 @@ class NoisePool:
         full = (n - lead) // BLOCK
         if full > 0:
             words = out[lead:lead + full * BLOCK].view(np.uint64).reshape(full, BLOCK // 8)
-            words[:, 0] = entry_id
-            np.add(self._block_index[:full], np.uint64(first_block), out=words[:, 1])
+            mixed, scratch = self._stamp_arrays(full)
+            np.add(self._block_index[:full], np.uint64(first_block), out=mixed)
+            mix64_array(mixed, scratch)
+            words[:, 1] = mixed
+            np.bitwise_xor(mixed, np.uint64(entry_id), out=mixed)
+            mix64_array(mixed, scratch)
+            words[:, 0] = mixed
         tail_at = lead + full * BLOCK
         if tail_at < n:
             self._partial_stamp(entry_id, first_block + full, 0, out[tail_at:tail_at + STAMP_BYTES])
 
+    def _stamp_arrays(self, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """This thread's two uint64 work arrays for ``count`` stamps (sized once, for the largest piece)."""
+        arrays = getattr(self._scratch, "arrays", None)
+        if arrays is None:
+            size = self._block_index.shape[0]
+            arrays = (np.empty(size, dtype=np.uint64), np.empty(size, dtype=np.uint64))
+            self._scratch.arrays = arrays
+        return arrays[0][:count], arrays[1][:count]
+
     @staticmethod
     def _partial_stamp(entry_id: int, block: int, start: int, out: np.ndarray) -> None:
         """Stamp bytes ``[start, start + len(out))`` of block ``block`` (a piece edge cuts the stamp)."""
-        stamp = np.array([entry_id, block], dtype="<u8").view(np.uint8)
+        stamp = np.array(stamp_words(entry_id, block), dtype="<u8").view(np.uint8)
         out[:] = stamp[start:start + out.shape[0]]
+
+
+#: The synthetic-KV model: per-channel scales over a head dimension of 128, a few outlier channels.
+HEAD_DIM = 128
+OUTLIER_CHANNEL_SHARE = 1 / 32  # KIVI/KVQuant: a few key channels carry most of the magnitude
+OUTLIER_GAIN = 16.0
+STUDENT_T_DOF = 4.0  # heavier tails than a Gaussian, as measured activations have
+_MODEL_BLOCK_VALUES = 1 << 20  # values generated per step, so the float32 scratch stays at 4 MiB
+
+
+def synthetic_kv_bf16(rng: np.random.Generator, out: np.ndarray) -> None:
+    """Fill the uint8 array ``out`` with little-endian BF16 values from an activation-like model.
+
+    Values are laid out token-major over ``HEAD_DIM`` channels, as a KV block of
+    one head is.  Channel c has a log-normal scale (sigma 0.5); one channel in
+    32 is an outlier channel ``OUTLIER_GAIN`` times larger; every token has its
+    own log-normal gain (sigma 0.25); the value is that scale times a Student-t
+    (4 degrees of freedom) draw, rounded to BF16 (round to nearest even).
+    """
+    values = out.shape[0] // 2
+    channel_scale = rng.lognormal(0.0, 0.5, HEAD_DIM).astype(np.float32)
+    outliers = rng.random(HEAD_DIM) < OUTLIER_CHANNEL_SHARE
+    channel_scale[outliers] *= OUTLIER_GAIN
+    words = out[: values * 2].view("<u2")
+    step = _MODEL_BLOCK_VALUES - _MODEL_BLOCK_VALUES % HEAD_DIM
+    for start in range(0, values, step):
+        n = min(step, values - start)
+        tokens = -(-n // HEAD_DIM)
+        draw = rng.standard_t(STUDENT_T_DOF, (tokens, HEAD_DIM)).astype(np.float32)
+        draw *= channel_scale
+        draw *= rng.lognormal(0.0, 0.25, (tokens, 1)).astype(np.float32)
+        bits = draw.reshape(-1)[:n].view(np.uint32)
+        bits += np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))  # round to nearest even
+        words[start:start + n] = bits >> np.uint32(16)
+    if out.shape[0] % 2:
+        out[-1] = 0
 
 
 class EntryPayload:
