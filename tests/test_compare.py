@@ -90,3 +90,59 @@ def test_compare_warns_about_a_run_that_did_not_complete_or_ran_another_model(
         "kvbench: warning: stopped: the run ended interrupted (SIGINT); its figures cover only what it measured",
         "kvbench: warning: other: model llama3.1-70b-instruct, the baseline's is llama3.1-8b: entry sizes differ",
     ]
+
+
+def _with_spec(doc: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """``doc`` with a resolved spec: 20 s, 8 users, one DRAM tier, unless ``fields`` (dotted) say otherwise."""
+    spec: dict[str, Any] = {"duration": 20.0, "requests": None, "warmup": 0, "clients": 1, "verify": False,
+                            "workload": {"users": 8, "users_scope": "per_client", "max_inflight": 16,
+                                         "source": "synthetic", "mode": "mixed", "generation": "none",
+                                         "decode_batch": 32},
+                            "model": {"name": "tiny-1b", "dtype": "bf16", "tp": 1},
+                            "cache": {"promotion": "none", "tiers": [{"name": "dram", "capacity": 1 << 30}]},
+                            "autoscaler": None}
+    for path, value in fields.items():
+        *parents, last = path.split("__")
+        node = spec
+        for part in parents:
+            node = node[part]
+        node[last] = value
+    return {**doc, "spec": {"resolved": spec}}
+
+
+def test_every_spec_difference_that_changes_a_ratio_is_a_warning(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """20 s / 8 users against 10 s / 4 users used to compare silently."""
+    base = _with_spec(_run("base", decode_bytes_read_gb=10.0))
+    other = _with_spec(_run("other", decode_bytes_read_gb=5.0), duration=10.0, workload__users=4)
+    paths = []
+    for name, doc in (("base", base), ("other", other)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(doc))
+        paths.append(str(path))
+    assert main(["compare", *paths]) == 0
+    err = capsys.readouterr().err
+    assert "other: duration 10.0 vs the baseline's 20.0" in err
+    assert "other: workload.users 4 vs the baseline's 8" in err
+    assert len(err.strip().splitlines()) == 2
+
+
+@pytest.mark.parametrize("field", ["warmup", "clients", "workload__max_inflight", "workload__mode",
+                                   "workload__generation", "model__dtype", "cache__promotion", "verify"])
+def test_each_meaningful_field_is_named(field: str) -> None:
+    from kvbench_core.reports.compare import caveats
+
+    base = _with_spec(_run("a"))
+    other = _with_spec(_run("b"), **{field: "changed"})
+    notes = caveats([base, other], ["a", "b"])
+    assert len(notes) == 1 and notes[0].startswith(f"b: {field.replace('__', '.')} 'changed'")
+
+
+def test_the_same_spec_on_another_backend_compares_without_warnings() -> None:
+    from kvbench_core.reports.compare import caveats
+
+    base, other = _with_spec(_run("a")), _with_spec(_run("b"))
+    other["spec"]["resolved"]["cache"]["tiers"][0]["backend"] = "nvme"  # the device is what is compared
+    assert caveats([base, other], ["a", "b"]) == []
+    other["spec"]["resolved"]["cache"]["tiers"][0]["capacity"] = 2 << 30
+    assert "cache tiers (name, capacity)" in caveats([base, other], ["a", "b"])[0]

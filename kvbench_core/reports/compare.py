@@ -75,10 +75,60 @@ def rows_as_json(rows: list[Row], labels: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+#: Resolved-spec fields whose difference changes what a ratio between two results means, and why.
+#: Tier backends and their options are not listed: which device or service is behind a tier is what a
+#: comparison usually compares.
+MEANING_FIELDS: tuple[tuple[str, str], ...] = (
+    ("duration", "totals (requests, bytes, decode GB) cover another length of time"),
+    ("requests", "totals cover another number of requests"),
+    ("warmup", "the measured window starts on a differently warmed cache"),
+    ("clients", "another number of client processes share the storage"),
+    ("workload.users", "another offered load: throughput and latency move with it"),
+    ("workload.users_scope", "users count per client in one, across clients in the other"),
+    ("workload.max_inflight", "another cap on requests in flight"),
+    ("workload.source", "another request stream"),
+    ("workload.mode", "another mix of prefill writes and decode reads"),
+    ("workload.generation", "another generation pacing: end-to-end latency and wall-clock throughput differ"),
+    ("workload.decode_batch", "another number of decode reads per request"),
+    ("model.name", "other entry sizes"),
+    ("model.dtype", "other entry sizes"),
+    ("model.tp", "other per-rank entry sizes"),
+    ("cache.promotion", "another cache policy: hit rates and read tiers differ"),
+    ("autoscaler.name", "users change during one of the runs"),
+    ("verify", "verification adds host work to every read"),
+)
+
+
+def _field(spec: dict[str, Any], path: str) -> Any:
+    node: Any = spec
+    for part in path.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def _tier_chain(spec: dict[str, Any]) -> list[tuple[str, Any]]:
+    return [(t.get("name"), t.get("capacity")) for t in (spec.get("cache") or {}).get("tiers") or []]
+
+
+def spec_differences(base: dict[str, Any], other: dict[str, Any]) -> list[str]:
+    """Every difference between two resolved specs that changes the meaning of a ratio between their
+    results, each as ``field: other vs baseline's value (why)``."""
+    notes = [f"{path} {_field(other, path)!r} vs the baseline's {_field(base, path)!r}: {why}"
+             for path, why in MEANING_FIELDS if _field(base, path) != _field(other, path)]
+    if _tier_chain(base) != _tier_chain(other):
+        shown = ", ".join(f"{name} {capacity}" for name, capacity in _tier_chain(other))
+        notes.append(f"cache tiers (name, capacity) {shown} vs the baseline's "
+                     f"{', '.join(f'{n} {c}' for n, c in _tier_chain(base))}: hit rates and the share each tier "
+                     "serves differ")
+    return notes
+
+
 def caveats(results: list[dict[str, Any]], labels: list[str]) -> list[str]:
     """What makes a column less than a like-for-like comparison: a run that did not complete (its figures
-    cover a partial window, or none) or a different model than the baseline's (other entry sizes)."""
+    cover a partial window, or none), a different model than the baseline's (other entry sizes), and every
+    spec difference that changes what a ratio to the baseline means (``spec_differences``)."""
     notes = []
+    base_spec = (results[0].get("spec") or {}).get("resolved")
     base_model = (results[0].get("model") or {}).get("name")
     for label, result in zip(labels, results, strict=True):
         run = result.get("run") or {}
@@ -88,4 +138,8 @@ def caveats(results: list[dict[str, Any]], labels: list[str]) -> list[str]:
         model = (result.get("model") or {}).get("name")
         if model and base_model and model != base_model:
             notes.append(f"{label}: model {model}, the baseline's is {base_model}: entry sizes differ")
+        spec = (result.get("spec") or {}).get("resolved")
+        if result is not results[0] and isinstance(spec, dict) and isinstance(base_spec, dict):
+            notes += [f"{label}: {note}" for note in spec_differences(base_spec, spec)
+                      if not note.startswith("model.name ")]  # the model line above says it with entry sizes
     return notes
