@@ -87,6 +87,13 @@ def segment_key(key: str, index: int) -> str:
     return key if index == 0 else f"{key}.kvc{index}"
 
 
+def demotion_source(source: Any) -> Any:
+    """The cache's ``TierSource`` under any wrappers (a cancellable source forwards reads, not writes)."""
+    while "inner" in getattr(type(source), "__slots__", ()):
+        source = source.inner
+    return source
+
+
 def corrupt(key: str, why: str) -> OSError:
     return OSError(errno.EIO, f"codec frame of {key!r} is corrupt: {why}")
 
@@ -235,7 +242,7 @@ class CodecTier(StorageBackend):
             encoded = np.frombuffer(self._encoded.get(segment.physical), dtype=np.uint8)
             t0 = time.perf_counter()
             upper.inner.read_range(segment_key(key, index), 0, memoryview(encoded))
-            source.read_seconds += time.perf_counter() - t0  # the cache counts this as the upper tier's read
+            demotion_source(source).read_seconds += time.perf_counter() - t0  # booked as the upper tier's read
             timing = self.inner.write(segment_key(key, index), ArraySource(encoded))
             host += timing.host
             device += timing.device

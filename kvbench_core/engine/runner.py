@@ -193,7 +193,8 @@ class Runner:
             state.source = source
             tiers = self._build_tiers(workers)
             max_piece = max(int(t.backend.transfer_size) for t in tiers)
-            pool = NoisePool(spec["seed"], pool_bytes=32 << 20, max_piece=max(max_piece, 1 << 20))
+            pool = NoisePool(spec["seed"], pool_bytes=32 << 20, max_piece=max(max_piece, 1 << 20),
+                             kind=spec.get("payload", "random"))
             policy = EvictionPolicy(**spec["cache"]["eviction"])
             cache = MultiTierCache(tiers, telemetry, pool.payload, policy=policy, promotion=spec["cache"]["promotion"])
             self.cache = cache

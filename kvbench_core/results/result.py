@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from kvbench_core import __version__
+from kvbench_core.codecs.figures import tensor_declaration, tier_codec
 from kvbench_core.contracts.plugins import plugin_versions
 from kvbench_core.contracts.workload import DEFAULT_QOS
 from kvbench_core.engine.histogram import LatencyHistogram
@@ -59,6 +60,7 @@ def _tier_metrics(state: RunState) -> dict[str, Any]:
             "write": ops["write"].to_dict(),
             "reads_served": telemetry.read_hits.get(tier.name, 0),
         }
+        out[tier.name]["codec"] = tier_codec(out[tier.name])
         counters = getattr(tier.backend, "counters", None)
         if callable(counters):
             out[tier.name]["counters"] = counters()
@@ -201,7 +203,7 @@ def _detected_declaration(state: RunState, spec: dict[str, Any], tiers: dict[str
         "access": {"per_tier": access, "queue_depth": spec["workload"]["max_inflight"] or "unlimited",
                    "scheduler_integration": "synchronous per request (reads before prefill, no preloading)",
                    "preloading": False},
-        "tensor": {"kv_dtype": getattr(model, "dtype", None), "codec": "none", "lossless": True},
+        "tensor": tensor_declaration(tiers, getattr(model, "dtype", None)),
         "workload": {"input_length_mean": workload["input_length"]["mean"],
                      "input_length_p99": workload["input_length"]["p99"],
                      "prefix_reuse_rate": workload["prefix_reuse_rate"],
