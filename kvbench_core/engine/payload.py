@@ -171,11 +171,17 @@ def synthetic_kv_bf16(rng: np.random.Generator, out: np.ndarray) -> None:
         draw = rng.standard_t(STUDENT_T_DOF, (tokens, HEAD_DIM)).astype(np.float32)
         draw *= channel_scale
         draw *= rng.lognormal(0.0, 0.25, (tokens, 1)).astype(np.float32)
-        bits = draw.reshape(-1)[:n].view(np.uint32)
-        bits += np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))  # round to nearest even
-        words[start:start + n] = bits >> np.uint32(16)
+        round_to_bf16(draw.reshape(-1)[:n], words[start:start + n])
     if out.shape[0] % 2:
         out[-1] = 0
+
+
+def round_to_bf16(values: np.ndarray, out: np.ndarray) -> None:
+    """Round float32 ``values`` (overwritten) to BF16 bit patterns in the uint16 array ``out``:
+    round to nearest, ties to even, as torch's ``.to(torch.bfloat16)`` does (finite values)."""
+    bits = values.view(np.uint32)
+    bits += np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+    np.right_shift(bits, np.uint32(16), out=out, casting="unsafe")
 
 
 class EntryPayload:
