@@ -97,6 +97,9 @@ class S3Backend(ClientBackend):
                              "description": "botocore attempts per request (standard retry mode)"},
             "connect_timeout": {**_DURATION, "default": "10s"},
             "read_timeout": {**_DURATION, "default": "60s"},
+            "complete_timeout": {**_DURATION, "default": "15m",
+                                 "description": "how long CompleteMultipartUpload may take (the server assembles "
+                                                "the object meanwhile: minutes for a large one); one attempt"},
             "checksum": {"enum": ["when_supported", "when_required"], "default": "when_supported",
                          "description": "botocore request checksums; some S3-compatible stores need when_required"},
         },
@@ -112,6 +115,7 @@ class S3Backend(ClientBackend):
         self.endpoint = options.get("endpoint_url", "AWS S3")
         self.identity_source = "none"
         self._client: Any = None
+        self._finisher: Any = None  # the client for CompleteMultipartUpload: long read timeout, no retry
         self._helpers: ThreadPoolExecutor | None = None
         self._local = threading.local()  # the send time of this thread's request in flight
         self._buffers = ThreadBuffers()  # one part-sized buffer per thread, reused by every request
@@ -167,6 +171,13 @@ class S3Backend(ClientBackend):
         )
         self._client = session.client("s3", endpoint_url=self.options.get("endpoint_url"), config=config)
         self._client.meta.events.register("before-send.s3", self._on_send)
+        # A retried Complete races the first one still assembling the object: moto answers it with a 500
+        # ("seek of closed file", the parts disposed under it), and any server may redo minutes of work.
+        # So Complete gets the time it needs, and one attempt.
+        finish = config.merge(Config(retries={"mode": "standard", "total_max_attempts": 1},
+                                     read_timeout=parse_duration(self.options.get("complete_timeout", "15m"))))
+        self._finisher = session.client("s3", endpoint_url=self.options.get("endpoint_url"), config=finish)
+        self._finisher.meta.events.register("before-send.s3", self._on_send)
         self.endpoint = self._client.meta.endpoint_url
         if self.max_concurrency > 1:
             self._helpers = ThreadPoolExecutor(connections - self.context.concurrency,
@@ -197,6 +208,9 @@ class S3Backend(ClientBackend):
         if self._client is not None:
             self._client.close()
             self._client = None
+        if self._finisher is not None:
+            self._finisher.close()
+            self._finisher = None
         if self._mask is not None:
             self._mask.detach()
             self._mask = None
@@ -227,7 +241,8 @@ class S3Backend(ClientBackend):
             parts_host, parts_device = self._each_part(count, part)
             manifest = [{"ETag": etag, "PartNumber": number} for number, etag in enumerate(etags, 1)]
             _, done_host, done_device = self._call("complete_multipart_upload", Bucket=self.bucket, Key=name,
-                                                   UploadId=upload, MultipartUpload={"Parts": manifest})
+                                                   UploadId=upload, MultipartUpload={"Parts": manifest},
+                                                   client=self._finisher)
         except BaseException:
             with suppress(Exception):  # best effort: cleanup aborts leftover uploads under the prefix anyway
                 self._call("abort_multipart_upload", Bucket=self.bucket, Key=name, UploadId=upload)
@@ -346,13 +361,13 @@ class S3Backend(ClientBackend):
                 helper.result()
         return totals[0], totals[1]
 
-    def _call(self, operation: str, **params: Any) -> tuple[Any, float, float]:
+    def _call(self, operation: str, client: Any = None, **params: Any) -> tuple[Any, float, float]:
         """One S3 request: (response, host seconds, device seconds), counted by operation."""
         with self._count_lock:
             self._requests[operation] += 1
         self._local.sent = None
         start = time.perf_counter()
-        reply = getattr(self._client, operation)(**params)
+        reply = getattr(client or self._client, operation)(**params)
         end = time.perf_counter()
         sent = self._local.sent or end
         return reply, sent - start, end - sent
@@ -387,6 +402,7 @@ class S3Backend(ClientBackend):
             "part_size": self.part_size,
             "max_concurrency": self.max_concurrency,
             "max_attempts": self.options.get("max_attempts", 3),
+            "complete_timeout_s": parse_duration(self.options.get("complete_timeout", "15m")),
             "checksum": self.options.get("checksum", "when_supported"),
             "identity_source": self.identity_source,  # not "credentials_…": the result redactor masks those keys
             "profile": self.options.get("profile"),
