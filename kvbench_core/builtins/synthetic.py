@@ -161,13 +161,15 @@ class SyntheticSource(WorkloadSource):
 
     # -- set-up ----------------------------------------------------------------------------------------
     def _make_prefix_prompts(self) -> list[tuple[str, int]]:
-        """(content-hash key, token count) per shared system prompt, deterministic under the seed."""
-        rng = np.random.default_rng([self.context.seed, 0x5157])
+        """(content-hash key, token count) per shared system prompt.  The count follows from the prompt's
+        content, not the seed: clients of one run have their own seeds, and a shared tier must see one size
+        for one key (issue 19: differing sizes of one key were a size mismatch in a shared Redis)."""
         low, high = self.prefix["prefix_tokens"]
         prompts = []
         for i in range(int(self.prefix["prompts"])):
             text = SYSTEM_PROMPTS[i % len(SYSTEM_PROMPTS)] + ("" if i < len(SYSTEM_PROMPTS) else f" #{i}")
             digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+            rng = np.random.default_rng([int(digest, 16), 0x5157])
             prompts.append((f"kv_system_{digest}", int(rng.integers(low, high + 1))))
         return prompts
 

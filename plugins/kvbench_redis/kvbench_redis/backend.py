@@ -23,6 +23,7 @@ a reply out without it.
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -48,6 +49,9 @@ READ_AHEAD = 64 << 20
 UNLINK_BATCH = 512
 #: Parts unlinked per round when deleting an entry whose part count this process does not know.
 PROBE_PARTS = 16
+#: The entries the shipped workloads name by their content, the same in every client: the synthetic source's
+#: system prompts and the Mooncake trace's prefix blocks.  A conversation's turns are not among them.
+SHARED_KEY_PREFIXES = ("kv_system_", "mc_block_")
 
 _SIZE: dict[str, Any] = {
     "oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_PATTERN}],
@@ -94,7 +98,14 @@ class RedisBackend(ClientBackend):
             "part_size": {**_SIZE, "description": "largest value per key; default: the server's proto-max-bulk-len"},
             "ttl": {**_DURATION, "description": "expire entries after this long (0: never)"},
             "shared_namespace": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$",
-                                 "description": "a fixed key namespace shared by every process that names it"},
+                                 "description": "a fixed key namespace shared by every process that names it, "
+                                                "for the entries shared_keys selects"},
+            "shared_keys": {"type": "array", "minItems": 1, "maxItems": 64, "uniqueItems": True,
+                            "items": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,64}$"},
+                            "default": list(SHARED_KEY_PREFIXES),
+                            "description": "key prefixes of the entries that are the same in every client (shared "
+                                           "prefixes: system prompts, Mooncake blocks); every other entry stays "
+                                           "private to its run"},
             "connect_timeout": {**_DURATION, "default": "5s"},
             "socket_timeout": {**_DURATION, "default": "30s"},
         },
@@ -105,7 +116,11 @@ class RedisBackend(ClientBackend):
         self.endpoint = Endpoint.from_options(options, where=f"tier '{context.tier_name}': options")
         self.cluster = bool(options.get("cluster", False))
         self.namespace = options.get("shared_namespace")
-        self.key_prefix = f"kvbench:shared:{self.namespace}:" if self.namespace else f"kvbench:{context.run_id}:"
+        # Only the shared entries go under the shared namespace: every client has its own u5_c1_turn_1,
+        # and those collided there (a KeyError, a size mismatch) when the namespace held every key.
+        self.key_prefix = f"kvbench:{context.run_id}:"
+        self.shared_prefix = f"kvbench:shared:{self.namespace}:" if self.namespace else None
+        self.shared_keys = tuple(options.get("shared_keys", SHARED_KEY_PREFIXES))
         self.pool_size = max(1, context.concurrency)
         self._requested_part_size = parse_size(options["part_size"]) if "part_size" in options else None
         self.ttl = parse_duration(options.get("ttl", 0))
@@ -209,8 +224,8 @@ class RedisBackend(ClientBackend):
             first += batch
 
     def lookup(self, key: str) -> int | None:
-        """In a shared namespace, the size of an entry another client stored (sum of its parts)."""
-        if not self.namespace:
+        """In a shared namespace, the size of a shared entry another client stored (sum of its parts)."""
+        if not self._is_shared(key):
             return None
         total = index = 0
         while True:
@@ -324,8 +339,12 @@ class RedisBackend(ClientBackend):
         finally:
             pool.release(connection)
 
+    def _is_shared(self, key: str) -> bool:
+        return self.shared_prefix is not None and key.startswith(self.shared_keys)
+
     def _part_key(self, key: str, index: int) -> str:
-        return f"{self.key_prefix}{{{key}}}:p{index}"
+        prefix = self.shared_prefix if self._is_shared(key) else self.key_prefix
+        return f"{prefix}{{{key}}}:p{index}"
 
     def _part_count(self, size: int) -> int:
         return max(1, -(-size // self.part_size))
@@ -379,17 +398,18 @@ class RedisBackend(ClientBackend):
             "ttl_s": self.ttl or None,
             "namespace": f"shared:{self.namespace}" if self.namespace else "per-run",
             "key_prefix": self.key_prefix,
+            **({"shared_key_prefix": self.shared_prefix, "shared_keys": list(self.shared_keys)}
+               if self.shared_prefix else {}),
         }
 
     def _cleanup(self) -> None:
-        """Unlink this run's keys, or in a shared namespace the entries this process wrote; never FLUSH."""
-        if self.namespace:
-            with self._lock:
-                owned = list(self._parts.items())
-                self._parts.clear()
-            keys: Iterable[Any] = (self._part_key(key, i) for key, count in owned for i in range(count))
-        else:
-            keys = self._client.scan_iter(match=_glob_escape(self.key_prefix) + "*", count=1000)
+        """Unlink this run's keys and the shared entries this process wrote; never FLUSH."""
+        with self._lock:
+            shared = [(key, count) for key, count in self._parts.items() if self._is_shared(key)]
+            self._parts.clear()
+        keys: Iterable[Any] = itertools.chain(
+            (self._part_key(key, i) for key, count in shared for i in range(count)),
+            self._client.scan_iter(match=_glob_escape(self.key_prefix) + "*", count=1000))
         for batch in _batches(keys, UNLINK_BATCH):
             self._client.unlink(*batch)
 

@@ -53,7 +53,8 @@ class TestRedisConformance(BackendConformance):
 
 
 def part_keys(server: RedisServer, backend: RedisBackend, key: str) -> list[str]:
-    return sorted(k.decode() for k in server.client().scan_iter(match=f"{backend.key_prefix}{{{key}}}:p*"))
+    prefix = backend.shared_prefix if backend._is_shared(key) else backend.key_prefix
+    return sorted(k.decode() for k in server.client().scan_iter(match=f"{prefix}{{{key}}}:p*"))
 
 
 @pytest.mark.parametrize("size", [1, PART - 1, PART, PART + 1, 3 * PART + 17])
@@ -111,9 +112,10 @@ def test_deleting_an_entry_another_process_wrote_finds_all_its_parts(
         redis_server: RedisServer, open_backend: Open, pool: NoisePool) -> None:
     options = {"port": redis_server.port, "part_size": PART, "shared_namespace": "probe-delete"}
     writer, other = open_backend(options), open_backend(options)
-    writer.write("shared", pool.payload("shared", 40 * PART))  # more parts than one probe round
-    other.delete("shared")
-    assert part_keys(redis_server, writer, "shared") == []
+    # (issue 19: only shared entries, named by their content, live in the shared namespace)
+    writer.write("kv_system_1", pool.payload("kv_system_1", 40 * PART))  # more parts than one probe round
+    other.delete("kv_system_1")
+    assert part_keys(redis_server, writer, "kv_system_1") == []
 
 
 def test_read_range_spans_parts(redis_server: RedisServer, open_backend: Open, pool: NoisePool) -> None:
@@ -296,7 +298,7 @@ def test_url_forms_resolve_to_endpoints() -> None:
     unix = create_backend(tier(url="unix:///run/redis.sock?db=4"), context)
     assert (str(unix.endpoint), unix.endpoint.db) == ("unix:/run/redis.sock", 4)
     shared = create_backend(tier(shared_namespace="prompts"), context)
-    assert shared.key_prefix == "kvbench:shared:prompts:"
+    assert shared.shared_prefix == "kvbench:shared:prompts:"  # was key_prefix: private keys now stay per-run
 
 
 def test_the_plugin_is_found_through_its_entry_point_without_importing_redis() -> None:
@@ -304,3 +306,24 @@ def test_the_plugin_is_found_through_its_entry_point_without_importing_redis() -
     probe = ("import sys, kvbench_redis.plugin as p; p.kvbench_storage_backends(); "
              "assert 'redis' not in sys.modules, 'redis imported at selection'")
     subprocess.run([sys.executable, "-c", probe], check=True)
+
+
+def test_a_shared_namespace_shares_only_the_prefix_entries(redis_server: RedisServer, open_backend: Open,
+                                                           pool: NoisePool) -> None:
+    """Issue 19: with every key in the shared namespace, three clients' own ``u5_c1_turn_1`` collided
+    (a KeyError on a shared key, a size mismatch).  Private entries stay under each run's prefix."""
+    options = {"port": redis_server.port, "part_size": PART, "shared_namespace": "only-prefix"}
+    first, second = open_backend(options, run_id="client-0"), open_backend(options, run_id="client-1")
+    first.write("u5_c1_turn_1", pool.payload("u5_c1_turn_1", 3 * PART))
+    second.write("u5_c1_turn_1", pool.payload("u5_c1_turn_1", PART + 1))  # another size: no collision
+    first.read("u5_c1_turn_1", 3 * PART, DISCARD)
+    second.read("u5_c1_turn_1", PART + 1, DISCARD)
+    assert second.lookup("u5_c1_turn_1") is None  # never adopted from another client
+    for shared in ("kv_system_0123456789abcdef", "mc_block_42"):
+        first.write(shared, pool.payload(shared, 2 * PART))
+        assert second.lookup(shared) == 2 * PART
+    assert part_keys(redis_server, first, "u5_c1_turn_1") == [f"kvbench:client-0:{{u5_c1_turn_1}}:p{i}"
+                                                              for i in range(3)]
+    first.close()
+    assert part_keys(redis_server, second, "kv_system_0123456789abcdef") == []  # the writer removed its own
+    assert len(part_keys(redis_server, second, "u5_c1_turn_1")) == 2

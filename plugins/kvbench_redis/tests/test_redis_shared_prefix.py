@@ -23,7 +23,7 @@ def client(role: str, server: RedisServer, namespace: str, key: str) -> subproce
 
 
 def test_an_entry_written_by_one_process_is_hit_by_the_others(redis_server: RedisServer) -> None:
-    namespace, key = "prefix-test", "system-prompt-7f3a"
+    namespace, key = "prefix-test", "kv_system_7f3a"  # a shared (content-named) entry
     stored = redis_server.client()
     writer = client("write", redis_server, namespace, key)
     try:
