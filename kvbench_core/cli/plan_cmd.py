@@ -9,6 +9,7 @@ from typing import Any
 from rich.table import Table
 
 from kvbench_core.cli.console import console
+from kvbench_core.codecs.projection import CodecProjection, projection_from_result
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.kvio.commands import DEFAULT_ALIGN, DEFAULT_MAX_TRANSFER, DEFAULT_STORE_HEADER_BYTES, TransferGeometry
 from kvbench_core.kvio.manifest import PLAN_FORMAT, VERSION
@@ -31,6 +32,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_geometry_arguments(parser)
     parser.add_argument("--prefill-tokens-per-sec", type=float,
                         help="prefill rate R: report the bandwidth above which loading beats recomputing")
+    codec = parser.add_argument_group("codec", "store objects encoded: a declared codec, or one a run measured")
+    codec.add_argument("--codec-ratio", type=float, help="logical / physical bytes, e.g. 1.38")
+    codec.add_argument("--codec-decode-bytes-per-sec", type=float,
+                       help="decode rate of one core in logical bytes/s (decode after each load)")
+    codec.add_argument("--codec-from", metavar="RESULT", help="a kvbench result whose tier ran a codec: its "
+                                                             "measured ratio and per-core decode rate")
+    codec.add_argument("--codec-decode-cores", type=int, default=1,
+                       help="cores decoding one object's chunks in parallel (default 1, as kvbench's stage)")
+    codec.add_argument("--codec-tier", help="which tier of --codec-from (default: the first with a codec)")
     parser.add_argument("--record", metavar="MANIFEST", help="write the object manifest for replay/validate here")
     parser.add_argument("--json", action="store_true", help="print the plan (with its manifest) as JSON")
     parser.set_defaults(handler=handle)
@@ -66,7 +76,7 @@ def handle(args: argparse.Namespace) -> int:
     model = resolve_model(args.model or "", args.dtype, args.tp, config=args.config)
     geometry = geometry_from(args)
     manifest = build_manifest(model, geometry, args.chunk_tokens, tokens=args.tokens, num_chunks=args.num_chunks)
-    summary = summarize(manifest, args.prefill_tokens_per_sec)
+    summary = summarize(manifest, args.prefill_tokens_per_sec, codec_from(args))
     if args.record:
         manifest.write(args.record)
     if args.json:
@@ -77,6 +87,23 @@ def handle(args: argparse.Namespace) -> int:
         if args.record:
             console().print(f"manifest: {args.record} ({len(manifest.objects)} objects)")
     return 0
+
+
+def codec_from(args: argparse.Namespace) -> CodecProjection | None:
+    """The codec the plan assumes: measured (--codec-from) or declared (--codec-ratio), or none."""
+    if args.codec_from and args.codec_ratio is not None:
+        raise SpecError("give either --codec-from RESULT or --codec-ratio, not both")
+    if args.codec_from:
+        from kvbench_core.results.result import read_result
+
+        return projection_from_result(read_result(args.codec_from), args.codec_tier, path=args.codec_from,
+                                      decode_cores=args.codec_decode_cores)
+    if args.codec_tier or (args.codec_decode_bytes_per_sec is not None and args.codec_ratio is None):
+        raise SpecError("--codec-tier and --codec-decode-bytes-per-sec need a codec: --codec-from or --codec-ratio")
+    if args.codec_ratio is None:
+        return None
+    return CodecProjection(ratio=args.codec_ratio, decode_bytes_per_s=args.codec_decode_bytes_per_sec,
+                           decode_cores=args.codec_decode_cores)
 
 
 def _size(nbytes: float) -> str:
@@ -100,6 +127,19 @@ def render(summary: dict[str, Any]) -> None:
                         str(row["store_commands"]), str(row["load_commands"]),
                         f"{row['store_device_bytes']:,}", f"{row['load_device_bytes']:,}")
     out.print(objects)
+    if "codec" in summary:
+        codec = summary["codec"]
+        decode = codec["decode_bytes_per_s"]
+        rate = f"{format_bytes(decode)}/s per core x {codec['decode_cores']}" if decode else "not given (0 s)"
+        out.print(f"codec: {codec['name']} ({codec['source']}), ratio {codec['ratio']:.3f}, decode {rate}")
+        encoded = Table("payload per object", "encoded", "store cmds", "load cmds", "store device bytes",
+                        "load device bytes", title="objects stored encoded")
+        for row in summary["object_classes"]:
+            encoded.add_row(_size(row["payload_bytes"]), _size(row["encoded_bytes"]),
+                            str(row["encoded_store_commands"]), str(row["encoded_load_commands"]),
+                            f"{row['encoded_store_device_bytes']:,}",
+                            f"{row['encoded_load_device_bytes']:,}")
+        out.print(encoded)
     sizes = Table("command size (log2 bin)", "store", "load", title="command sizes")
     for row in summary["command_sizes"]:
         sizes.add_row(f"≥ {format_bytes(row['bin_bytes'])}", f"{row['store']:,}", f"{row['load']:,}")
@@ -117,11 +157,18 @@ def render(summary: dict[str, Any]) -> None:
     out.print(table)
     if "load_vs_recompute" in summary:
         recompute = summary["load_vs_recompute"]
-        table = Table("payload per object", "tokens", "recompute", "break-even per object", "break-even all ranks",
+        coded = "codec" in summary
+        columns = ["payload per object", "tokens", "recompute", "break-even per object", "break-even all ranks"]
+        table = Table(*columns, *(["decode", "with codec: device per object"] if coded else []),
                       title=f"load vs recompute at {recompute['prefill_tokens_per_sec']:,.0f} prefill tokens/s")
         for row in recompute["classes"]:
-            table.add_row(_size(row["payload_bytes"]), str(row["tokens"]), f"{row['recompute_s'] * 1e3:.2f} ms",
-                          f"{format_bytes(row['breakeven_bytes_per_s'])}/s",
-                          f"{format_bytes(row['breakeven_bytes_per_s_all_ranks'])}/s")
+            cells = [_size(row["payload_bytes"]), str(row["tokens"]), f"{row['recompute_s'] * 1e3:.2f} ms",
+                     f"{format_bytes(row['breakeven_bytes_per_s'])}/s",
+                     f"{format_bytes(row['breakeven_bytes_per_s_all_ranks'])}/s"]
+            if coded:
+                device = row["breakeven_device_bytes_per_s_with_codec"]
+                cells += [f"{row['decode_s'] * 1e3:.2f} ms",
+                          f"{format_bytes(device)}/s" if device else "never: decoding alone is slower"]
+            table.add_row(*cells)
         out.print(table)
         out.print("loading beats recomputing when the storage path sustains more than the break-even bandwidth")

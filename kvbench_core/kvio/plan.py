@@ -15,6 +15,7 @@ import re
 from collections import Counter
 from typing import Any
 
+from kvbench_core.codecs.projection import CodecProjection
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.kvio.commands import OPS, TransferGeometry, log2_histogram, total_bytes
 from kvbench_core.kvio.manifest import KVObject, Manifest
@@ -76,14 +77,17 @@ def planned_commands(manifest: Manifest) -> dict[str, Counter[int]]:
     return totals
 
 
-def recompute_breakeven(manifest: Manifest, prefill_tokens_per_sec: float) -> list[dict[str, Any]]:
+def recompute_breakeven(manifest: Manifest, prefill_tokens_per_sec: float,
+                        codec: CodecProjection | None = None) -> list[dict[str, Any]]:
     """Per object class, the storage bandwidth above which loading its KV beats recomputing it.
 
     Recomputing ``tokens`` tokens takes ``tokens / R`` seconds at a prefill rate of
     ``R`` tokens/s, so loading wins when ``bytes / bandwidth`` is shorter:
     ``bandwidth > bytes * R / tokens``.  Under TP every rank loads its own
     object in parallel, so the per-object figure is what each rank's storage path
-    must sustain; ``all_ranks`` is the aggregate.
+    must sustain; ``all_ranks`` is the aggregate.  With a ``codec``, the ``*_with_codec`` figures are the
+    device bandwidth needed when the object is stored encoded and decoded after each load
+    (kvbench_core.codecs.projection); None where decoding alone is slower than recomputing.
     """
     if prefill_tokens_per_sec <= 0:
         raise SpecError(f"--prefill-tokens-per-sec must be > 0, got {prefill_tokens_per_sec}")
@@ -93,9 +97,16 @@ def recompute_breakeven(manifest: Manifest, prefill_tokens_per_sec: float) -> li
         if not tokens:
             raise SpecError("the manifest's objects carry no token counts, so recompute time is unknown")
         recompute_s = tokens / prefill_tokens_per_sec
-        rows.append({"payload_bytes": nbytes, "tokens": tokens, "objects": count, "recompute_s": recompute_s,
-                     "breakeven_bytes_per_s": nbytes / recompute_s,
-                     "breakeven_bytes_per_s_all_ranks": nbytes * per_chunk / recompute_s})
+        row = {"payload_bytes": nbytes, "tokens": tokens, "objects": count, "recompute_s": recompute_s,
+               "breakeven_bytes_per_s": nbytes / recompute_s,
+               "breakeven_bytes_per_s_all_ranks": nbytes * per_chunk / recompute_s}
+        if codec is not None:
+            device = codec.breakeven_bytes_per_s(nbytes, recompute_s)
+            row.update({"encoded_bytes": codec.encoded_bytes(nbytes), "decode_s": codec.decode_s(nbytes),
+                        "breakeven_device_bytes_per_s_with_codec": device,
+                        "breakeven_device_bytes_per_s_all_ranks_with_codec":
+                            None if device is None else device * per_chunk})
+        rows.append(row)
     return rows
 
 
@@ -110,8 +121,10 @@ def _fragmentation(commands: Counter[int], geometry: TransferGeometry, payload: 
             "fill_ratio": mean / geometry.max_transfer, "overhead_bytes": device - payload}
 
 
-def summarize(manifest: Manifest, prefill_tokens_per_sec: float | None = None) -> dict[str, Any]:
-    """Everything ``kvbench plan`` reports, computed from a manifest (fresh or recorded)."""
+def summarize(manifest: Manifest, prefill_tokens_per_sec: float | None = None,
+              codec: CodecProjection | None = None) -> dict[str, Any]:
+    """Everything ``kvbench plan`` reports, computed from a manifest (fresh or recorded); with a ``codec``,
+    each object class also has the commands and device bytes of its encoded form."""
     geometry = manifest.geometry
     classes = []
     for (nbytes, tokens), count in _object_classes(manifest):
@@ -119,6 +132,8 @@ def summarize(manifest: Manifest, prefill_tokens_per_sec: float | None = None) -
         classes.append({"payload_bytes": nbytes, "tokens": tokens, "objects": count,
                         "store_commands": sum(store.values()), "load_commands": sum(load.values()),
                         "store_device_bytes": total_bytes(store), "load_device_bytes": total_bytes(load)})
+        if codec is not None:
+            classes[-1].update(_encoded_class(geometry, codec, nbytes))
     commands = planned_commands(manifest)
     payload = sum(obj.nbytes for obj in manifest.objects)
     histograms = {op: log2_histogram(commands[op]) for op in OPS}
@@ -134,7 +149,20 @@ def summarize(manifest: Manifest, prefill_tokens_per_sec: float | None = None) -
                    **{f"{op}_device_bytes": total_bytes(commands[op]) for op in OPS}},
         "fragmentation": {op: _fragmentation(commands[op], geometry, payload) for op in OPS},
     }
+    if codec is not None:
+        summary["codec"] = codec.to_dict()
+        summary["totals"].update({f"encoded_{op}_device_bytes": sum(row[f"encoded_{op}_device_bytes"] * row["objects"]
+                                                                    for row in classes) for op in OPS})
     if prefill_tokens_per_sec is not None:
         summary["load_vs_recompute"] = {"prefill_tokens_per_sec": prefill_tokens_per_sec,
-                                        "classes": recompute_breakeven(manifest, prefill_tokens_per_sec)}
+                                        "classes": recompute_breakeven(manifest, prefill_tokens_per_sec, codec)}
     return summary
+
+
+def _encoded_class(geometry: TransferGeometry, codec: CodecProjection, nbytes: int) -> dict[str, Any]:
+    """An object class's commands and device bytes when it is stored encoded."""
+    encoded = codec.encoded_bytes(nbytes)
+    store, load = geometry.store_commands(encoded), geometry.load_commands(encoded)
+    return {"encoded_bytes": encoded, "encoded_store_commands": sum(store.values()),
+            "encoded_load_commands": sum(load.values()), "encoded_store_device_bytes": total_bytes(store),
+            "encoded_load_device_bytes": total_bytes(load)}
