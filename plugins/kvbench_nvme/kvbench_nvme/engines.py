@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import errno
 import itertools
-import mmap
 import os
 import threading
 import time
@@ -32,6 +31,7 @@ from typing import Protocol
 
 from kvbench_core.contracts.backend import ByteSink, ByteSource
 from kvbench_nvme.accounting import Phase
+from kvbench_nvme.buffers import Region
 from kvbench_nvme.uring import ALIGN, Ring
 
 FILL_AHEAD = 1  # write workers beyond queue_depth: one fills the next piece while queue_depth pwrites are in flight
@@ -54,7 +54,8 @@ class EngineSettings:
 
 
 class IOLogger(Protocol):
-    def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float) -> None: ...
+    def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float,
+               requested: int | None = None, align: int | None = None) -> None: ...
 
 
 class Engine(Protocol):
@@ -129,11 +130,11 @@ class PsyncEngine:
 
     def buffer(self) -> memoryview:
         """This thread's reusable, page-aligned transfer buffer (created on the thread's first use)."""
-        view = getattr(self._buffers, "view", None)
-        if view is None:
-            view = memoryview(mmap.mmap(-1, align_up(self.settings.transfer_size)))
-            self._buffers.view = view
-        return view
+        region = getattr(self._buffers, "region", None)
+        if region is None:
+            region = Region(align_up(self.settings.transfer_size))  # huge-page backed from 1 MiB (buffers.py)
+            self._buffers.region = region
+        return region.view
 
     def write(self, fd: int, key: str, source: ByteSource, size: int, phase: Phase, log: IOLogger | None) -> None:
         def piece(view: memoryview, offset: int, n: int) -> None:
@@ -145,8 +146,9 @@ class PsyncEngine:
                     written = os.pwrite(fd, view[done:length], offset + done)
                     t2 = time.perf_counter()
                     phase.io.append((t1, t2))
-                    if log is not None:
-                        log.record(key, "write", offset + done, written, t1, t2)
+                    if log is not None:  # an O_DIRECT tail is written zero-padded to ALIGN
+                        log.record(key, "write", offset + done, written, t1, t2,
+                                   *((length - done, ALIGN) if length != n else ()))
                     if written <= 0:
                         raise OSError(errno.EIO, f"pwrite wrote nothing at offset {offset + done}")
                     done += written
@@ -165,8 +167,9 @@ class PsyncEngine:
                     count = os.preadv(fd, [view[got:length]], offset + got)
                     t2 = time.perf_counter()
                     phase.io.append((t1, t2))
-                    if log is not None:  # O_DIRECT: the device read whole blocks even where the file ends
-                        log.record(key, "read", offset + got, align_up(count) if direct else count, t1, t2)
+                    if log is not None:  # what preadv returned; an O_DIRECT tail asked for the aligned length
+                        log.record(key, "read", offset + got, count, t1, t2,
+                                   *((length - got, ALIGN) if length != n else ()))
                     if count <= 0:
                         raise short_read(offset + got, size)
                     got += count
@@ -336,9 +339,9 @@ class UringEngine:
                 command = in_flight.pop(buffer)
                 now = time.perf_counter()
                 phase.io.append((command.submitted, now))
-                moved = align_up(result) if result > 0 and not write and self.settings.direct else result
-                if log is not None and result >= 0:
-                    log.record(key, op, command.offset + command.done, moved, command.submitted, now)
+                if log is not None and result >= 0:  # what the kernel returned; a padded tail asked for more
+                    log.record(key, op, command.offset + command.done, result, command.submitted, now,
+                               *((command.length - command.done, ALIGN) if command.length != command.n else ()))
                 if result < 0:
                     error = error or OSError(-result, f"io_uring {op} at offset {command.offset + command.done}: "
                                                       f"{os.strerror(-result)}")

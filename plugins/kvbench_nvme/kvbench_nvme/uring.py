@@ -21,6 +21,9 @@ reduce to; elsewhere such a kernel is refused, naming why.  A consequence of
 ``SINGLE_ISSUER``: a ring belongs to the thread that created it (the engine
 keeps one per thread).
 
+Buffers are ``kvbench_nvme.buffers.Region``s: page aligned, huge-page backed
+from 1 MiB so a command is one segment per 2 MiB at the device.
+
 The GIL is released inside every syscall (ctypes' ``CDLL`` does that), so a
 thread waiting for completions does not block the others.
 """
@@ -35,6 +38,8 @@ import os
 import platform
 import struct
 from collections.abc import Iterator
+
+from kvbench_nvme.buffers import Region
 
 ALIGN = 4096
 
@@ -132,8 +137,7 @@ class Ring:
     def __init__(self, entries: int, buffer_count: int, buffer_size: int) -> None:
         self.fd = -1
         self._maps: list[mmap.mmap] = []
-        self._buffer_region: mmap.mmap | None = None
-        self._anchor: ctypes.c_char | None = None
+        self._buffer_region: Region | None = None
         try:
             self._setup(entries)
             self._register_buffers(buffer_count, buffer_size)
@@ -192,10 +196,9 @@ class Ring:
 
     def _register_buffers(self, count: int, size: int) -> None:
         stride = -(-size // ALIGN) * ALIGN
-        region = mmap.mmap(-1, stride * count)
+        region = Region(stride * count)  # huge-page backed from 1 MiB: one segment per 2 MiB (buffers.py)
         self._buffer_region = region
-        self._anchor = ctypes.c_char.from_buffer(region)
-        base = ctypes.addressof(self._anchor)
+        base = region.address
         vectors = (_Iovec * count)(*(_Iovec(base + index * stride, size) for index in range(count)))
         try:
             _syscall(SYS_IO_URING_REGISTER, self.fd, REGISTER_BUFFERS, ctypes.addressof(vectors), count)
@@ -204,8 +207,7 @@ class Ring:
                 if error.errno == errno.ENOMEM else ""
             raise UringUnavailable(error.errno, f"io_uring buffer registration failed: {error.strerror}{hint}") \
                 from None
-        whole = memoryview(region)
-        self.buffers = [whole[index * stride:index * stride + size] for index in range(count)]
+        self.buffers = [region.view[index * stride:index * stride + size] for index in range(count)]
         self._addresses = [base + index * stride for index in range(count)]
 
     # -- submission and completion ---------------------------------------------------------------
@@ -264,7 +266,5 @@ class Ring:
             for buffer in getattr(self, "buffers", []):
                 buffer.release()
             self.buffers = []
-            self._anchor = None  # the ctypes export must go before the mmap can close
-            with contextlib.suppress(BufferError):  # a piece view a caller still holds: freed when collected
-                self._buffer_region.close()
+            self._buffer_region.close()
             self._buffer_region = None
