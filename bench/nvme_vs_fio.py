@@ -2,27 +2,38 @@
 
 For each mode (``buffered``: page cache + fsync on write, page cache dropped
 before read; ``direct``: O_DIRECT + fsync) and each queue depth, every repeat
-runs the four phases fio write, kvbench write, fio read, kvbench read (which
-tool goes first alternates between repeats, so drift on a shared device hits
-both alike) and reports median bandwidths and the kvbench/fio ratio.
+runs each tool's write, then each tool's read (which tool goes first rotates
+between repeats, so drift on a shared device hits all alike) and reports
+median bandwidths and kvbench/fio ratios.
 
-Matching the two:
+Matching the two (each kvbench row names the fio job it is compared with):
 
 * concurrency ``C``: fio ``numjobs=C`` (one file per job), kvbench ``C``
   threads each writing/reading one entry file;
 * entry size = fio ``size``; transfer size = fio ``bs``;
-* queue depth ``Q``: fio ``iodepth=Q`` (``psync`` at Q=1, ``io_uring`` above),
-  kvbench ``queue_depth=Q`` (Q preads/pwrites in flight per entry);
+* queue depth ``Q`` means commands in flight per file, as fio's ``iodepth``:
+  ``kvbench io_uring`` (``engine: io_uring``, ``queue_depth: Q``) against
+  ``fio io_uring`` (``ioengine=io_uring``, ``iodepth=Q``), at every Q and in both
+  modes; ``kvbench psync`` (``engine: psync``) at Q=1 against ``fio psync``, and
+  with O_DIRECT at Q>1 (Q threads with a ``pwrite``/``preadv`` each in flight on
+  one file) against ``fio io_uring`` at ``iodepth=Q``.  Buffered psync keeps one
+  command per file whatever Q says (docs/tiers/nvme.md), so it has no Q>1 row:
+  it would be its Q=1 row against a deeper fio;
 * buffered write: fio ``end_fsync=1`` (its runtime includes the fsync),
   kvbench ``fsync: true``; buffered read: fio ``invalidate=1``, kvbench
   ``drop_cache: true``; direct: ``direct=1`` / ``direct: true`` (+ fsync);
+* unique data on both sides: fio ``refill_buffers=1`` (fresh random data for
+  every I/O) and ``randrepeat=0`` (a new seed every run), kvbench's stamped
+  payload under a new key every repeat;
 * fresh files for every write (fio ``fallocate=none``, files unlinked
-  first), so both pay block allocation.
+  first; kvbench's entries deleted, untimed), so both pay block allocation.
 
-On a virtual disk the hypervisor may cache what the guest read or wrote, so
-one read of a file comes from the media and the next from host memory, and a
-comparison turns into a coin toss; ``--prewarm-reads`` times only the second
-of two reads of every file, so every tool meets the same backing state.
+Reads are of the files the same repeat just wrote, the guest page cache
+dropped, by each tool alike.  A virtual disk's host may still serve them from
+its own cache; that cannot be dropped from inside the guest, so it is not
+hidden either: every sample records the block device's request count and
+bytes (``/proc/diskstats`` deltas, which other processes on the same disk
+disturb) next to its bandwidth.
 
 CPU cost is CPU time (user + system) per GiB moved: ``RUSAGE_SELF`` around
 kvbench's phase, fio's own per-job ``usr_cpu``/``sys_cpu`` for fio.  The host share is
@@ -48,45 +59,51 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kvbench_nvme.backend import NVMeBackend
-from kvbench_nvme.fsinfo import describe_location
+from kvbench_nvme.fsinfo import block_device_of, describe_location
 
 from kvbench_core.contracts.backend import DISCARD, BackendContext, IOTiming
 from kvbench_core.engine.payload import NoisePool
 from kvbench_core.spec.units import format_bytes, parse_size
 
 GIB = float(1 << 30)
+ENGINES = ("psync", "io_uring")
 
 
 @dataclass
 class Sample:
-    """One phase of one tool: bandwidth, CPU seconds per GiB, and (kvbench) the L4 shares."""
+    """One phase of one tool: bandwidth, CPU seconds per GiB, the device's requests, kvbench's L4 shares."""
 
     bandwidth: float  # bytes per second
     cpu_per_gib: float
+    device_requests: int | None = None  # block-layer requests completed on the device during the phase
+    device_bytes: int | None = None
     host_share: float | None = None
     device_share: float | None = None
 
 
-#: fio as it runs by default (one buffer, lightly scrambled per I/O, so its content repeats) and fio
-#: making fresh random data for every I/O, like kvbench's unique, undedupable payload.
-FIO_VARIANTS = {"fio": [], "fio-fresh": ["--refill_buffers=1"]}
-TOOLS = [*FIO_VARIANTS, "kvbench"]
-
-
 @dataclass
-class Comparison:
-    """All samples of one (mode, queue depth, op) cell, per tool."""
+class Cell:
+    """All samples of one (mode, queue depth, op): one fio job and the kvbench engines compared with it."""
 
     mode: str
     queue_depth: int
     op: str
-    samples: dict[str, list[Sample]] = field(default_factory=lambda: {tool: [] for tool in TOOLS})
+    samples: dict[str, list[Sample]] = field(default_factory=dict)
 
     def median(self, tool: str, attribute: str) -> float:
         return statistics.median(getattr(sample, attribute) for sample in self.samples[tool])
 
-    def ratio(self, baseline: str) -> float:
-        return self.median("kvbench", "bandwidth") / self.median(baseline, "bandwidth")
+
+def fio_engine(queue_depth: int, kvbench_engine: str) -> str:
+    """The fio job a kvbench engine is compared with at this depth (module doc)."""
+    return "psync" if queue_depth == 1 and kvbench_engine == "psync" else "io_uring"
+
+
+def tools(mode: str, queue_depth: int) -> list[str]:
+    """The tools run in one (mode, queue depth) cell."""
+    engines = [engine for engine in ENGINES if not (engine == "psync" and mode == "buffered" and queue_depth > 1)]
+    fio_jobs = sorted({fio_engine(queue_depth, engine) for engine in engines})
+    return [f"fio {job}" for job in fio_jobs] + [f"kvbench {engine}" for engine in engines]
 
 
 def cpu_seconds() -> float:
@@ -94,42 +111,68 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+class DeviceRequests:
+    """Completed requests and bytes of the block device under a directory (``/proc/diskstats``)."""
+
+    def __init__(self, directory: str) -> None:
+        device = block_device_of(directory)
+        self.major_minor = tuple(int(part) for part in device.major_minor.split(":")) if device else None
+
+    def snapshot(self) -> dict[str, tuple[int, int]] | None:
+        """``{"read": (requests, bytes), "write": (requests, bytes)}`` so far."""
+        if self.major_minor is None:
+            return None
+        with open("/proc/diskstats") as lines:
+            for line in lines:
+                fields = line.split()
+                if tuple(int(part) for part in fields[:2]) == self.major_minor:
+                    return {"read": (int(fields[3]), int(fields[5]) * 512),
+                            "write": (int(fields[7]), int(fields[9]) * 512)}
+        return None
+
+    @staticmethod
+    def delta(before: dict[str, tuple[int, int]] | None, after: dict[str, tuple[int, int]] | None,
+              op: str) -> tuple[int | None, int | None]:
+        if before is None or after is None:
+            return None, None
+        return after[op][0] - before[op][0], after[op][1] - before[op][1]
+
+
 def fio_command(directory: str, op: str, mode: str, args: argparse.Namespace, queue_depth: int,
-                variant: str) -> list[str]:
+                engine: str) -> list[str]:
     command = [
-        "fio", *FIO_VARIANTS[variant], "--name=kv", f"--directory={directory}",
+        "fio", "--refill_buffers=1", "--randrepeat=0", "--name=kv", f"--directory={directory}",
         f"--size={args.entry_bytes}", f"--bs={args.transfer_bytes}",
         f"--numjobs={args.concurrency}", "--group_reporting", "--output-format=json", "--fallocate=none",
-        f"--rw={op}", f"--direct={int(mode == 'direct')}",
-        "--ioengine=psync" if queue_depth == 1 else "--ioengine=io_uring",
-        f"--iodepth={queue_depth}",
+        f"--rw={op}", f"--direct={int(mode == 'direct')}", f"--ioengine={engine}", f"--iodepth={queue_depth}",
     ]
     command.append("--end_fsync=1" if op == "write" else "--invalidate=1")
     return command
 
 
-def run_fio(directory: str, op: str, mode: str, args: argparse.Namespace, queue_depth: int, variant: str) -> Sample:
+def run_fio(directory: str, op: str, mode: str, args: argparse.Namespace, queue_depth: int, engine: str,
+            device: DeviceRequests) -> Sample:
     if op == "write":
         for name in os.listdir(directory):  # fresh files, as kvbench's entries are
             os.unlink(os.path.join(directory, name))
-    done = subprocess.run(fio_command(directory, op, mode, args, queue_depth, variant), capture_output=True,
+    before = device.snapshot()
+    done = subprocess.run(fio_command(directory, op, mode, args, queue_depth, engine), capture_output=True,
                           text=True, check=True)
+    requests, nbytes = device.delta(before, device.snapshot(), op)
     job = json.loads(done.stdout[done.stdout.index("{"):])["jobs"][0]  # group_reporting: all jobs summed
     # fio's own CPU accounting of its jobs (job_runtime is summed over jobs), without its ~0.4 s start-up
     cpu = (job["usr_cpu"] + job["sys_cpu"]) / 100 * job["job_runtime"] / 1000
     moved = job[op]["io_bytes"]
-    return Sample(bandwidth=job[op]["bw_bytes"], cpu_per_gib=cpu / (moved / GIB))
+    return Sample(bandwidth=job[op]["bw_bytes"], cpu_per_gib=cpu / (moved / GIB), device_requests=requests,
+                  device_bytes=nbytes)
 
 
 def run_kvbench(backend: NVMeBackend, workers: ThreadPoolExecutor, pool: NoisePool, op: str,
-                args: argparse.Namespace) -> Sample:
+                args: argparse.Namespace, repeat: int, device: DeviceRequests) -> Sample:
     barrier = threading.Barrier(args.concurrency)
-    if op == "write":
-        for index in range(args.concurrency):  # fresh files, as fio's are (untimed)
-            backend.delete(f"entry{index}")
+    keys = [f"r{repeat}-entry{index}" for index in range(args.concurrency)]  # new keys: new data every repeat
 
-    def one(index: int) -> tuple[float, float, IOTiming]:
-        key = f"entry{index}"
+    def one(key: str) -> tuple[float, float, IOTiming]:
         barrier.wait()
         start = time.perf_counter()
         if op == "write":
@@ -138,47 +181,60 @@ def run_kvbench(backend: NVMeBackend, workers: ThreadPoolExecutor, pool: NoisePo
             timing = backend.read(key, args.entry_bytes, DISCARD)
         return start, time.perf_counter(), timing
 
-    cpu_before = cpu_seconds()
-    results = list(workers.map(one, range(args.concurrency)))
+    before, cpu_before = device.snapshot(), cpu_seconds()
+    results = list(workers.map(one, keys))
     cpu = cpu_seconds() - cpu_before
+    requests, nbytes = device.delta(before, device.snapshot(), op)
+    if op == "read":
+        for key in keys:  # the next repeat writes fresh files (untimed)
+            backend.delete(key)
     wall = max(end for _, end, _ in results) - min(start for start, _, _ in results)
     timings = [timing for _, _, timing in results]
     moved = sum(timing.nbytes for timing in timings)
     total = sum(timing.total for timing in timings)
-    return Sample(bandwidth=moved / wall, cpu_per_gib=cpu / (moved / GIB),
-                  host_share=sum(timing.host for timing in timings) / total,
+    return Sample(bandwidth=moved / wall, cpu_per_gib=cpu / (moved / GIB), device_requests=requests,
+                  device_bytes=nbytes, host_share=sum(timing.host for timing in timings) / total,
                   device_share=sum(timing.device for timing in timings) / total)
 
 
-def compare(mode: str, queue_depth: int, args: argparse.Namespace, pool: NoisePool) -> list[Comparison]:
-    fio_dirs = {variant: os.path.join(args.dir, variant) for variant in FIO_VARIANTS}
+def compare(mode: str, queue_depth: int, args: argparse.Namespace, pool: NoisePool) -> list[Cell]:
+    cell_tools = tools(mode, queue_depth)
+    device = DeviceRequests(args.dir)
+    fio_dirs = {tool: os.path.join(args.dir, tool.replace(" ", "-")) for tool in cell_tools if tool.startswith("fio")}
     for directory in fio_dirs.values():
-        os.makedirs(directory, exist_ok=True)
-    options = {"path": os.path.join(args.dir, "kvbench"), "direct": mode == "direct", "fsync": True,
-               "drop_cache": True, "queue_depth": queue_depth, "transfer_size": args.transfer_bytes}
-    backend = NVMeBackend(options, BackendContext(tier_name="bench", run_id="bench", concurrency=args.concurrency))
-    backend.open()
-    results = {op: Comparison(mode, queue_depth, op) for op in ("write", "read")}
+        os.makedirs(directory)  # ours alone: its files are unlinked before every fio write
+    backends = {}
+    for tool in cell_tools:
+        if tool.startswith("kvbench"):
+            engine = tool.split()[1]
+            options = {"path": os.path.join(args.dir, engine), "direct": mode == "direct", "fsync": True,
+                       "drop_cache": True, "queue_depth": queue_depth, "transfer_size": args.transfer_bytes,
+                       "engine": engine}
+            backends[tool] = NVMeBackend(options, BackendContext(tier_name="bench", run_id="bench",
+                                                                 concurrency=args.concurrency))
+    cells = {op: Cell(mode, queue_depth, op, {tool: [] for tool in cell_tools}) for op in ("write", "read")}
     try:
+        for backend in backends.values():
+            backend.open()
         with ThreadPoolExecutor(args.concurrency) as workers:
             for repeat in range(args.repeats):
-                order = TOOLS[repeat % len(TOOLS):] + TOOLS[:repeat % len(TOOLS)]  # nobody always goes first
+                shift = repeat % len(cell_tools)
+                order = cell_tools[shift:] + cell_tools[:shift]  # nobody always goes first
                 for op in ("write", "read"):
-                    passes = 2 if op == "read" and args.prewarm_reads else 1
                     for tool in order:
-                        for _ in range(passes):  # with --prewarm-reads the first pass is not kept
-                            if tool == "kvbench":
-                                sample = run_kvbench(backend, workers, pool, op, args)
-                            else:
-                                sample = run_fio(fio_dirs[tool], op, mode, args, queue_depth, tool)
-                        results[op].samples[tool].append(sample)
-                        print(f"  {mode:8} qd={queue_depth:<3} {op:5} {tool:9} "
+                        if tool in backends:
+                            sample = run_kvbench(backends[tool], workers, pool, op, args, repeat, device)
+                        else:
+                            sample = run_fio(fio_dirs[tool], op, mode, args, queue_depth, tool.split()[1], device)
+                        cells[op].samples[tool].append(sample)
+                        print(f"  {mode:8} qd={queue_depth:<3} {op:5} {tool:16} "
                               f"{sample.bandwidth / 2**20:9.1f} MiB/s", flush=True)
     finally:
-        backend.close()
+        for backend in backends.values():
+            backend.close()
         for directory in fio_dirs.values():
             shutil.rmtree(directory, ignore_errors=True)
-    return list(results.values())
+    return list(cells.values())
 
 
 def machine(directory: str) -> dict[str, Any]:
@@ -190,21 +246,47 @@ def machine(directory: str) -> dict[str, Any]:
                 break
     fio_version = subprocess.run(["fio", "--version"], capture_output=True, text=True).stdout.strip()
     return {"kernel": platform.release(), "cpu": cpu_model, "cpus": os.cpu_count(), "fio": fio_version,
-            "python": platform.python_version(), **describe_location(directory)}
+            "python": platform.python_version(), "load_average": os.getloadavg(), **describe_location(directory)}
 
 
-def table(comparisons: list[Comparison]) -> str:
-    """Medians: bandwidth in MiB/s per tool, kvbench's ratios, CPU s/GiB, kvbench's L4 shares."""
-    lines = [f"{'mode':9}{'qd':>3} {'op':6}{'fio':>8}{'fio-fresh':>10}{'kvbench':>9}{'kv/fio':>8}{'kv/fresh':>9}"
-             f"{'CPU fresh':>10}{'CPU kv':>8}{'host %':>8}{'device %':>9}"]
-    for row in comparisons:
-        bandwidths = "".join(f"{row.median(tool, 'bandwidth') / 2**20:>{width}.1f}"
-                             for tool, width in zip(TOOLS, (8, 10, 9), strict=True))
+def rows(cells: list[Cell]) -> list[dict[str, Any]]:
+    """One row per kvbench engine per cell, against the fio job it is compared with."""
+    out = []
+    for cell in cells:
+        for tool in cell.samples:
+            if not tool.startswith("kvbench"):
+                continue
+            fio = f"fio {fio_engine(cell.queue_depth, tool.split()[1])}"
+            requests = cell.median(tool, "device_requests") if cell.samples[tool][0].device_requests is not None \
+                else None
+            out.append({
+                "mode": cell.mode, "queue_depth": cell.queue_depth, "op": cell.op, "kvbench": tool, "fio": fio,
+                "fio_mib_s": cell.median(fio, "bandwidth") / 2**20,
+                "kvbench_mib_s": cell.median(tool, "bandwidth") / 2**20,
+                "ratio": statistics.median(k.bandwidth / f.bandwidth for k, f in
+                                           zip(cell.samples[tool], cell.samples[fio], strict=True)),
+                "ratio_of_medians": cell.median(tool, "bandwidth") / cell.median(fio, "bandwidth"),
+                "fio_cpu_s_per_gib": cell.median(fio, "cpu_per_gib"),
+                "kvbench_cpu_s_per_gib": cell.median(tool, "cpu_per_gib"),
+                "fio_device_requests": cell.median(fio, "device_requests") if requests is not None else None,
+                "kvbench_device_requests": requests,
+                "host_share": cell.median(tool, "host_share"), "device_share": cell.median(tool, "device_share"),
+            })
+    return out
+
+
+def table(summary: list[dict[str, Any]]) -> str:
+    """Medians: MiB/s, kvbench/fio (median of the paired ratios), CPU s/GiB, device requests, L4 shares."""
+    lines = [f"{'mode':9}{'qd':>3} {'op':6}{'kvbench':17}{'vs':13}{'fio':>8}{'kvbench':>9}{'ratio':>7}"
+             f"{'CPU fio':>9}{'CPU kv':>8}{'req fio':>9}{'req kv':>8}{'host %':>8}{'dev %':>7}"]
+    for row in summary:
+        requests = "".join(f"{row[key]:>{width}.0f}" if row[key] is not None else f"{'-':>{width}}"
+                           for key, width in (("fio_device_requests", 9), ("kvbench_device_requests", 8)))
         lines.append(
-            f"{row.mode:9}{row.queue_depth:>3} {row.op:6}{bandwidths}"
-            f"{row.ratio('fio'):>8.2f}{row.ratio('fio-fresh'):>9.2f}"
-            f"{row.median('fio-fresh', 'cpu_per_gib'):>10.2f}{row.median('kvbench', 'cpu_per_gib'):>8.2f}"
-            f"{100 * row.median('kvbench', 'host_share'):>8.1f}{100 * row.median('kvbench', 'device_share'):>9.1f}")
+            f"{row['mode']:9}{row['queue_depth']:>3} {row['op']:6}{row['kvbench']:17}{row['fio']:13}"
+            f"{row['fio_mib_s']:>8.1f}{row['kvbench_mib_s']:>9.1f}{row['ratio']:>7.2f}"
+            f"{row['fio_cpu_s_per_gib']:>9.2f}{row['kvbench_cpu_s_per_gib']:>8.2f}{requests}"
+            f"{100 * row['host_share']:>8.1f}{100 * row['device_share']:>7.1f}")
     return "\n".join(lines)
 
 
@@ -218,9 +300,6 @@ def main() -> None:
     parser.add_argument("--queue-depths", default="1,4", help="comma-separated queue depths per entry")
     parser.add_argument("--modes", default="buffered,direct", help="buffered and/or direct")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--prewarm-reads", action="store_true",
-                        help="time only the second of two reads of each file (the guest page cache is dropped "
-                             "before both): for virtual disks whose host caches what was read once")
     parser.add_argument("--json", help="also write the samples and machine description here")
     args = parser.parse_args()
     if shutil.which("fio") is None:
@@ -233,18 +312,19 @@ def main() -> None:
     print(f"entry {format_bytes(args.entry_bytes)}, transfer {args.transfer_size}, concurrency {args.concurrency}, "
           f"{args.repeats} repeats (median)")
     pool = NoisePool(seed=1, max_piece=max(args.transfer_bytes, 1 << 20))
-    comparisons: list[Comparison] = []
+    cells: list[Cell] = []
     for mode in args.modes.split(","):
         for queue_depth in (int(depth) for depth in args.queue_depths.split(",")):
-            comparisons += compare(mode, queue_depth, args, pool)
-    print(table(comparisons))
+            cells += compare(mode, queue_depth, args, pool)
+    summary = rows(cells)
+    about["load_average_after"] = os.getloadavg()
+    print(table(summary))
+    print(f"load average before {about['load_average']}, after {about['load_average_after']}")
     if args.json:
         with open(args.json, "w") as out:
-            json.dump({"machine": about, "args": vars(args),
-                       "results": [asdict(row) | {"ratio": {base: row.ratio(base) for base in FIO_VARIANTS}}
-                                   for row in comparisons]}, out, indent=1)
-    with_contents = os.listdir(args.dir)
-    if not with_contents:
+            json.dump({"machine": about, "args": vars(args), "summary": summary,
+                       "cells": [asdict(cell) for cell in cells]}, out, indent=1)
+    if not os.listdir(args.dir):
         os.rmdir(args.dir)
 
 
