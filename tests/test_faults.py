@@ -480,3 +480,55 @@ def test_a_second_signal_does_not_cut_the_cleanup_short(tmp_path: Path) -> None:
     process.send_signal(signal.SIGINT)
     check_interrupted(finish(process), tmp_path / "tier", tmp_path / "out", signal.SIGINT, "measuring")
     survived("two SIGINTs")
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+def test_a_third_signal_leaves_a_stop_stuck_behind_a_hung_server(tmp_path: Path) -> None:
+    """Issue 19: a run stopping behind operations that never return ignored SIGINT and SIGTERM for 830 s.
+    The first signal stops gracefully and waits for the operations in flight; here they hang on a frozen
+    (SIGSTOPped) server with a 10-minute socket timeout, so the third signal must leave at once."""
+    from redis_servers import require_redis, start_redis
+
+    require_redis()
+    server = start_redis(tmp_path / "redis")
+    tier = {"name": "redis", "backend": "redis", "capacity": "256MiB",
+            "options": {"host": "127.0.0.1", "port": server.port, "socket_timeout": "10m"}}
+    process = start(write_spec(tmp_path, fault_spec(tmp_path, tier)))
+    try:
+        wait_until(lambda: server.client().dbsize() > 0, "entries stored", process)
+        os.kill(server.process.pid, signal.SIGSTOP)
+        time.sleep(0.5)  # the run's next operations are now stuck in the frozen server
+        for _ in range(2):
+            process.send_signal(signal.SIGINT)
+            time.sleep(0.5)
+        assert process.poll() is None, "two signals: still waiting for the operations in flight, as it should"
+        started = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        outcome = finish(process)
+        assert time.monotonic() - started < 10
+        assert outcome.code == 130, outcome
+        assert "stopping did not finish" in outcome.error_line()
+        assert "Traceback" not in outcome.stderr
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(server.process.pid, signal.SIGCONT)
+        if process.poll() is None:
+            process.kill()
+        server.stop()
+    survived("a stop stuck behind a frozen server, left on the third signal")
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 0.05, 0.1])
+def test_a_signal_while_kvbench_is_still_importing_is_one_line(tmp_path: Path, delay_s: float) -> None:
+    """Issue 19: a SIGINT in the first ~0.1 s was a KeyboardInterrupt traceback from inside an import.
+    The handler is installed before kvbench imports anything heavy (it is the first thing
+    ``kvbench_core.cli`` does, and SIGTERM is caught from then on too, which is how the test sees it)."""
+    process = start(write_spec(tmp_path, fault_spec(tmp_path)))
+    wait_until(lambda: catches(process, signal.SIGTERM), "kvbench's start-up handler", process)
+    time.sleep(delay_s)
+    process.send_signal(signal.SIGINT)
+    outcome = finish(process)
+    assert outcome.code == 130, outcome
+    assert outcome.error_line() in ("kvbench: interrupted", "kvbench: error: interrupted by signal 2")
+    assert not (tmp_path / "tier").exists()

@@ -9,16 +9,32 @@ and exit with their code; a traceback means a kvbench bug.
 
 from __future__ import annotations
 
-import argparse
-import importlib
+import os
 import signal
 import sys
-import threading
-from typing import Any
 
-from kvbench_core import __version__
-from kvbench_core.contracts.errors import UserError
-from kvbench_core.contracts.plugins import get_plugin_manager
+
+def _interrupted_while_starting(signum: int, _frame: object) -> None:
+    """Ctrl-C or SIGTERM while kvbench is still importing: nothing is open yet, so leave at once, in one line
+    (the interpreter's own handler would print a KeyboardInterrupt traceback from inside an import)."""
+    name = "interrupted" if signum == signal.SIGINT else "terminated"
+    os.write(2, f"kvbench: {name}\n".encode())
+    os._exit(128 + signum)
+
+
+# Before anything else is imported: the imports below take most of kvbench's start-up.  A SIGINT the
+# session ignores (a background job) stays ignored.
+_STARTUP_HANDLERS = {sig: signal.signal(sig, _interrupted_while_starting) for sig in (signal.SIGINT, signal.SIGTERM)
+                     if signal.getsignal(sig) in (signal.default_int_handler, signal.SIG_DFL)}
+
+import argparse  # noqa: E402 - after the start-up handlers, on purpose
+import importlib  # noqa: E402
+import threading  # noqa: E402
+from typing import Any  # noqa: E402
+
+from kvbench_core import __version__  # noqa: E402
+from kvbench_core.contracts.errors import UserError  # noqa: E402
+from kvbench_core.contracts.plugins import get_plugin_manager  # noqa: E402
 
 #: Command modules under kvbench_core.cli, in the order ``--help`` lists them.
 COMMAND_MODULES = [
@@ -71,11 +87,19 @@ def _raise_terminated(_signum: int, _frame: Any) -> None:
     raise _Terminated
 
 
+def _restore_interrupts() -> None:
+    """From ``main`` on, Ctrl-C is a ``KeyboardInterrupt`` again, which the run turns into a graceful stop."""
+    if signal.SIGINT in _STARTUP_HANDLERS and signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
+        signal.signal(signal.SIGINT, _STARTUP_HANDLERS[signal.SIGINT])
+
+
 def main(argv: list[str] | None = None) -> int:
     # From here on a signal never ends kvbench in a traceback or a bare kill: one line and 130/143.
     sigterm = None
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        sigterm = signal.signal(signal.SIGTERM, _raise_terminated)
+    if threading.current_thread() is threading.main_thread():
+        _restore_interrupts()
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, _interrupted_while_starting):
+            sigterm = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return _main(argv)
     except KeyboardInterrupt:

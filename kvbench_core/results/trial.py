@@ -68,6 +68,23 @@ def stop_runners(runners: list[Runner], reason: str) -> None:
         runner.request_stop(reason, status="interrupted")
 
 
+#: The signal that gives up on a graceful stop.  The first stops the run and waits for the operations in
+#: flight (the result, the cleanup); a second is patience lost, not a reason to skip the cleanup.  But an
+#: operation in flight may hang for as long as its server lets it (issue 19: a run stopping behind S3
+#: uploads ignored SIGINT and SIGTERM for 830 s, until SIGKILL), so the third leaves at once.
+ABANDON_AFTER_SIGNALS = 3
+
+
+def abandon(signum: int) -> None:
+    """Leave now, without waiting for operations in flight: what a file tier leaves behind is removed by
+    the next run on its directory (the run's lock is gone with the process)."""
+    import os
+
+    os.write(2, b"kvbench: stopping did not finish (operations still in flight); left at once, "
+                b"without the result or the cleanup\n")
+    os._exit(128 + signum)
+
+
 @contextmanager
 def stop_on_signals(on_signal: Callable[[str], None], received: list[int]) -> Iterator[None]:
     """SIGINT/SIGTERM stop the current run cleanly (partial result, cleanup) instead of killing it."""
@@ -77,6 +94,8 @@ def stop_on_signals(on_signal: Callable[[str], None], received: list[int]) -> It
 
     def handler(signum: int, _frame: Any) -> None:
         received.append(signum)
+        if len(received) >= ABANDON_AFTER_SIGNALS:
+            abandon(signum)
         on_signal(f"signal {signal.Signals(signum).name}")
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
