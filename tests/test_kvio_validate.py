@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -127,15 +128,15 @@ def test_tracer_bytes_can_be_recomputed_from_nlb_and_hex_user_data_is_read(tmp_p
     path = tmp_path / "nvme.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     assert validate(manifest, read_trace(str(path)))["wape"] > 0
-    fixed = validate(manifest, read_trace(str(path), lba_bytes=4096))
+    fixed = validate(manifest, read_trace(str(path), nlb_bytes=4096))
     assert (fixed["exact_match"]["fraction"], fixed["wape"]) == (1.0, 0.0)
 
 
 def test_a_zero_block_size_is_refused(tmp_path, manifest):
     from kvbench_core.contracts.errors import SpecError
 
-    with pytest.raises(SpecError, match="--lba-bytes: expected the capture's logical block size"):
-        read_trace(_log(tmp_path / "io.jsonl", manifest), lba_bytes=0)
+    with pytest.raises(SpecError, match="--nlb-bytes: expected the capture's logical block size"):
+        read_trace(_log(tmp_path / "io.jsonl", manifest), nlb_bytes=0)
 
 
 def test_a_load_only_capture_scores_loads_only(tmp_path, manifest):
@@ -243,3 +244,116 @@ def test_a_semantic_store_the_wire_split_differently_is_caught(tmp_path, manifes
     trace = read_semantic(str(semantic), TransferGeometry(max_transfer=64 * KiB))
     report = validate_expected(trace.expected, read_trace(str(measured)), source="semantic trace")
     assert report["exact_match"]["fraction"] == 0.0 and report["tv_distance"] > 0.5
+
+
+# -- gating, the seed's spellings, K/V records, separate ops, offsets and order (issue 17) ----------------
+
+
+def _cli(tmp_path, *args):
+    out = tmp_path / "gate.json"
+    code = main(["validate", *args, "--json", str(out)])
+    return code, json.loads(out.read_text())
+
+
+def test_validate_exits_1_when_a_threshold_is_missed_and_the_thresholds_relax(tmp_path, capsys, manifest):
+    manifest.write(str(tmp_path / "m.json"))
+    trace = _log(tmp_path / "io.jsonl", manifest, lambda op, sizes: sizes[:-1] if op == "store" else sizes)
+    code, report = _cli(tmp_path, "--plan", str(tmp_path / "m.json"), "--measured", trace)
+    assert code == 1 and report["gate"]["passed"] is False
+    assert any(line.startswith("store: exact-match 75.00% < 100.00%") for line in report["gate"]["missed"])
+    assert "FAIL store: exact-match" in capsys.readouterr().out
+    assert _cli(tmp_path, "--plan", str(tmp_path / "m.json"), "--measured", trace,
+                "--min-exact", "75", "--max-wape", "5", "--max-tv", "0.05")[0] == 0
+
+
+def test_the_seeds_command_line_on_a_512_byte_capture_validates_exactly(tmp_path, manifest):
+    """``kvio_validate.py --tracer … --semantic … --lba-bytes 4096 --mdts-bytes 131072``: the seed's
+    --lba-bytes is raw_block's block_align.  It used to recompute the tracer's bytes as nlb × 4096, which
+    on a 512-byte capture gave exact-match 0 and WAPE 87.5 %."""
+    semantic, measured = tmp_path / "sem.jsonl", tmp_path / "nvme.jsonl"
+    semantic.write_text("\n".join(_semantic_lines(manifest)) + "\n")
+    measured.write_text("\n".join(_tracer_lines(manifest, lba=512)) + "\n")
+    code, report = _cli(tmp_path, "--tracer", str(measured), "--semantic", str(semantic),
+                        "--lba-bytes", "4096", "--mdts-bytes", "131072", "--store-header-bytes", "4096")
+    assert code == 0
+    assert report["exact_match"] == {"matched": 8, "total": 8, "fraction": 1.0} and report["wape"] == 0.0
+
+
+def test_a_plan_refuses_geometry_flags_that_contradict_it(tmp_path, capsys, manifest):
+    manifest.write(str(tmp_path / "m.json"))
+    trace = _log(tmp_path / "io.jsonl", manifest)
+    assert main(["validate", "--plan", str(tmp_path / "m.json"), "--measured", trace, "--lba-bytes", "512"]) == 2
+    assert "--align 512: the plan was made with align 4096" in capsys.readouterr().err
+
+
+def test_separate_k_and_v_records_sharing_a_trace_id_are_attributed_to_each_part(tmp_path, manifest):
+    """One object stored as a K record and a V record with the object's trace id: all bytes used to be
+    credited to V (the last record's part)."""
+    half = {obj.key: obj.nbytes // 2 for obj in manifest.objects}
+    lines = [json.dumps({"trace_id": manifest.trace_ids[obj.key], "op": op, "bytes": half[obj.key], "part": part,
+                         "object_id": obj.key})
+             for obj in manifest.objects for op in ("store", "load") for part in ("k", "v")]
+    semantic = tmp_path / "sem.jsonl"
+    semantic.write_text("\n".join(lines) + "\n")
+    geometry = TransferGeometry(store_header_bytes=0)
+    expected = read_semantic(str(semantic), geometry).expected
+    with IOLog(str(tmp_path / "io.jsonl"), manifest.trace_ids) as log:
+        for obj in manifest.objects:
+            for op, name in (("store", "write"), ("load", "read")):
+                offset = 0
+                for _ in ("k", "v"):
+                    for size in sorted(geometry.commands(op, half[obj.key]).elements()):
+                        log.record(obj.key, name, offset, size, 0.0, 0.0)
+                        offset += size
+    report = validate_expected(expected, read_trace(str(tmp_path / "io.jsonl")), source="semantic trace")
+    assert report["exact_match"]["fraction"] == 1.0
+    part_bytes = {part: scores["bytes"]["measured"] for part, scores in report["by_part"].items()}
+    assert part_bytes == {"k": sum(half.values()) * 2, "v": sum(half.values()) * 2}  # store + load each
+    assert report["by_part"]["k"]["exact_match"]["fraction"] == report["by_part"]["v"]["exact_match"]["fraction"] == 1.0
+
+
+def test_a_capture_that_lost_its_stores_fails_unless_it_is_declared_load_only(tmp_path, capsys, manifest):
+    manifest.write(str(tmp_path / "m.json"))
+    lines = [line for line in _tracer_lines(manifest) if '"op_name": "read"' in line]
+    path = tmp_path / "loads.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    code, report = _cli(tmp_path, "--plan", str(tmp_path / "m.json"), "--measured", str(path))
+    assert code == 1 and report["ops_missing"] == ["store"]
+    assert "stores: planned for 4 objects, none in the trace" in report["gate"]["missed"][0]
+    assert "store: none in the trace" in capsys.readouterr().out
+    assert _cli(tmp_path, "--plan", str(tmp_path / "m.json"), "--measured", str(path), "--ops", "load")[0] == 0
+    declared_both = _cli(tmp_path, "--plan", str(tmp_path / "m.json"), "--measured", str(path), "--ops", "store,load")
+    assert declared_both[0] == 1 and declared_both[1]["by_op"]["store"]["exact_match"]["matched"] == 0
+
+
+def test_offsets_and_order_are_checked_on_request(tmp_path, manifest):
+    manifest.write(str(tmp_path / "m.json"))
+    good = _log(tmp_path / "io.jsonl", manifest)
+    assert _cli(tmp_path, "--plan", str(tmp_path / "m.json"), "--measured", good, "--check-offsets",
+                "--check-order")[0] == 0
+    records = [json.loads(line) for line in Path(good).read_text().splitlines()]
+    records[1]["offset"] += 4096  # a gap in object 0's store
+    loads = [r for r in records if r["op"] == "read"]
+    reordered = [r for r in records if r["op"] == "write"] + loads[12:] + loads[:12]  # object 0 loaded last
+    shuffled = tmp_path / "shuffled.jsonl"
+    shuffled.write_text("".join(json.dumps(r) + "\n" for r in reordered))
+    plain = _cli(tmp_path, "--plan", str(tmp_path / "m.json"), "--measured", str(shuffled))
+    assert plain[0] == 0  # sizes alone cannot see either
+    code, report = _cli(tmp_path, "--plan", str(tmp_path / "m.json"), "--measured", str(shuffled),
+                        "--check-offsets", "--check-order")
+    assert code == 1
+    assert report["offsets"]["contiguous"]["matched"] == 7
+    assert report["order"]["objects"]["load"]["inversions"] == 1
+    assert report["order"]["objects"]["load"]["first_out_of_order"] == manifest.objects[0].key
+
+
+def test_the_io_log_records_what_the_syscall_returned_and_validates_the_length_asked(tmp_path, manifest):
+    """On a 512-byte-sector device an O_DIRECT tail read returns 23,552 B of a 24,576 B request: the log
+    says both and the alignment; validation scores the command issued (the requested length)."""
+    with IOLog(str(tmp_path / "io.jsonl"), {"k": 7}) as log:
+        log.record("k", "read", 0, 23552, 0.0, 0.001, 24576, 4096)
+        log.record("k", "read", 24576, 4096, 0.0, 0.001)
+    first, second = (json.loads(line) for line in (tmp_path / "io.jsonl").read_text().splitlines())
+    assert (first["bytes"], first["requested"], first["align"]) == (23552, 24576, 4096)
+    assert "requested" not in second
+    assert read_trace(str(tmp_path / "io.jsonl")).commands[(7, "load")] == Counter({24576: 1, 4096: 1})

@@ -21,16 +21,16 @@ def console() -> Console:
 
 
 def set_report_handler(parser: argparse.ArgumentParser, build: Callable[[argparse.Namespace], dict[str, Any]],
-                       render: Callable[[dict[str, Any]], None], what: str) -> None:
+                       render: Callable[[dict[str, Any]], int | None], what: str) -> None:
     """Make ``parser`` a report command: ``build(args)`` computes the report, ``--json OUT`` saves it
-    whole (``what`` names it in errors) and ``render`` prints it as tables."""
+    whole (``what`` names it in errors) and ``render`` prints it as tables and may return the exit
+    status (a report that misses its thresholds)."""
     parser.add_argument("--json", metavar="OUT", help="write the full report as JSON here")
 
     def handle(args: argparse.Namespace) -> int:
         report = build(args)
         if args.json:
             write_json(args.json, report, what)
-        render(report)
-        return 0
+        return render(report) or 0
 
     parser.set_defaults(handler=handle)

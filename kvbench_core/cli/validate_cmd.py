@@ -3,42 +3,97 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict
 from typing import Any
 
 from kvbench_core.cli.console import console, set_report_handler
-from kvbench_core.cli.plan_cmd import add_geometry_arguments, geometry_from
+from kvbench_core.cli.plan_cmd import add_geometry_arguments, geometry_from, size_argument
+from kvbench_core.contracts.errors import SpecError
+from kvbench_core.kvio.commands import TransferGeometry
 from kvbench_core.kvio.manifest import Manifest
 from kvbench_core.kvio.semantic import read_semantic
-from kvbench_core.kvio.validate import MISMATCH_EXAMPLES, read_trace, validate, validate_expected
+from kvbench_core.kvio.validate import (
+    MISMATCH_EXAMPLES,
+    Thresholds,
+    ValidationOptions,
+    gate,
+    read_trace,
+    validate,
+    validate_expected,
+)
 
 SHOWN_MISMATCHES = 5
+FAILED_EXIT = 1
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("validate", help="score a measured I/O trace against a kvio plan "
-                                   "(exact-match, WAPE, size-distribution TV)")
+                                   "(exact-match, WAPE, size-distribution TV); exit 1 when a threshold is missed")
     expected = parser.add_mutually_exclusive_group(required=True)
     expected.add_argument("--plan", help="manifest (`kvbench plan --record`) or plan JSON (`--json`)")
     expected.add_argument("--semantic", help="LMCache's semantic trace (LMCACHE_KVIO_TRACE JSONL): validate against "
                                              "what the engine meant to store/load, split by the geometry flags")
-    parser.add_argument("--measured", required=True,
-                        help="JSONL trace: `kvbench replay --io-log` or the eBPF nvme_uring_cmd_monitor")
-    parser.add_argument("--lba-bytes", type=int,
+    parser.add_argument("--measured", "--tracer", dest="measured", required=True,
+                        help="JSONL trace: `kvbench replay --io-log` or the eBPF nvme_uring_cmd_monitor "
+                             "(--tracer is the seed's spelling)")
+    parser.add_argument("--nlb-bytes", type=int,
                         help="recompute tracer bytes as nlb × this (when the capture's --lba-size was wrong)")
     add_geometry_arguments(parser)
-    parser.epilog = "The geometry flags apply to --semantic; a plan carries the geometry it was made with."
+    # The kvio seed's spellings: its --lba-bytes is the engine's block_align (kvbench's --align), its
+    # --mdts-bytes the largest command (--max-transfer).
+    parser.add_argument("--lba-bytes", dest="align", default=argparse.SUPPRESS,
+                        help="the seed's name for --align (raw_block's block_align, e.g. 4096; not the device LBA)")
+    parser.add_argument("--mdts-bytes", dest="max_transfer", default=argparse.SUPPRESS,
+                        help="the seed's name for --max-transfer")
+    parser.set_defaults(max_transfer=None, align=None, store_header_bytes=None)  # None: not given
+    parser.add_argument("--ops", choices=("store", "load", "store,load"),
+                        help="the ops the capture holds (default: those in the trace; an expected op the "
+                             "trace lacks then fails)")
+    parser.add_argument("--check-offsets", action="store_true",
+                        help="also check offsets: each object's commands tile one extent, loads read within it")
+    parser.add_argument("--check-order", action="store_true",
+                        help="also check order: ascending offsets within an object, objects in the expected order")
+    parser.add_argument("--min-exact", type=float, default=100.0, metavar="PCT",
+                        help="least exact-match, in %% of objects, overall and per op (default 100)")
+    parser.add_argument("--max-wape", type=float, default=0.0, metavar="PCT", help="largest WAPE in %% (default 0)")
+    parser.add_argument("--max-tv", type=float, default=0.0, help="largest size-distribution TV, 0..1 (default 0)")
+    parser.epilog = ("The geometry flags apply to --semantic; a plan carries the geometry it was made with. "
+                     "Exit status 1 when a threshold is missed.")
     set_report_handler(parser, build, render, "validation report")
 
 
+def _geometry(args: argparse.Namespace, manifest: Manifest | None) -> TransferGeometry:
+    """The semantic trace's geometry from the flags; with a plan, a flag may only repeat the plan's value."""
+    given = {"max_transfer": args.max_transfer, "align": args.align, "store_header_bytes": args.store_header_bytes}
+    if manifest is None:
+        defaults = TransferGeometry()
+        return geometry_from(argparse.Namespace(**{k: v if v is not None else str(getattr(defaults, k))
+                                                   for k, v in given.items()}))
+    plan = manifest.geometry.to_dict()
+    for name, value in given.items():
+        if value is not None and size_argument(f"--{name.replace('_', '-')}", value) != plan[name]:
+            raise SpecError(f"--{name.replace('_', '-')} {value}: the plan was made with {name} {plan[name]}; a plan "
+                            "carries its geometry (plan again with the flag, or leave it out)")
+    return manifest.geometry
+
+
 def build(args: argparse.Namespace) -> dict[str, Any]:
-    measured = read_trace(args.measured, args.lba_bytes)
+    options = ValidationOptions(ops=tuple(args.ops.split(",")) if args.ops else None,
+                                check_offsets=args.check_offsets, check_order=args.check_order)
+    thresholds = Thresholds(args.min_exact / 100, args.max_wape / 100, args.max_tv)
+    measured = read_trace(args.measured, args.nlb_bytes, keep_extents=args.check_offsets or args.check_order)
     if args.semantic:
-        semantic = read_semantic(args.semantic, geometry_from(args))
-        report = validate_expected(semantic.expected, measured, source="semantic trace")
-        return {"semantic": args.semantic, "measured": args.measured, **report,
-                "components_bytes": dict(semantic.components)}
-    report = validate(Manifest.read(args.plan), measured)
-    return {"plan": args.plan, "measured": args.measured, **report}
+        semantic = read_semantic(args.semantic, _geometry(args, None))
+        report = {"semantic": args.semantic, "measured": args.measured,
+                  **validate_expected(semantic.expected, measured, source="semantic trace", options=options),
+                  "components_bytes": dict(semantic.components)}
+    else:
+        manifest = Manifest.read(args.plan)
+        _geometry(args, manifest)
+        report = {"plan": args.plan, "measured": args.measured, **validate(manifest, measured, options)}
+    missed = gate(report, thresholds)
+    report["gate"] = {"passed": not missed, "missed": missed, "thresholds": asdict(thresholds)}
+    return report
 
 
 def _line(label: str, scores: dict[str, Any]) -> str:
@@ -49,11 +104,14 @@ def _line(label: str, scores: dict[str, Any]) -> str:
             f"(commands {scores['commands']['measured']:,} measured / {scores['commands']['planned']:,} planned)")
 
 
-def render(report: dict[str, Any]) -> None:
+def render(report: dict[str, Any]) -> int:
+    """The scores, stores and loads each on their own line first; exit status 1 when the gate failed."""
     out = console()
-    out.print(_line(f"[bold]all ({', '.join(report['ops_scored'])})[/bold]", report))
     for op, scores in report["by_op"].items():
-        out.print(_line(f"  {op}", scores))
+        out.print(_line(f"[bold]{op}[/bold]", scores))
+    for op in report["ops_missing"]:
+        out.print(f"[bold]{op}[/bold]: none in the trace ({report['objects']} objects expected)")
+    out.print(_line(f"all ({', '.join(report['ops_scored'])})", report))
     for part, scores in report.get("by_part", {}).items():
         out.print(_line(f"  part {part}", scores))
     if report.get("components_bytes"):
@@ -75,3 +133,18 @@ def render(report: dict[str, Any]) -> None:
     wrong = report["exact_match"]["total"] - report["size_match"]["matched"]
     if wrong > len(shown):
         out.print(f"… {wrong - len(shown)} more mismatching object ops (--json lists up to {MISMATCH_EXAMPLES})")
+    for name, check in (report.get("offsets") or {}).items():
+        if name != "examples":
+            out.print(f"offsets: {name.replace('_', ' ')} {check['matched']}/{check['total']}")
+    order = report.get("order")
+    if order:
+        within = order["ascending_within_object"]
+        out.print(f"order: ascending offsets within an object {within['matched']}/{within['total']}; "
+                  + ", ".join(f"{op} objects {info['objects']} with {info['inversions']} inversions"
+                              for op, info in order["objects"].items()))
+    verdict = report["gate"]
+    for line in verdict["missed"]:
+        out.print(f"[red]FAIL[/red] {line}")
+    out.print("[green]PASS[/green]: every threshold met" if verdict["passed"] else
+              f"{len(verdict['missed'])} threshold(s) missed (relax with --min-exact / --max-wape / --max-tv)")
+    return 0 if verdict["passed"] else FAILED_EXIT

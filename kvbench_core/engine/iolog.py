@@ -48,7 +48,9 @@ def trace_id_for(key: str) -> int:
 
 
 class IOLog:
-    """Thread-safe JSONL writer of ``{trace_id, key, op, offset, bytes, start_s, end_s}`` records."""
+    """Thread-safe JSONL writer of ``{trace_id, key, op, offset, bytes, start_s, end_s}`` records, plus
+    ``requested`` and ``align`` where the tier asked for another length than the syscall returned
+    (docs/kvio.md, "the I/O log")."""
 
     def __init__(self, path: str, trace_ids: Mapping[str, int] | None = None) -> None:
         path = os.path.expanduser(path)
@@ -66,11 +68,15 @@ class IOLog:
         _CREATED.add(os.path.realpath(path))
         self._file = open(fd, "w", encoding="utf-8", buffering=BUFFER_BYTES)  # noqa: SIM115 - see close()
 
-    def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float) -> None:
-        """Log one device command of ``op`` (``write``/``read``) on ``key``'s entry."""
+    def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float,
+               requested: int | None = None, align: int | None = None) -> None:
+        """Log one device command of ``op`` (``write``/``read``) on ``key``'s entry: ``nbytes`` is what the
+        syscall returned; ``requested`` the length it was asked for and ``align`` the alignment that length
+        was rounded to (an O_DIRECT tail), given only when the tier rounded it."""
         trace_id = self._trace_ids.get(key) or trace_id_for(key)
+        asked = "" if requested is None else f',"requested":{requested},"align":{align}'
         line = (f'{{"trace_id":{trace_id},"key":{json.dumps(key)},"op":{json.dumps(op)},"offset":{offset},'
-                f'"bytes":{nbytes},"start_s":{start_s:.9f},"end_s":{end_s:.9f}}}\n')
+                f'"bytes":{nbytes}{asked},"start_s":{start_s:.9f},"end_s":{end_s:.9f}}}\n')
         with self._lock:
             self._file.write(line)
 

@@ -88,9 +88,10 @@ class _OnePassLog:
         self.log = log
         self.active = False
 
-    def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float) -> None:
+    def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float,
+               requested: int | None = None, align: int | None = None) -> None:
         if self.active:
-            self.log.record(key, op, offset, nbytes, start_s, end_s)
+            self.log.record(key, op, offset, nbytes, start_s, end_s, requested, align)
 
 
 def _histogram(timings: list[IOTiming]) -> LatencyHistogram:

@@ -12,8 +12,10 @@ Each record becomes an expected unit (records of the same object and op add
 up, as their commands do on the wire): its payload split by the transfer
 geometry (``--max-transfer``, ``--align``, ``--store-header-bytes``) as
 ``kvbench plan`` would split it.  ``part`` (``kv``/``k``/``v``) groups the
-scores per KV part, and ``components`` (K / V / scale bytes of a packed
-asymmetric blob) are summed for the report.  Lines of other kinds (the
+scores per KV part (separate K and V records of one object, sharing its
+trace id, each keep their own planned commands and are scored on their share
+of the object's wire commands), and ``components`` (K / V / scale bytes of a
+packed asymmetric blob) are summed for the report.  Lines of other kinds (the
 tracer's, clock anchors) carry no ``op``/``bytes`` pair and are skipped.
 """
 
@@ -51,6 +53,21 @@ def _trace_id(value: Any, where: str) -> int:
     return value
 
 
+def _add_record(earlier: Expected | None, record: Expected) -> Expected:
+    """One object's unit with another record of it added: the commands add up; a record of another part
+    (K and V records sharing the trace id) keeps its own planned commands in ``parts``, so each part is
+    scored on its own share (``validate.split_by_part``)."""
+    if earlier is None:
+        return record
+    parts = dict(earlier.parts or ([(earlier.part, earlier.planned)] if earlier.part is not None else []))
+    if record.part is not None:
+        parts[record.part] = parts.get(record.part, Counter()) + record.planned
+    planned = earlier.planned + record.planned
+    if len(parts) > 1:
+        return Expected(earlier.key, earlier.trace_id, earlier.op, planned, None, tuple(parts.items()))
+    return Expected(earlier.key, earlier.trace_id, earlier.op, planned, earlier.part or record.part)
+
+
 def read_semantic(path: str, geometry: TransferGeometry) -> SemanticTrace:
     """The units of ``path`` (JSONL), split by ``geometry``; errors name the line and field."""
     trace = SemanticTrace()
@@ -78,11 +95,11 @@ def read_semantic(path: str, geometry: TransferGeometry) -> SemanticTrace:
                 raise InputFileError(f"{where}: bytes must be a non-negative integer, got {nbytes!r}")
             op = _OPS[record["op"]]
             trace_id = _trace_id(record.get("trace_id"), where)
-            part = record.get("part")
+            part = None if record.get("part") is None else str(record["part"])
             key = str(record.get("object_id") or f"trace-{trace_id}")
-            earlier = units.get((trace_id, op))  # an object loaded twice: its commands add up on the wire too
-            planned = geometry.commands(op, nbytes) + (earlier.planned if earlier else Counter())
-            units[(trace_id, op)] = Expected(key, trace_id, op, planned, None if part is None else str(part))
+            commands = geometry.commands(op, nbytes)
+            earlier = units.get((trace_id, op))  # an object loaded twice, or its K then its V: all on the wire
+            units[(trace_id, op)] = _add_record(earlier, Expected(key, trace_id, op, commands, part))
             if op == "store":  # a load re-reads the same blob: count its components once
                 for name, size in (record.get("components") or {}).items():
                     if isinstance(size, int) and not isinstance(size, bool):

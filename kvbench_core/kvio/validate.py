@@ -10,12 +10,21 @@ geometry is deterministic, there is no class label):
   command sizes in log2 bins.  0 = right shape.  Catches a wrong split that
   count and bytes miss (256K+768K vs 512K+512K).
 
-A unit is one (object, op); an op is scored only if the trace holds commands
-of that op at all (a load-only capture scores loads).  Measured commands with
-a trace id the plan does not know count as mispredicted bytes.
+A unit is one (object, op); stores and loads are scored separately.  By
+default an op is scored if the trace holds commands of it, and an expected op
+the trace lacks is listed in ``ops_missing`` (which fails the gate: a capture
+that lost its stores must not pass on its loads); ``ops`` declares a
+load-only or store-only capture.  Measured commands with a trace id the plan
+does not know count as mispredicted bytes.  Optionally the commands' offsets
+(each object's commands tile one extent; a load reads within what was
+stored) and their order (ascending offsets within an object, objects in the
+expected order) are checked too.  ``gate`` turns a report into the list of
+missed thresholds (exit status 1 in ``kvbench validate``).
 
 Two trace layouts are read, line by line: kvbench's own I/O log
-(``{trace_id, op: write|read, offset, bytes, …}``) and the eBPF
+(``{trace_id, op: write|read, offset, bytes, …}``; a command's size is its
+``requested`` length where the tier logged one, else the ``bytes`` the
+syscall returned) and the eBPF
 ``nvme_uring_cmd_monitor`` JSONL (``event_type: nvme_cmd`` with ``user_data``
 = ``trace_id << 32 | counter``, ``op_name``/``nvme_opcode``, ``nlb``,
 ``bytes``, ``data_len``).  Completion records, clock anchors and LMCache's
@@ -24,6 +33,7 @@ per-object semantic records carry no command size and are skipped.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable
@@ -45,18 +55,27 @@ _NVME_OPCODES = {1: "store", 2: "load"}  # NVMe I/O opcodes: 0x01 write, 0x02 re
 
 @dataclass
 class MeasuredTrace:
-    """Tagged command sizes per (trace_id, op), and what could not be attributed."""
+    """Tagged command sizes per (trace_id, op), and what could not be attributed.  With ``keep_extents``
+    each unit's ``(offset, size)`` commands are also kept in issue order (for the offset and order checks;
+    memory grows with the trace, so only when asked)."""
 
     commands: dict[tuple[int, str], Counter[int]] = field(default_factory=lambda: defaultdict(Counter))
     untagged_commands: int = 0
     skipped_lines: int = 0
     truncated_last_line: bool = False
+    keep_extents: bool = False
+    extents: dict[tuple[int, str], list[tuple[int, int]]] = field(default_factory=lambda: defaultdict(list))
+    #: per op, trace ids in the order of their first command
+    first_seen: dict[str, dict[int, None]] = field(default_factory=lambda: defaultdict(dict))
 
-    def add(self, trace_id: int, op: str, nbytes: int) -> None:
+    def add(self, trace_id: int, op: str, nbytes: int, offset: int | None = None) -> None:
         if trace_id == 0:
             self.untagged_commands += 1
-        else:
-            self.commands[(trace_id, op)][nbytes] += 1
+            return
+        self.commands[(trace_id, op)][nbytes] += 1
+        self.first_seen[op].setdefault(trace_id)
+        if self.keep_extents and offset is not None:
+            self.extents[(trace_id, op)].append((offset, nbytes))
 
 
 def _int(record: dict[str, Any], name: str, where: str) -> int:
@@ -73,8 +92,10 @@ def _int(record: dict[str, Any], name: str, where: str) -> int:
     raise InputFileError(f"{where}: field '{name}' must be a non-negative integer, got {value!r}")
 
 
-def _tracer_command(record: dict[str, Any], where: str, lba_bytes: int | None) -> tuple[int, str, int] | None:
-    """``(trace_id, op, bytes)`` of an ``nvme_cmd`` record; None for flushes and other opcodes."""
+def _tracer_command(record: dict[str, Any], where: str,
+                    nlb_bytes: int | None) -> tuple[int, str, int, int | None] | None:
+    """``(trace_id, op, bytes, device byte offset)`` of an ``nvme_cmd`` record; None for flushes and other
+    opcodes.  The offset is ``slba`` × the capture's block size (``bytes / nlb``, or ``nlb_bytes``)."""
     name, opcode = record.get("op_name"), record.get("nvme_opcode")
     if isinstance(name, str):
         op = _OPS.get(name.lower())
@@ -83,26 +104,29 @@ def _tracer_command(record: dict[str, Any], where: str, lba_bytes: int | None) -
     if op is None:
         return None
     trace_id = _int(record, "user_data", where) >> 32
-    if lba_bytes is not None and "nlb" in record:
-        nbytes = _int(record, "nlb", where) * lba_bytes  # the tracer's nlb is already a count (NLB + 1)
+    blocks = _int(record, "nlb", where) if "nlb" in record else None
+    if nlb_bytes is not None and blocks is not None:
+        nbytes = blocks * nlb_bytes  # the tracer's nlb is already a count (NLB + 1)
     elif "bytes" in record:
         nbytes = _int(record, "bytes", where)
     else:
         nbytes = _int(record, "data_len", where)
-    return trace_id, op, nbytes
+    block = nlb_bytes or (nbytes // blocks if blocks else None)
+    offset = _int(record, "slba", where) * block if block and "slba" in record else None
+    return trace_id, op, nbytes, offset
 
 
-def read_trace(path: str, lba_bytes: int | None = None) -> MeasuredTrace:
-    """Parse a kvbench I/O log or an NVMe tracer JSONL.  ``lba_bytes`` recomputes tracer bytes as
-    ``nlb × lba_bytes`` when the capture's ``--lba-size`` was wrong.  A truncated last line (a
+def read_trace(path: str, nlb_bytes: int | None = None, *, keep_extents: bool = False) -> MeasuredTrace:
+    """Parse a kvbench I/O log or an NVMe tracer JSONL.  ``nlb_bytes`` recomputes tracer bytes as
+    ``nlb × nlb_bytes`` when the capture's ``--lba-size`` was wrong.  A truncated last line (a
     capture stopped mid-write) is tolerated; any other malformed line is an error naming it."""
-    if lba_bytes is not None and lba_bytes < 1:
-        raise SpecError(f"--lba-bytes: expected the capture's logical block size (e.g. 512 or 4096), got {lba_bytes}")
-    trace = MeasuredTrace()
+    if nlb_bytes is not None and nlb_bytes < 1:
+        raise SpecError(f"--nlb-bytes: expected the capture's logical block size (e.g. 512 or 4096), got {nlb_bytes}")
+    trace = MeasuredTrace(keep_extents=keep_extents)
     try:
         with open(path, encoding="utf-8") as handle:
             for number, line in enumerate(handle, start=1):
-                _parse_line(trace, line, f"{path}: line {number}", lba_bytes)
+                _parse_line(trace, line, f"{path}: line {number}", nlb_bytes)
     except FileNotFoundError:
         raise InputFileError(f"{path}: no such trace file") from None
     except (OSError, UnicodeDecodeError) as error:
@@ -110,7 +134,7 @@ def read_trace(path: str, lba_bytes: int | None = None) -> MeasuredTrace:
     return trace
 
 
-def _parse_line(trace: MeasuredTrace, line: str, where: str, lba_bytes: int | None) -> None:
+def _parse_line(trace: MeasuredTrace, line: str, where: str, nlb_bytes: int | None) -> None:
     if not line.strip():
         return
     try:
@@ -124,7 +148,7 @@ def _parse_line(trace: MeasuredTrace, line: str, where: str, lba_bytes: int | No
         raise InputFileError(f"{where}: expected a JSON object")
     kind = record.get("event_type")
     if kind == "nvme_cmd":
-        command = _tracer_command(record, where, lba_bytes)
+        command = _tracer_command(record, where, nlb_bytes)
         if command is None:
             trace.skipped_lines += 1
         else:
@@ -133,7 +157,9 @@ def _parse_line(trace: MeasuredTrace, line: str, where: str, lba_bytes: int | No
         op = _OPS.get(str(record.get("op")))
         if op is None:
             raise InputFileError(f"{where}: field 'op' must be write or read, got {record.get('op')!r}")
-        trace.add(_int(record, "trace_id", where), op, _int(record, "bytes", where))
+        # the command issued: the length asked for (an aligned O_DIRECT tail), else what was returned
+        size = _int(record, "requested", where) if "requested" in record else _int(record, "bytes", where)
+        trace.add(_int(record, "trace_id", where), op, size, _int(record, "offset", where))
     else:
         trace.skipped_lines += 1
 
@@ -176,13 +202,16 @@ def _scores(units: list[tuple[Counter[int], Counter[int]]], extra_measured: Coun
 
 @dataclass(frozen=True)
 class Expected:
-    """What one (object, op) should put on the wire: its planned command sizes, and which KV part it is."""
+    """What one (object, op) should put on the wire: its planned command sizes, and which KV part(s) it
+    is.  ``parts`` holds each part's own planned commands, in record order, when separate records (K and V)
+    share the object's trace id."""
 
     key: str
     trace_id: int
     op: str
     planned: Counter[int]
     part: str | None = None
+    parts: tuple[tuple[str, Counter[int]], ...] = ()
 
 
 def expected_from_manifest(manifest: Manifest, ops: Iterable[str] = OPS) -> list[Expected]:
@@ -191,18 +220,97 @@ def expected_from_manifest(manifest: Manifest, ops: Iterable[str] = OPS) -> list
             for obj in manifest.objects for op in ops]
 
 
-def validate(manifest: Manifest, trace: MeasuredTrace) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ValidationOptions:
+    """Which ops to score (None: those in the trace) and which optional checks to run."""
+
+    ops: tuple[str, ...] | None = None
+    check_offsets: bool = False
+    check_order: bool = False
+
+
+def validate(manifest: Manifest, trace: MeasuredTrace, options: ValidationOptions | None = None) -> dict[str, Any]:
     """The fidelity report of ``trace`` against ``manifest`` (overall and per op)."""
-    return validate_expected(expected_from_manifest(manifest), trace, source="plan")
+    return validate_expected(expected_from_manifest(manifest), trace, source="plan", options=options)
 
 
-def validate_expected(expected: list[Expected], trace: MeasuredTrace, *, source: str) -> dict[str, Any]:
+def split_by_part(unit: Expected, measured: Counter[int]) -> list[tuple[str, Counter[int], Counter[int]]]:
+    """``(part, planned, measured)`` for each part of a unit: in record order each part claims, size by
+    size, the commands it planned from the object's measured commands; what no part claims counts against
+    the last part.  So separate K and V records sharing a trace id are each scored on their own share."""
+    if not unit.parts:
+        return [(unit.part, unit.planned, measured)] if unit.part is not None else []
+    left = Counter(measured)
+    out = []
+    for part, planned in unit.parts:
+        claimed = Counter({size: min(count, left[size]) for size, count in planned.items() if left[size]})
+        left -= claimed
+        out.append((part, planned, claimed))
+    last_part, last_planned, last_claimed = out[-1]
+    out[-1] = (last_part, last_planned, last_claimed + left)
+    return out
+
+
+def _extent_checks(expected: list[Expected], trace: MeasuredTrace, ops: list[str]) -> dict[str, Any]:
+    """Offsets: each unit's commands tile one extent without gap or overlap, and an object's load reads
+    within the extent its store wrote."""
+    contiguous = within = loads = 0
+    units = 0
+    examples: list[dict[str, Any]] = []
+    for unit in expected:
+        commands = trace.extents.get((unit.trace_id, unit.op))
+        if unit.op not in ops or not commands:
+            continue
+        units += 1
+        ordered = sorted(commands)
+        tiled = all(a + n == b for (a, n), (b, _) in itertools.pairwise(ordered))
+        contiguous += tiled
+        if not tiled and len(examples) < MISMATCH_EXAMPLES:
+            examples.append({"key": unit.key, "op": unit.op, "problem": "gap or overlap between its commands"})
+        stored = trace.extents.get((unit.trace_id, "store"))
+        if unit.op == "load" and stored:
+            loads += 1
+            low, high = min(o for o, _ in stored), max(o + n for o, n in stored)
+            inside = low <= ordered[0][0] and ordered[-1][0] + ordered[-1][1] <= high
+            within += inside
+            if not inside and len(examples) < MISMATCH_EXAMPLES:
+                examples.append({"key": unit.key, "op": "load", "problem": "reads outside what its store wrote"})
+    return {"contiguous": _fraction(contiguous, units), "loads_within_store": _fraction(within, loads),
+            "examples": examples}
+
+
+def _order_checks(expected: list[Expected], trace: MeasuredTrace, ops: list[str]) -> dict[str, Any]:
+    """Order: within a unit, commands issued at ascending offsets; across objects, per op, the objects'
+    first commands in the expected order (inversions = adjacent pairs out of order)."""
+    ascending = units = 0
+    for unit in expected:
+        commands = trace.extents.get((unit.trace_id, unit.op))
+        if unit.op in ops and commands:
+            units += 1
+            ascending += all(a < b for (a, _), (b, _) in itertools.pairwise(commands))
+    objects: dict[str, Any] = {}
+    for op in ops:
+        rank = {unit.trace_id: index for index, unit in enumerate(u for u in expected if u.op == op)}
+        seen = [tid for tid in trace.first_seen.get(op, {}) if tid in rank]
+        inversions = [(a, b) for a, b in itertools.pairwise(seen) if rank[a] > rank[b]]
+        keys = {unit.trace_id: unit.key for unit in expected if unit.op == op}
+        objects[op] = {"objects": len(seen), "inversions": len(inversions),
+                       "first_out_of_order": keys[inversions[0][1]] if inversions else None}
+    return {"ascending_within_object": _fraction(ascending, units), "objects": objects}
+
+
+def validate_expected(expected: list[Expected], trace: MeasuredTrace, *, source: str,
+                      options: ValidationOptions | None = None) -> dict[str, Any]:
     """The fidelity report of ``trace`` against ``expected`` units (overall, per op, per KV part).
 
-    An op is scored only if the trace holds commands of it (a load-only capture scores loads)."""
-    ops = [op for op in OPS if any(key_op == op for _, key_op in trace.commands)]
-    if not ops:
+    Stores and loads are scored separately; by default an op is scored if the trace holds commands of it
+    and an expected op it lacks is listed in ``ops_missing``; ``options.ops`` declares the ops to score."""
+    options = options or ValidationOptions()
+    in_trace = [op for op in OPS if any(key_op == op for _, key_op in trace.commands)]
+    ops = [op for op in OPS if op in options.ops] if options.ops is not None else in_trace
+    if not in_trace:
         raise InputFileError("the measured trace holds no tagged store or load commands to validate")
+    expected_ops = {unit.op for unit in expected}
     known = {unit.trace_id for unit in expected}
     unattributed: dict[str, Counter[int]] = {op: Counter() for op in OPS}
     foreign_ids = set()
@@ -221,8 +329,8 @@ def validate_expected(expected: list[Expected], trace: MeasuredTrace, *, source:
             continue
         measured = trace.commands.get((unit.trace_id, unit.op), Counter())
         units[unit.op].append((unit.planned, measured))
-        if unit.part is not None:
-            parts[unit.part].append((unit.planned, measured))
+        for part, planned, share in split_by_part(unit, measured):
+            parts[part].append((planned, share))
         if unit.planned != measured and len(mismatches) < MISMATCH_EXAMPLES:
             mismatches.append({"key": unit.key, "trace_id": unit.trace_id, "op": unit.op,
                                "planned": {str(s): n for s, n in sorted(unit.planned.items())},
@@ -230,6 +338,7 @@ def validate_expected(expected: list[Expected], trace: MeasuredTrace, *, source:
     all_units = [unit for op in ops for unit in units[op]]
     report = {
         "format": FORMAT, "version": VERSION, "ops_scored": ops, "objects": len(known),
+        "ops_missing": [op for op in OPS if op in (options.ops or expected_ops) and op not in in_trace],
         **_scores(all_units, sum((unattributed[op] for op in ops), Counter())),
         "by_op": {op: _scores(units[op], unattributed[op]) for op in ops},
         "unattributed": {"trace_ids": len(foreign_ids),
@@ -242,4 +351,44 @@ def validate_expected(expected: list[Expected], trace: MeasuredTrace, *, source:
     }
     if parts:  # K/V attribution: only a semantic source says which part an object is
         report["by_part"] = {part: _scores(pairs, Counter()) for part, pairs in sorted(parts.items())}
+    if options.check_offsets:
+        report["offsets"] = _extent_checks(expected, trace, ops)
+    if options.check_order:
+        report["order"] = _order_checks(expected, trace, ops)
     return report
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """What a validation must reach to pass; the defaults demand an exact reproduction, as a file tier's
+    deterministic geometry allows."""
+
+    min_exact: float = 1.0
+    max_wape: float = 0.0
+    max_tv: float = 0.0
+
+
+def gate(report: dict[str, Any], thresholds: Thresholds) -> list[str]:
+    """Every threshold ``report`` misses, one line each (empty: it passes)."""
+    missed = [f"{op}s: planned for {report['objects']} objects, none in the trace (declare a {other}-only "
+              f"capture with --ops {other})" for op, other in (("store", "load"), ("load", "store"))
+              if op in report["ops_missing"] and op not in report["ops_scored"]]
+    for label, scores in [("all", report), *report["by_op"].items()]:
+        exact, wape, tv = scores["exact_match"]["fraction"], scores["wape"], scores["tv_distance"]
+        if exact is not None and exact < thresholds.min_exact:
+            missed.append(f"{label}: exact-match {exact:.2%} < {thresholds.min_exact:.2%}")
+        if wape is not None and wape > thresholds.max_wape:
+            missed.append(f"{label}: WAPE {wape:.4%} > {thresholds.max_wape:.4%}")
+        if tv > thresholds.max_tv:
+            missed.append(f"{label}: size-dist TV {tv:.4f} > {thresholds.max_tv:.4f}")
+    for name, check in (report.get("offsets") or {}).items():
+        if isinstance(check, dict) and check["fraction"] is not None and check["fraction"] < 1:
+            missed.append(f"offsets: {name.replace('_', ' ')} {check['matched']}/{check['total']}")
+    order = report.get("order")
+    if order:
+        within = order["ascending_within_object"]
+        if within["fraction"] is not None and within["fraction"] < 1:
+            missed.append(f"order: ascending offsets within an object {within['matched']}/{within['total']}")
+        missed += [f"order: {op} objects out of the expected order {info['inversions']} times (first "
+                   f"{info['first_out_of_order']})" for op, info in order["objects"].items() if info["inversions"]]
+    return missed

@@ -96,9 +96,13 @@ def test_read_range_copies_any_slice_into_an_unaligned_buffer(make_backend: Any,
 class RecordingLog:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, int, int, float, float]] = []
+        self.requests: dict[tuple[str, int], tuple[int, int]] = {}  # (op, offset) -> (requested, align)
 
-    def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float) -> None:
+    def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float,
+               requested: int | None = None, align: int | None = None) -> None:
         self.calls.append((key, op, offset, nbytes, start_s, end_s))
+        if requested is not None:
+            self.requests[(op, offset)] = (requested, align or 0)
 
 
 @pytest.mark.parametrize("queue_depth", [1, 4])
@@ -117,13 +121,16 @@ def test_every_pread_and_pwrite_is_logged(make_backend: Any, pool: NoisePool, qu
         assert all(key == "k" and start <= end for key, _, _, _, start, end in calls)
 
 
-def test_direct_tail_is_logged_with_the_padded_length_the_device_moved(make_backend: Any, pool: NoisePool) -> None:
+def test_direct_tail_is_logged_as_returned_with_the_aligned_length_asked(make_backend: Any, pool: NoisePool) -> None:
+    """The log holds what each syscall returned (issue 17: it used to log a computed aligned length for a
+    short tail read) and, for the padded tail, the length asked and the alignment used."""
     log = RecordingLog()
     backend = make_backend(io_log=log, direct=True)
     backend.write("k", pool.payload("k", TS + 17))
     backend.read("k", TS + 17, DISCARD)
-    for op in ("write", "read"):
-        assert sorted((call[2], call[3]) for call in log.calls if call[1] == op) == [(0, TS), (TS, 4096)]
+    returned = {op: sorted((call[2], call[3]) for call in log.calls if call[1] == op) for op in ("write", "read")}
+    assert returned == {"write": [(0, TS), (TS, 4096)], "read": [(0, TS), (TS, 17)]}
+    assert log.requests == {("write", TS): (4096, 4096), ("read", TS): (4096, 4096)}
 
 
 def test_buffers_are_per_thread_and_reused(make_backend: Any, pool: NoisePool, monkeypatch: Any) -> None:

@@ -81,9 +81,13 @@ def test_round_trip_is_byte_exact_for_every_size(make_backend: Any, round_trip: 
 class RecordingLog:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, int, int, float, float]] = []
+        self.requests: dict[tuple[str, int], tuple[int, int]] = {}  # (op, offset) -> (requested, align)
 
-    def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float) -> None:
+    def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float,
+               requested: int | None = None, align: int | None = None) -> None:
         self.calls.append((key, op, offset, nbytes, start_s, end_s))
+        if requested is not None:
+            self.requests[(op, offset)] = (requested, align or 0)
 
 
 def most_at_once(spans: list[tuple[float, float]]) -> int:
@@ -111,13 +115,14 @@ def test_queue_depth_commands_are_in_flight_buffered_or_not(make_backend: Any, p
     assert "io_uring" in backend.describe()["driver_layer"]
 
 
-def test_direct_tail_is_padded_truncated_and_logged_as_the_device_moved_it(make_backend: Any, pool: NoisePool,
-                                                                          round_trip: Any) -> None:
+def test_direct_tail_is_padded_truncated_and_logged_as_the_kernel_returned_it(make_backend: Any, pool: NoisePool,
+                                                                              round_trip: Any) -> None:
     log = RecordingLog()
     backend = make_backend(engine="io_uring", io_log=log, direct=True, queue_depth=2)
     round_trip(backend, "k", TS + 17)
-    for op in ("write", "read"):
-        assert sorted((call[2], call[3]) for call in log.calls if call[1] == op) == [(0, TS), (TS, 4096)]
+    returned = {op: sorted((call[2], call[3]) for call in log.calls if call[1] == op) for op in ("write", "read")}
+    assert returned == {"write": [(0, TS), (TS, 4096)], "read": [(0, TS), (TS, 17)]}
+    assert log.requests == {("write", TS): (4096, 4096), ("read", TS): (4096, 4096)}
 
 
 def test_one_ring_per_thread_with_its_buffers_made_once(make_backend: Any, pool: NoisePool, monkeypatch: Any) -> None:
