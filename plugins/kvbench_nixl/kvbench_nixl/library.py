@@ -30,6 +30,8 @@ INSTALL_HINT = ("pip install 'kvbench-nixl[nixl]'  (the nixl-cu12 wheel; install
 MODULES = {"nixl_cu12": "nixl-cu12", "nixl_cu13": "nixl-cu13", "nixl": "nixl"}
 #: Longest sleep between two completion polls of one request.
 MAX_POLL_S = 200e-6
+#: NIXL's thread-sync mode for the agent (see ``Agent``).
+SYNC_MODE = "NIXL_THREAD_SYNC_STRICT"
 
 
 def installed_module() -> str | None:
@@ -97,7 +99,7 @@ class Agent:
         nixl = library.module
         self.library = library
         self.backend = backend
-        config = nixl.nixl_agent_config(backends=[], sync_mode=nixl.nixl_thread_sync_t.NIXL_THREAD_SYNC_STRICT)
+        config = nixl.nixl_agent_config(backends=[], sync_mode=getattr(nixl.nixl_thread_sync_t, SYNC_MODE))
         self.agent = nixl.nixl_agent(name, config)
         self.name = name
         self.plugins: list[str] = list(self.agent.get_plugin_list())

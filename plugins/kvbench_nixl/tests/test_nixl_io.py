@@ -151,6 +151,7 @@ def test_describe_names_nixl_its_version_backend_and_parameters(open_backend: Op
     assert info["nixl_version"] == importlib.metadata.version("nixl-cu12")
     assert info["driver_layer"].startswith(f"NIXL {info['nixl_version']} ")
     assert info["nixl_params"] == {"use_aio": "true"}
+    assert info["io_queue"] == "libaio" and "(io queue: libaio)" in info["access_mechanism"]
     assert (info["queue_depth"], info["transfer_size"], info["registered_bytes"]) == (4, KIB64, 2 * 4 * KIB64)
     json.dumps(info)
 
