@@ -108,8 +108,8 @@ def run_session(as_written: dict[str, Any], spec: dict[str, Any], *, quiet: bool
         errors = sum(r["metrics"].get("verify", {}).get("integrity_errors", 0) for r in outcome.results if r["metrics"])
         if errors:
             outcome.error = IntegrityError(f"{errors} verified reads returned bytes different from what was written")
-    if not outcome.error:  # on_error: count ran on past storage errors; the exit code must not say "all fine"
-        outcome.error = counted_storage_errors(outcome.results)
+    if not outcome.error:  # the run went on past storage errors; the exit code must not say "all fine"
+        outcome.error = counted_storage_errors(outcome.results, spec["on_error"])
     if not outcome.error:
         outcome.error = outcome.save_error
     outcome.exit_code = outcome.error.exit_code if outcome.error else 0
@@ -132,14 +132,16 @@ def _save(result: dict[str, Any], path: Path, outcome: SessionOutcome) -> Path:
         return saved
 
 
-def counted_storage_errors(results: list[dict[str, Any]]) -> StorageErrorsCounted | None:
-    """The error for requests that failed on storage errors without stopping the run (on_error: count)."""
+def counted_storage_errors(results: list[dict[str, Any]], on_error: str = "count") -> StorageErrorsCounted | None:
+    """The error for requests that failed on storage errors without stopping the run.  Says the run's own
+    ``on_error`` (issue 19: an ``on_error: stop`` run was reported as ``(on_error: count)``)."""
     failed = sum(((r.get("metrics") or {}).get("requests") or {}).get("failed", 0) for r in results)
     if not failed:
         return None
     first = next((error for r in results for error in r.get("errors") or []), None)
     detail = f"; first: tier '{first['tier']}': {first['op']} of '{first['key']}': {first['error']}" if first else ""
-    return StorageErrorsCounted(f"{failed} requests failed on storage errors (on_error: count){detail}")
+    how = "on_error: count" if on_error == "count" else f"on_error: {on_error}, yet the run was not stopped"
+    return StorageErrorsCounted(f"{failed} requests failed on storage errors ({how}){detail}")
 
 
 def _pause(seconds: float, received: list[int]) -> bool:
