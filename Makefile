@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-PLUGINS := plugins/kvbench_nvme plugins/kvbench_redis plugins/kvbench_s3 plugins/kvbench_workloads plugins/kvbench_gds plugins/kvbench_blktrace
+PLUGINS := plugins/kvbench_nvme plugins/kvbench_redis plugins/kvbench_s3 plugins/kvbench_workloads plugins/kvbench_gds plugins/kvbench_blktrace plugins/kvbench_nixl
 PYTEST_ARGS ?=
 
 .PHONY: run test test-fast venv test-venv system-deps template-check lint clean
@@ -20,6 +20,8 @@ $(VENV)/.installed: pyproject.toml $(wildcard plugins/*/pyproject.toml)
 ## the gpu tier's logic runs on torch's CPU device (torch==2.13.0: a CPU wheel on this project's machines).
 $(VENV)/.test-installed: $(VENV)/.installed
 	$(PIP) install -q -e '.[test,mpi,gpu]' 'moto[server]'
+	@# NIXL's wheel (~235 MB) requires torch: installed after the gpu extra's torch==2.13.0, so pip keeps that CPU build
+	$(PIP) install -q -e 'plugins/kvbench_nixl[nixl]'
 	touch $@
 
 venv: $(VENV)/.installed
