@@ -32,10 +32,11 @@ class BF16PlanesCodec(Codec):
 
     name = "bf16_planes"
     requires: ClassVar[dict[str, str]] = {"cramjam": CODECS_EXTRA_HINT}
-    options_schema: ClassVar[dict[str, Any]] = level_options(-7, 22, 3, "zstd level for the two planes")
+    # Level 1: on KV exponent planes zstd 1 is both smaller and faster than 3 (docs/PERFORMANCE.md, Codecs).
+    options_schema: ClassVar[dict[str, Any]] = level_options(-7, 22, 1, "zstd level for the two planes")
 
     def __init__(self, options: dict[str, Any]) -> None:
-        super().__init__({"level": 3, **options})
+        super().__init__({"level": 1, **options})
         self.level = int(self.options["level"])
         self._local = threading.local()
 
