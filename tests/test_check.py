@@ -15,6 +15,7 @@ from kvbench_core.engine.histogram import LatencyHistogram
 from kvbench_core.engine.telemetry import OpStats
 from kvbench_core.reports.aggregate import summarize_trials
 from kvbench_core.reports.rules import RULESETS, check
+from kvbench_core.results.checks import attention_lines, run_checks
 from kvbench_core.results.result import headline
 from kvbench_core.spec.loader import spec_sha256
 
@@ -32,6 +33,7 @@ def _ms_histogram(*millis: float) -> LatencyHistogram:
 def _op(nbytes: int, *device_ms: float) -> dict[str, Any]:
     stats = OpStats(ops=len(device_ms), bytes=nbytes, commands=len(device_ms), total=_ms_histogram(*device_ms),
                     host=_ms_histogram(*[0.0] * len(device_ms)), device=_ms_histogram(*device_ms),
+                    command=_ms_histogram(*device_ms), command_bytes=nbytes, physical_bytes=nbytes,
                     first_start=1.0, last_end=300.0)
     return stats.to_dict()
 
@@ -77,7 +79,10 @@ def _trial(number: int, cpu_capacity: int) -> dict[str, Any]:
                     "traced": False},
             "spec": spec, "model": {"name": "llama3.1-8b", "bytes_per_token_all_ranks": per_token},
             "environment": {"cpu_model": "Xeon", "ram_bytes": 256 * GIB, "os": "Ubuntu 22.04"},
-            "declaration": {}, "metrics": metrics, "timeseries": []}
+            "declaration": {}, "metrics": metrics,
+            "timeseries": [{"t_s": 301.2, "interval_s": 301.2, "users": 200, "requests": 5000 + number,
+                            "generated_tokens": metrics["requests"]["generated_tokens"],
+                            "tiers": {"nvme": {"read_bytes": read_bytes, "write_bytes": write_bytes}}}]}
 
 
 def _submission(directory: Path, cpu_capacity: int = 0, *, trials: int = 5, trial: Mutation | None = None,
@@ -240,3 +245,50 @@ def test_check_without_rules_re_checks_the_invariants(tmp_path: Path, capsys: py
     capsys.readouterr()
     assert main(["check", str(bad)]) == 1
     assert "written bytes = stored + demoted" in capsys.readouterr().out
+
+
+def _tier_op(op: str, field: str, delta: int) -> Mutation:
+    def apply(doc: dict[str, Any]) -> None:
+        doc["metrics"]["tiers"]["nvme"][op][field] += delta
+    return apply
+
+
+def _counter(name: str, value: int) -> Mutation:
+    return _set(f"metrics.cache.counters.{name}", value)
+
+
+#: One mutation per invariant (docs/results.md, checks): the invariant it breaks is named in the violation.
+INVARIANT_CASES: list[tuple[Mutation, str]] = [
+    (_tier_op("read", "command_bytes", 4096), "command_bytes.nvme.read"),
+    (_set("timeseries.0.tiers.nvme.write_bytes", 1), "tier_bytes.nvme.write"),
+    (_set("timeseries.0.generated_tokens", 7), "series_tokens"),
+    (_set("metrics.cache.counters", {"stored_entry_bytes": 400 * GIB, "prefix_reads": 10, "prefix_hits": 3,
+                                     "prefix_misses": 6}), "prefix_reads"),
+    (_set("metrics.tiers.nvme.reads_served", 4999), "reads_served.nvme"),
+    (_set("metrics.headline.decode_bytes_read_gb", 1.0), "decode_bytes:"),
+    (_counter("stored_entry_bytes", 1), "written_bytes"),
+    (_set("metrics.headline.avg_throughput_tokens_per_sec", 600.0), "throughput_tokens"),
+    (_set("metrics.window.measured_s", 200.0), "window_duration"),
+    (_set("timeseries.0.interval_s", 150.0), "window_series"),
+]
+
+
+@pytest.mark.parametrize(("mutate", "invariant"), INVARIANT_CASES)
+def test_each_invariant_is_violated_by_its_edit(mutate: Mutation, invariant: str) -> None:
+    doc = _trial(1, 0)
+    assert run_checks(doc) == {**run_checks(doc), "passed": True, "violations": []}
+    mutate(doc)
+    violations = run_checks(doc)["violations"]
+    assert any(line.startswith(invariant) for line in violations), violations
+
+
+def test_a_violation_is_one_summary_line_and_the_declared_contradictions_follow() -> None:
+    doc = _trial(1, 0)
+    doc["metrics"]["headline"]["decode_bytes_read_gb"] = 1.0
+    doc["metrics"]["window"]["measured_s"] = 100.0  # a second violation, counted on the same line
+    doc["checks"] = run_checks(doc)
+    doc["warnings"] = ["declaration network.fabric: declared 'RoCE', detected 'none (local)'"]
+    lines = attention_lines(doc)
+    assert len(lines) == 2
+    assert lines[0].startswith("  INVARIANT VIOLATED: ") and "more in the result's checks)" in lines[0]
+    assert lines[1] == "  WARNING: declaration network.fabric: declared 'RoCE', detected 'none (local)'"

@@ -117,11 +117,15 @@ class CPUMemoryBackend(StorageBackend):
 
     def read_range(self, key: str, offset: int, out: memoryview) -> None:
         blocks = self._entry(key)
+        log = self.context.io_log
         done = 0
         while done < len(out):
             index, within = divmod(offset + done, BLOCK)
             n = min(BLOCK - within, len(out) - done)
+            t0 = time.perf_counter()
             out[done:done + n] = memoryview(blocks[index])[within:within + n]
+            if log is not None:  # a demotion's copy is a read command like any other (its bytes are counted)
+                log.record(key, "read", offset + done, n, t0, time.perf_counter())
             done += n
 
     def delete(self, key: str) -> None:

@@ -12,6 +12,7 @@ import argparse
 import sys
 from typing import Any
 
+from kvbench_core.results.checks import attention_lines
 from kvbench_core.results.rerun import OVERRIDE_FLAG
 from kvbench_core.scaleout.session import run_session
 from kvbench_core.spec.loader import load_spec
@@ -59,7 +60,7 @@ def summarize(result: dict[str, Any]) -> str:
     run = result["run"]
     metrics = result.get("metrics") or {}
     head = metrics.get("headline") or {}
-    lines = [f"{run['name'] or 'run'} [{run['status']}] {run['stop_reason']}"]
+    lines = [f"{run['name'] or 'run'} [{run['status']}] {run['stop_reason']}", *attention_lines(result)]
     scale = result.get("scale_out")
     if scale:
         lines.append(f"  {scale['clients']} {scale['label']}s ({scale['mode']}), users {scale['users_scope']}: "

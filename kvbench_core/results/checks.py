@@ -23,6 +23,8 @@ REL_TOL = 1e-6
 #: Rounding of the time series' ``interval_s`` (milliseconds).
 SERIES_ROUNDING_S = 0.0005
 READ_KINDS = ("prefix", "turn", "rag")
+#: The largest tail padding of one O_DIRECT operation is one block of this minus a byte.
+DIRECT_ALIGN = 4096
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,27 @@ def _tier_bytes(metrics: dict[str, Any], series: list[dict[str, Any]]) -> Iterat
         yield _check("series_tokens", metrics["requests"]["generated_tokens"],
                      sum(p["generated_tokens"] for p in series),
                      "generated tokens of completed requests = sum of the time series' generated tokens")
+
+
+def _command_bytes(metrics: dict[str, Any]) -> Iterator[Check]:
+    """Per tier and op, for a tier that reports its device commands: the bytes of its operations = the
+    sum of its commands' bytes (an O_DIRECT tier pads each operation's tail to one 4 KiB block at most).
+    A failed operation may have issued commands it is not counted for, so tiers with errors are skipped."""
+    for name, tier in metrics["tiers"].items():
+        padded = bool((tier.get("describe") or {}).get("direct"))
+        for op in ("read", "write"):
+            stats = tier[op]
+            if "command_bytes" not in stats or not stats["histograms"].get("command", {}).get("count") \
+                    or stats["errors"]:
+                continue
+            moved, commands = stats.get("physical_bytes", stats["bytes"]), stats["command_bytes"]
+            if padded:
+                ok = moved <= commands <= moved + stats["ops"] * (DIRECT_ALIGN - 1)
+                yield Check(f"command_bytes.{name}.{op}", ok, moved, commands,
+                            f"{name} {op} bytes = its commands' bytes, less each O_DIRECT tail's padding")
+            else:
+                yield _check(f"command_bytes.{name}.{op}", moved, commands,
+                             f"{name} {op} bytes = the sum of its commands' bytes")
 
 
 def _reads(metrics: dict[str, Any]) -> Iterator[Check]:
@@ -148,7 +171,7 @@ def run_checks(result: dict[str, Any]) -> dict[str, Any]:
     if "window" not in metrics:  # no telemetry (stopped before measuring) or a trials summary
         return {"passed": True, "violations": [], "items": []}
     series = result.get("timeseries") or []
-    found = [*_tier_bytes(metrics, series), *_reads(metrics), *_decode_bytes(result, metrics),
+    found = [*_tier_bytes(metrics, series), *_command_bytes(metrics), *_reads(metrics), *_decode_bytes(result, metrics),
              *_written(metrics), *_throughput(metrics), *_window(result, metrics, series)]
     violations = [c.line() for c in found if not c.passed]
     return {"passed": not violations, "violations": violations,
@@ -160,11 +183,13 @@ def _json_number(value: float | int | None) -> float | int | None:
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def checks_line(result: dict[str, Any]) -> str | None:
-    """One line for the printed summary when an invariant is violated (None when all hold)."""
-    checks = result.get("checks") or {}
-    violations = checks.get("violations") or []
-    if not violations:
-        return None
-    more = f" (+{len(violations) - 1} more in the result's checks)" if len(violations) > 1 else ""
-    return f"  INVARIANT VIOLATED: {violations[0]}{more}"
+def attention_lines(result: dict[str, Any]) -> list[str]:
+    """What the printed summary shows under a result's first line: a violated invariant (one line, the
+    others counted) and every declared value a detected one contradicts (``result["warnings"]``)."""
+    lines = []
+    violations = (result.get("checks") or {}).get("violations") or []
+    if violations:
+        more = f" (+{len(violations) - 1} more in the result's checks)" if len(violations) > 1 else ""
+        lines.append(f"  INVARIANT VIOLATED: {violations[0]}{more}")
+    lines += [f"  WARNING: {warning}" for warning in result.get("warnings") or []]
+    return lines
