@@ -2,7 +2,17 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-PIP := $(PY) -m pip
+## Set-up prints a few lines, not pages: pip -q (no progress, no "Successfully installed" lists) and
+## PYTHONWARNINGS=ignore for setuptools' build-backend notices (the editable-install warning, one per
+## package); pip's errors still print in full.  INSTALLER=uv installs with uv (from PyPI) instead of pip:
+## see docs/DEVELOPING.md for the measured times of both.
+INSTALLER ?= pip
+PIP := PYTHONWARNINGS=ignore $(PY) -m pip
+ifeq ($(INSTALLER),uv)
+INSTALL := PYTHONWARNINGS=ignore $(VENV)/bin/uv pip install -q --python $(PY)
+else
+INSTALL := $(PIP) install -q
+endif
 PLUGINS := plugins/kvbench_nvme plugins/kvbench_redis plugins/kvbench_s3 plugins/kvbench_workloads plugins/kvbench_gds plugins/kvbench_blktrace plugins/kvbench_nixl
 PYTEST_ARGS ?=
 
@@ -10,26 +20,29 @@ PYTEST_ARGS ?=
 
 ## What a user needs to run kvbench: the core, every plugin, the report writers.
 $(VENV)/.installed: pyproject.toml $(wildcard plugins/*/pyproject.toml)
-	scripts/ensure-python-venv.sh $(PYTHON)
-	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[reports]' $(foreach p,$(PLUGINS),-e $(p))
-	touch $@
+	@scripts/ensure-python-venv.sh $(PYTHON)
+	@echo "== creating $(VENV) and installing kvbench with its plugins ($(INSTALLER); about a minute)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(PIP) install -q --upgrade pip $(if $(filter uv,$(INSTALLER)),uv)
+	@$(INSTALL) -e '.[reports]' $(foreach p,$(PLUGINS),-e $(p))
+	@touch $@
 
 ## What the tests need on top: pytest and hypothesis, mpi4py, the S3-protocol server (moto), and torch so
 ## the gpu tier's logic runs on torch's CPU device (torch==2.13.0: a CPU wheel on this project's machines).
 $(VENV)/.test-installed: $(VENV)/.installed
-	$(PIP) install -q -e '.[test,mpi,gpu]' 'moto[server]'
+	@echo "== installing the test tools (pytest, hypothesis, mpi4py, moto, cramjam, torch CPU)"
+	@$(PIP) install -q -e '.[test,mpi,gpu,codecs]' 'moto[server]'
 	@# NIXL's wheel (~235 MB) requires torch: installed after the gpu extra's torch==2.13.0, so pip keeps that CPU build
-	$(PIP) install -q -e 'plugins/kvbench_nixl[nixl]'
-	touch $@
+	@$(PIP) install -q -e 'plugins/kvbench_nixl[nixl]'
+	@touch $@
 
 venv: $(VENV)/.installed
 test-venv: $(VENV)/.test-installed
 
 ## The embedded default: DRAM -> local directory tier, no external server (~30 s).
 run: venv
-	$(VENV)/bin/kvbench run specs/quickstart.yaml
+	@echo "== kvbench run specs/quickstart.yaml"
+	@$(VENV)/bin/kvbench run specs/quickstart.yaml
 
 ## Everything: system packages (redis-server, fio, Open MPI), the venv, the template plugin, the suite.
 test: system-deps test-venv template-check

@@ -5,8 +5,9 @@
 #   openmpi-bin, libopenmpi-dev - `mpirun -np 2 kvbench run` (mpi4py builds against it)
 #   bpftrace      - block-layer tracing (tracing: block) and its live test
 #   python3-venv  - Debian's python3 has no venv module without it
+#   chromium      - the HTML report's test loads the page in real headless Chromium and takes a screenshot
 set -euo pipefail
-packages=(redis-server redis-tools fio openmpi-bin libopenmpi-dev bpftrace python3-venv)
+packages=(redis-server redis-tools fio openmpi-bin libopenmpi-dev bpftrace python3-venv chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
