@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from tiny_spec import history_spec, run_cli
 
+from kvbench_core.cli.spec_cmd import DETECTED_AT_RUN, DETECTED_WITH_CODEC, declaration_status, uses_codec
 from kvbench_core.codecs.contract import Codec
 from kvbench_core.codecs.stage import codec_choice
 from kvbench_core.codecs.tier import CodecTier
@@ -342,6 +343,11 @@ def test_verify_through_the_built_in_codecs_finds_nothing_wrong_and_fills_the_de
     assert tensor["codec"] == "bf16_planes, zstd" and tensor["lossless"] is True
     assert tensor["overlapped"] is False and "cramjam" in tensor["codec_version"]
     assert tensor["compression_ratio"] > 1
+    detected = {f"{section}.{name}" for section, fields in result["declaration"].items()
+                for name, field in fields.items() if field["source"] == "detected"}
+    assert detected == DETECTED_AT_RUN | DETECTED_WITH_CODEC  # what `kvbench spec declare` promises
+    status = declaration_status({}, coded=uses_codec(spec))
+    assert {name for name, state in status.items() if state == "detected at run"} == detected
 
 
 def test_without_a_codec_every_tier_reports_logical_equal_to_physical(tmp_path: Path) -> None:
@@ -352,6 +358,9 @@ def test_without_a_codec_every_tier_reports_logical_equal_to_physical(tmp_path: 
         assert tier["codec"]["name"] == "none" and tier["codec"]["ratio"] in (1.0, None)
         assert tier["write"]["physical_bytes"] == tier["write"]["bytes"]
     assert result["declaration"]["tensor"]["codec"]["value"] == "none"
+    assert not uses_codec(spec)
+    assert not uses_codec({"cache": {"codec": "zstd", "tiers": [{"name": "a", "codec": "none"}]}})
+    assert uses_codec({"cache": {"codec": "zstd", "tiers": [{"name": "a", "codec": "none"}, {"name": "b"}]}})
 
 
 @pytest.mark.parametrize(("codec", "message"), [

@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from kvbench_core.codecs.stage import codec_choice, tier_codec
 from kvbench_core.spec.declaration import CHECKLIST, missing_fields
 from kvbench_core.spec.loader import full_schema, load_spec
 from kvbench_core.spec.units import format_bytes, parse_duration, parse_size
@@ -26,6 +27,9 @@ DETECTED_AT_RUN = {
     "workload.prefix_length_distribution",
     "workload.concurrency", "workload.arrival_process", "workload.warmup",
 }
+#: ... and those it fills in too when a tier runs through a codec (docs/codecs.md).
+DETECTED_WITH_CODEC = {"tensor.codec_version", "tensor.compression_ratio", "tensor.integration_point",
+                       "tensor.overlapped"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -103,24 +107,32 @@ def handle_schema(args: argparse.Namespace) -> int:
     return 0
 
 
-def declaration_status(declared: dict) -> dict[str, str]:
-    """``section.field`` -> declared | detected at run | missing."""
+def declaration_status(declared: dict, *, coded: bool = False) -> dict[str, str]:
+    """``section.field`` -> declared | detected at run | missing (``coded``: a tier runs a codec)."""
+    detected = DETECTED_AT_RUN | (DETECTED_WITH_CODEC if coded else set())
     status = {}
     for section, fields in CHECKLIST.items():
         for name in fields:
             dotted = f"{section}.{name}"
             if (declared.get(section) or {}).get(name) is not None:
                 status[dotted] = "declared"
-            elif dotted in DETECTED_AT_RUN:
+            elif dotted in detected:
                 status[dotted] = "detected at run"
             else:
                 status[dotted] = "missing"
     return status
 
 
+def uses_codec(spec: dict) -> bool:
+    """Whether any tier of a spec (as written) runs through a codec other than ``none``."""
+    cache = spec.get("cache") or {}
+    choices = [codec_choice(tier_codec(cache, tier)) for tier in cache.get("tiers") or []]
+    return any(choice is not None and choice["name"] != "none" for choice in choices)
+
+
 def handle_declare(args: argparse.Namespace) -> int:
     as_written, _ = load_spec(args.file)
-    status = declaration_status(as_written.get("declaration") or {})
+    status = declaration_status(as_written.get("declaration") or {}, coded=uses_codec(as_written))
     if args.json:
         print(json.dumps(status, indent=2))
         return 0
