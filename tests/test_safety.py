@@ -256,3 +256,64 @@ def test_an_output_directory_that_cannot_be_written_is_refused_before_the_run(tm
     finally:
         if mounted:
             subprocess.run(["umount", str(read_only)], check=False)
+
+
+# -- issue 19: never overwrite a foreign file, no overlapping tiers, $HOME like ~ ------------------------------
+
+def test_an_existing_io_log_target_is_refused_and_left_intact(tmp_path: Path) -> None:
+    """``output: {io_log: spec.yaml}`` replaced the spec itself with a JSONL log, exit 0, no warning."""
+    spec = small_spec(tmp_path)
+    spec["output"]["io_log"] = str(tmp_path / "spec.yaml")  # run_cli writes the spec there
+    code, stderr = run(tmp_path, spec)
+    assert code == 2
+    assert stderr.strip().endswith("spec.yaml already exists; kvbench never overwrites a file it did not create: "
+                                   "remove it or name a new file")
+    assert yaml.safe_load((tmp_path / "spec.yaml").read_text())["name"] == "safety"  # the spec survived
+    assert not (tmp_path / "out").exists() and not (tmp_path / "tier").exists()
+
+
+def test_the_io_log_never_opens_an_existing_file_or_a_symlink(tmp_path: Path) -> None:
+    """The run-time half: a file (or a link to one) appearing after the spec was checked is not replaced."""
+    from kvbench_core.contracts.errors import InputFileError
+    from kvbench_core.engine.iolog import IOLog
+
+    precious = tmp_path / "precious.txt"
+    precious.write_text("user data")
+    (tmp_path / "link.jsonl").symlink_to(precious)
+    for target in (precious, tmp_path / "link.jsonl"):
+        with pytest.raises(InputFileError, match="kvbench never overwrites a file it did not create"):
+            IOLog(str(target))
+    assert precious.read_text() == "user data"
+    log = IOLog(str(tmp_path / "new.jsonl"))
+    log.close()
+    IOLog(str(tmp_path / "new.jsonl")).close()  # its own log, again (the next trial of the session)
+
+
+@pytest.mark.parametrize("second", ["same", "dotdot", "nested", "parent"])
+def test_overlapping_tier_directories_are_refused(tmp_path: Path, second: str) -> None:
+    """Two nvme tiers on one directory (also spelled ./kvcache/../kvcache/, or nested) were accepted, and a
+    nested one left a stray marker."""
+    first = tmp_path / "kvcache"
+    other = {"same": first, "dotdot": f"{first}/../kvcache/", "nested": first / "inner", "parent": tmp_path}[second]
+    spec = small_spec(tmp_path, nvme_tier(first))
+    spec["cache"]["tiers"].append({**nvme_tier(other), "name": "nvme2"})
+    code, stderr = run(tmp_path, spec)
+    assert code == 2, stderr
+    assert "cache.tiers[2].options.path: " in stderr and "cache.tiers[1]" in stderr
+    assert ("is the same directory as" if second in ("same", "dotdot") else "overlaps") in stderr
+    assert sorted(os.listdir(tmp_path)) == ["spec.yaml"]  # no marker, no directory, no result
+
+
+def test_home_in_a_path_is_expanded_like_a_tilde(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``$HOME/kv`` made a directory literally named ``$HOME``; an unset variable is an error instead."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    spec = small_spec(tmp_path, nvme_tier("$HOME/kv"), output={"directory": "${HOME}/out", "progress": "off"})
+    code, stderr = run(tmp_path, spec)
+    assert code == 0, stderr
+    assert list((home / "out").glob("*.json")) and not (tmp_path / "$HOME").exists()
+    code, stderr = run(tmp_path, small_spec(tmp_path, nvme_tier("$KVBENCH_NOT_SET/kv")))
+    assert code == 2
+    assert "cache.tiers[1].options.path: $KVBENCH_NOT_SET/kv: $KVBENCH_NOT_SET is not set" in stderr

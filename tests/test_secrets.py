@@ -196,3 +196,53 @@ def test_error_messages_carry_no_credentials(tmp_path: Path, monkeypatch: pytest
     run(wrong, 3)
     assert any(b"authentication" in data for where, data in texts if where == "stderr")
     assert leaks(texts) == {}
+
+
+#: Planted in every string option of every backend (issue 19): credential-shaped, in no list of known fields.
+PLANTED = "Zq7KvbPlantedSECRET4242x"
+
+
+def _string_options(cls: Any) -> list[str]:
+    properties = (getattr(cls, "options_schema", {}) or {}).get("properties", {})
+    return sorted(name for name, schema in properties.items()
+                  if schema.get("type") == "string" or any(alt.get("type") == "string"
+                                                           for alt in schema.get("oneOf", [])))
+
+
+def test_a_secret_planted_in_any_option_of_any_backend_reaches_no_output(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, redis_port: int, s3_url: str) -> None:
+    """A password typed where an environment variable's name belongs (``password_env: <secret>``), in a
+    Redis ``host`` (``default:<secret>@127.0.0.1``), or given with ``--set``, was echoed in the error, stdout,
+    stderr and the result.  Every string option of every installed backend gets the secret, through
+    ``--set``; whatever the run does with it (refused, unreachable, or a run), no output carries it."""
+    from kvbench_core.contracts.plugins import registry
+
+    for name, value in environment(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)
+    needed = {"nvme": {"path": str(tmp_path / "tier"), "fsync": False, "drop_cache": False},
+              "gds": {"path": str(tmp_path / "gds")},
+              "redis": {"host": "127.0.0.1", "port": redis_port},
+              "s3": {"endpoint_url": s3_url, "bucket": "kvb-planted", "create_bucket": True,
+                     "addressing_style": "path", "max_attempts": 1}}
+    texts: list[tuple[str, bytes]] = []
+    tried = 0
+    for backend, cls in sorted(registry("backend").items()):
+        for option in _string_options(cls):
+            planted = f"default:{PLANTED}@127.0.0.1" if option in ("host", "endpoint_url", "url") else PLANTED
+            spec = history_spec([{"name": "t", "backend": backend, "capacity": "64MiB",
+                                  "options": needed.get(backend, {})}], name="planted",
+                                output={"directory": str(tmp_path / "out"), "formats": ["json", "xlsx", "png"],
+                                        "progress": "on", "interval": 0.2})
+            path = tmp_path / "spec.yaml"
+            path.write_text(yaml.safe_dump(spec, sort_keys=False))
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = main(["run", str(path), "--quiet", "--set", f"cache.tiers[1].options.{option}={planted}"])
+            assert "Traceback" not in err.getvalue()
+            texts.extend(outputs(tmp_path, subprocess.CompletedProcess([], code, out.getvalue(), err.getvalue())))
+            tried += 1
+    assert tried >= 15  # nvme, redis and s3 alone have that many string options
+    hits = sorted({where for where, data in texts if PLANTED.encode() in data or
+                   PLANTED.encode("utf-16-le") in data})
+    assert hits == []

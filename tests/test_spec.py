@@ -285,3 +285,107 @@ def test_spec_declare_lists_the_missing_declaration_fields(write_spec: Any, caps
 def test_the_quickstart_spec_is_valid() -> None:
     _, spec = load_spec(Path(__file__).parents[1] / "specs" / "quickstart.yaml")
     assert [tier["backend"] for tier in spec["cache"]["tiers"]] == ["cpu", "nvme"]
+
+
+# -- issue 19: bounds, memory, alias bombs, --set indexes, length errors -------------------------------------
+
+def load_error(tmp_path: Path, raw: dict[str, Any], *overrides: str) -> str:
+    """The one-line error ``load_spec`` (every load-time check, not just the schema) gives for ``raw``."""
+    import yaml
+
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(SpecError) as info:
+        load_spec(path, list(overrides))
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ("cache.tiers[0].capacity=1.0e+99", "cache.tiers[0].capacity: expected a size"),
+    ("cache.tiers[0].capacity=99999999999999999999TiB", "cache.tiers[0].capacity: expected a size <= 8 PiB"),
+    ("cache.tiers[0].capacity=10^40", "cache.tiers[0].capacity: expected a size"),
+    ("duration=1.0e+99", "duration: expected a value <= 2592000, got 1e+99"),
+    ("duration=9999999h", "duration: expected a duration <= 30 days"),
+    ("warmup=1.0e+99", "warmup: expected a value <= 2592000"),
+    ("output.interval=1.0e-9", "output.interval: expected a value >= 0.01"),
+    ("requests=1000000000000", "requests: expected a value <= 1000000000"),
+    ("workload.users=1000001", "workload.users: expected a value <= 1000000"),
+    ("seed=100000000000000000000", "seed: expected a value <= "),
+])
+def test_every_number_is_bounded_as_a_number_and_as_a_string(tmp_path: Path, override: str, expected: str) -> None:
+    assert load_error(tmp_path, small_spec(), override).startswith(expected)
+
+
+def test_a_sampling_interval_is_bounded_by_the_samples_it_makes(tmp_path: Path) -> None:
+    message = load_error(tmp_path, small_spec(duration="3h"), "output.interval=0.01")
+    assert message.startswith("output.interval: 0.01 s over a 10800 s run is 1,080,000 samples; at most 100,000")
+
+
+def test_a_dram_tier_larger_than_the_memory_it_can_have_is_refused_naming_both(tmp_path: Path) -> None:
+    """specs/peak-throughput.yaml's 32 GiB DRAM tier was OOM-killed (exit 137, no result) on a 24 GiB machine."""
+    from kvbench_core.builtins.memlimit import host_memory_limit
+
+    limit = host_memory_limit()
+    if limit is None:
+        pytest.skip("this kernel does not say how much memory is available")
+    too_big = f"{limit.nbytes // 2**30 + 1}GiB"
+    message = load_error(tmp_path, small_spec(), f"cache.tiers[0].capacity={too_big}")
+    assert message.startswith(f"cache.tiers[0].capacity: {too_big.replace('GiB', '')}.00 GiB of DRAM tiers is more "
+                              "than this machine can give: MemAvailable ")
+    two_clients = f"{limit.nbytes // 2**31 + 1}GiB"  # fits once, not twice: the clients' tiers add up
+    assert "(2 clients)" in load_error(tmp_path, small_spec(clients=2), f"cache.tiers[0].capacity={two_clients}")
+    load_spec_ok = small_spec()
+    load_spec_ok["cache"]["tiers"][0]["capacity"] = "auto"
+    path = tmp_path / "auto.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(load_spec_ok))
+    assert load_spec(path)[1]["cache"]["tiers"][0]["capacity"] == "auto"
+
+
+def test_capacity_auto_for_a_dram_tier_is_half_of_what_the_host_can_give() -> None:
+    from kvbench_core.builtins.memlimit import host_memory_limit
+    from kvbench_core.builtins.memory import CPUMemoryBackend
+    from kvbench_core.contracts.backend import BackendContext
+
+    limit = host_memory_limit()
+    auto = CPUMemoryBackend({}, BackendContext(tier_name="dram", run_id="r")).capacity_bytes()
+    assert limit is None and auto is None or limit is not None and auto == limit.nbytes // 2
+
+
+def test_a_yaml_alias_bomb_is_refused_within_a_second(tmp_path: Path) -> None:
+    """Nine levels of billion laughs grew past 1.5 GB RSS in 111 s; five took 6.4 s to refuse."""
+    import time
+
+    levels = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    levels += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+    path = tmp_path / "bomb.yaml"
+    path.write_text("version: 1\n" + "\n".join(levels) + "\n")
+    started = time.monotonic()
+    with pytest.raises(SpecError, match=r"bomb\.yaml:\d+:\d+: malformed YAML: its aliases expand to more than "
+                                        r"100,000 values \(an alias bomb\?\)"):
+        load_spec(path)
+    assert time.monotonic() - started < 1.0
+
+
+def test_a_few_aliases_are_fine(tmp_path: Path) -> None:
+    path = tmp_path / "aliases.yaml"
+    path.write_text("version: 1\nname: t\nmodel: {name: tiny-1b}\nrequests: 5\n"
+                    "cache:\n  tiers:\n    - &dram {name: dram, backend: cpu, capacity: 8MiB}\n")
+    assert load_spec(path)[0]["cache"]["tiers"][0]["capacity"] == "8MiB"
+
+
+def test_negative_list_indexes_in_set_count_from_the_end() -> None:
+    spec = apply_overrides(small_spec(), ["cache.tiers[-1].capacity=32MiB"])
+    assert spec["cache"]["tiers"][0]["capacity"] == "32MiB"
+    with pytest.raises(SpecError, match=r"^--set cache\.tiers\[-2\]: no list item -2 \(the list has 1 "
+                                        r"items: 0 to 0, or -1 for the last\)$"):
+        apply_overrides(small_spec(), ["cache.tiers[-2].capacity=1"])
+
+
+def test_too_many_tiers_is_a_count_not_a_dump_of_every_tier() -> None:
+    raw = small_spec()
+    raw["cache"]["tiers"] = [{"name": f"t{i}", "backend": "cpu", "capacity": "1MiB"} for i in range(20)]
+    assert spec_error(raw) == "cache.tiers: expected at most 16 items, got 20"

@@ -292,7 +292,7 @@ def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,
                 **rerun_section(spec)},
         "spec": spec_section(spec, as_written),
         "model": state.model.to_dict() if state.model is not None else None,
-        "environment": detect_environment(paths),
+        "environment": redact(detect_environment(paths), secrets),  # tier paths come from the spec
         "declaration": declaration,
         "workload": {"source": describe, "stats": workload, "preload": state.preload,
                      "precondition": state.precondition, "users_final": state.users_final,
