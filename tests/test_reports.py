@@ -67,8 +67,8 @@ def test_a_result_matches_the_published_schema(run: tuple[Path, dict[str, Any]])
 
 def test_output_formats_write_the_workbook_and_plots_next_to_the_json(run: tuple[Path, dict[str, Any]]) -> None:
     path, _ = run
-    assert sheet_names(path.with_suffix(".xlsx")) == [
-        "Summary", "Tiers", "QoS", "Timeseries", "Autoscaler", "Spec", "Declaration", "Environment"]
+    assert sheet_names(path.with_suffix(".xlsx")) == [  # Latency added deliberately (CDF points and charts)
+        "Summary", "Tiers", "Latency", "QoS", "Timeseries", "Autoscaler", "Spec", "Declaration", "Environment"]
     assert sheet_rows(path.with_suffix(".xlsx"), 2) == 1 + 2 * 2  # header + (dram, nvme) x (read, write)
     for name in ("throughput", "latency-cdf", "occupancy"):
         width, height = png_size(path.with_name(f"{path.stem}-{name}.png"))
@@ -141,3 +141,45 @@ def test_missing_reports_extra_is_a_clear_error(monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(MissingDependency, match=r"xlsxwriter.*pip install 'kvbench-core\[reports\]'"):
         reports.require_formats(["json", "xlsx"])
     reports.require_formats(["json"])  # json alone needs nothing
+
+
+def sheet_xml(path: Path, index: int) -> str:
+    with zipfile.ZipFile(path) as book:
+        return book.read(f"xl/worksheets/sheet{index}.xml").decode()
+
+
+def test_workbook_numbers_carry_their_units_format_and_native_charts(run: tuple[Path, dict[str, Any]]) -> None:
+    """Units in the headers (GiB capacity, GB, GB/s, ms, IOPS), number formats instead of General, and
+    xlsxwriter's own charts: one CDF per tier and one for the QoS classes, two over the timeseries."""
+    path, result = run
+    book = path.with_suffix(".xlsx")
+    with zipfile.ZipFile(book) as archive:
+        names = archive.namelist()
+        styles = archive.read("xl/styles.xml").decode()
+        shared = archive.read("xl/sharedStrings.xml").decode()
+    for header in ("capacity GiB", "IOPS", "device commands/s", "bandwidth GB/s", "total p95 ms",
+                   "cumulative fraction", "generated tokens/s", "dram read GB/s", "nvme write p95 ms"):
+        assert f">{header}<" in shared, header
+    assert {'formatCode="#,##0.000"', 'formatCode="#,##0"', 'formatCode="0.0%"'} <= set(
+        re.findall(r'formatCode="[^"]+"', styles))
+    assert len([n for n in names if n.startswith("xl/charts/chart")]) == len(result["metrics"]["tiers"]) + 1 + 2
+    tiers_sheet = sheet_xml(book, 2)
+    styled = re.findall(r'<c r="[A-Z]+\d+" s="(\d+)"', tiers_sheet)
+    assert styled and all(style != "0" for style in styled)  # every number cell has its format
+
+
+def test_tier_iops_are_entry_operations_per_second_of_the_active_window(run: tuple[Path, dict[str, Any]]) -> None:
+    from kvbench_core.reports.metrics import op_figures
+    from kvbench_core.reports.xlsx import _number_format
+
+    _, result = run
+    for tier in result["metrics"]["tiers"].values():
+        for op in ("read", "write"):
+            stats, figures = tier[op], op_figures(tier, op)
+            assert figures["iops"] * stats["active_window_s"] == pytest.approx(stats["ops"])
+            # the same window as the bandwidth: IOPS x mean entry size = bandwidth
+            assert figures["iops"] * stats["bytes"] / stats["ops"] / 1e9 == pytest.approx(figures["bandwidth_gb_s"])
+            assert figures["capacity_gib"] * (1 << 30) == tier["capacity_bytes"]
+    assert _number_format("read p95 ms") == _number_format("capacity GiB") == "#,##0.000"
+    assert _number_format("IOPS") == _number_format("ops") == "#,##0"
+    assert _number_format("Cache hit rate") == "0.0%" and _number_format("tier") is None

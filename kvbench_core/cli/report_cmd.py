@@ -1,9 +1,11 @@
-"""``kvbench report RESULT...``: xlsx workbooks and png plots from existing result files.
+"""``kvbench report RESULT...``: xlsx workbooks, png plots and HTML reports from existing result files.
 
-Without options every result gets ``<stem>.xlsx`` and its plots next to it.
+Without options every result gets ``<stem>.xlsx``, its plots and ``<stem>.html`` next to it.
 ``--xlsx OUT`` writes one workbook: the detailed one for a single result, a
 comparison (one row per result) for several.  ``--png DIR`` puts the plots
-of every result in DIR.
+of every result in DIR.  ``--html`` writes each result's self-contained HTML
+report next to it, ``--html OUT`` to OUT (one result) or into the directory
+OUT (several).
 """
 
 from __future__ import annotations
@@ -11,34 +13,41 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from kvbench_core.contracts.errors import UserError
 from kvbench_core.reports import require_formats, write_reports
+from kvbench_core.reports.html import write_html
 from kvbench_core.reports.plots import plot_result
 from kvbench_core.reports.xlsx import write_comparison, write_workbook
 from kvbench_core.results.result import read_result
 
+NEXT_TO_RESULT = "-"
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "report", help="xlsx workbook and png plots from result files",
-        description="xlsx workbook and png plots from result files.  Without --xlsx or --png, every result "
-                    "gets <stem>.xlsx and its plots (<stem>-throughput.png, -latency-cdf.png, -occupancy.png) "
-                    "next to it.")
+        "report", help="xlsx workbook, png plots and a self-contained HTML report from result files",
+        description="xlsx workbook, png plots and a self-contained HTML report from result files.  Without "
+                    "--xlsx, --png or --html, every result gets <stem>.xlsx, its plots (<stem>-throughput.png, "
+                    "-latency-cdf.png, -occupancy.png) and <stem>.html next to it.")
     parser.add_argument("results", nargs="+", metavar="RESULT", help="kvbench result JSON files")
     parser.add_argument("--xlsx", metavar="OUT", help="one workbook: detailed for one result, a comparison "
                         "table (one row per result) for several")
     parser.add_argument("--png", metavar="DIR", help="write every result's plots into DIR")
+    parser.add_argument("--html", metavar="OUT", nargs="?", const=NEXT_TO_RESULT,
+                        help="the self-contained HTML report (plots embedded, opens offline): next to each "
+                             "result, or to OUT (one result) or into the directory OUT (several)")
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
-    wanted = [fmt for fmt, option in (("xlsx", args.xlsx), ("png", args.png)) if option] or ["xlsx", "png"]
-    require_formats(wanted)
+    chosen = [fmt for fmt, option in (("xlsx", args.xlsx), ("png", args.png), ("html", args.html)) if option]
+    require_formats(chosen or ["xlsx", "png", "html"])
     paths = [Path(p) for p in args.results]
     results = [read_result(p) for p in paths]
     written: list[Path] = []
-    if not args.xlsx and not args.png:  # the default: everything, next to each result
+    if not chosen:  # the default: everything, next to each result
         for path, result in zip(paths, results, strict=True):
-            written += write_reports(result, path, ["xlsx", "png"])
+            written += write_reports(result, path, ["xlsx", "png", "html"])
     if args.xlsx:
         out = Path(args.xlsx)
         written.append(write_workbook(results[0], out) if len(results) == 1
@@ -46,6 +55,20 @@ def handle(args: argparse.Namespace) -> int:
     if args.png:
         for path, result in zip(paths, results, strict=True):
             written += plot_result(result, Path(args.png), path.stem)
+    if args.html:
+        for path, result in zip(paths, results, strict=True):
+            written.append(write_html(result, _html_path(args.html, path, len(paths))))
     for path in written:
         print(path)
     return 0
+
+
+def _html_path(option: str, result_path: Path, count: int) -> Path:
+    if option == NEXT_TO_RESULT:
+        return result_path.with_suffix(".html")
+    out = Path(option)
+    if count == 1 and not out.is_dir():
+        return out
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--html {out}: {count} results need a directory, and this is a file")
+    return out / f"{result_path.stem}.html"

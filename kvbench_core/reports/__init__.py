@@ -1,6 +1,6 @@
 """What a storage engineer does with results: workbooks, plots, comparisons, submission checks.
 
-``xlsx`` and ``png`` output need the ``reports`` extra (xlsxwriter,
+``xlsx``, ``png`` and ``html`` output need the ``reports`` extra (xlsxwriter,
 matplotlib); they are imported only when asked for, and a missing one is a
 ``MissingDependency`` with the install hint, raised before a run starts.
 """
@@ -14,8 +14,8 @@ from typing import Any
 
 from kvbench_core.contracts.errors import MissingDependency
 
-#: output format -> the module it needs
-FORMAT_MODULES = {"xlsx": "xlsxwriter", "png": "matplotlib"}
+#: output format -> the module it needs (the HTML report embeds the plots)
+FORMAT_MODULES = {"xlsx": "xlsxwriter", "png": "matplotlib", "html": "matplotlib"}
 INSTALL_HINT = "pip install 'kvbench-core[reports]'"
 
 
@@ -35,7 +35,7 @@ def require_formats(formats: list[str]) -> None:
 
 
 def write_reports(result: dict[str, Any], json_path: Path, formats: list[str]) -> list[Path]:
-    """The xlsx workbook and/or png plots of one result, next to its JSON (same stem)."""
+    """The xlsx workbook, png plots and/or HTML report of one result, next to its JSON (same stem)."""
     written: list[Path] = []
     if "xlsx" in formats:
         from kvbench_core.reports.xlsx import write_workbook
@@ -45,7 +45,20 @@ def write_reports(result: dict[str, Any], json_path: Path, formats: list[str]) -
         from kvbench_core.reports.plots import plot_result
 
         written += plot_result(result, json_path.parent, json_path.stem)
+    if "html" in formats:
+        from kvbench_core.reports.html import write_html
+
+        written.append(write_html(result, json_path.with_suffix(".html")))
     return written
+
+
+def flatten(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """``{"a": {"b": 1}}`` -> ``[("a.b", 1)]``; lists of scalars stay one value."""
+    if isinstance(data, dict) and data:
+        return [row for key, value in data.items() for row in flatten(value, f"{prefix}.{key}" if prefix else key)]
+    if isinstance(data, list) and data and all(isinstance(v, dict) for v in data):
+        return [row for i, value in enumerate(data) for row in flatten(value, f"{prefix}[{i}]")]
+    return [(prefix, data)]
 
 
 def autoscaler_trajectories(result: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:

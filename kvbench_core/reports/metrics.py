@@ -19,6 +19,7 @@ class Figure:
     label: str
     unit: str
     better: str  # "higher" | "lower": which way a ratio is an improvement
+    definition: str = ""  # one line, as docs/metrics.md defines it (the HTML report shows it beside the value)
 
 
 @dataclass(frozen=True)
@@ -34,14 +35,22 @@ class FigureValue:
 
 #: metrics.headline names (seed §6, §7) and metrics.latency_ms.storage (seed §5.2's "Storage Latency P95")
 HEADLINE = (
-    Figure("decode_bytes_read_gb", "Decode bytes read", "GB", "higher"),
-    Figure("avg_throughput_tokens_per_sec", "Wall-clock throughput", "tok/s", "higher"),
-    Figure("storage_throughput_tokens_per_sec", "Storage throughput", "tok/s", "higher"),
-    Figure("nvme_read_device_p95_ms", "Storage read device P95", "ms", "lower"),
-    Figure("nvme_write_device_p95_ms", "Storage write device P95", "ms", "lower"),
-    Figure("end_to_end_latency_p95_ms", "End-to-end latency P95", "ms", "lower"),
-    Figure("cache_hit_rate", "Cache hit rate", "", "higher"),
-    Figure("requests_completed", "Requests completed", "", "higher"),
+    Figure("decode_bytes_read_gb", "Decode bytes read", "GB", "higher",
+           "bytes read by decode-batch reads (10^9 bytes); each reads the request's whole KV"),
+    Figure("avg_throughput_tokens_per_sec", "Wall-clock throughput", "tok/s", "higher",
+           "generated tokens / the measured wall-clock window"),
+    Figure("storage_throughput_tokens_per_sec", "Storage throughput", "tok/s", "higher",
+           "generated tokens / the sum of per-request storage time (L2)"),
+    Figure("nvme_read_device_p95_ms", "Storage read device P95", "ms", "lower",
+           "device p95 (L4) of reads on the first persistent tier"),
+    Figure("nvme_write_device_p95_ms", "Storage write device P95", "ms", "lower",
+           "device p95 (L4) of writes on the first persistent tier"),
+    Figure("end_to_end_latency_p95_ms", "End-to-end latency P95", "ms", "lower",
+           "request enqueued to response complete (L1), p95 over all QoS classes"),
+    Figure("cache_hit_rate", "Cache hit rate", "", "higher",
+           "reads served by memory tiers (GPU/DRAM) / all reads, misses included"),
+    Figure("requests_completed", "Requests completed", "", "higher",
+           "requests finished inside the measured window"),
 )
 STORAGE_P95 = Figure("storage_latency_p95_ms", "Storage latency P95", "ms", "lower")
 
@@ -89,3 +98,18 @@ def figure_values(result: dict[str, Any]) -> dict[str, FigureValue]:
     return {key: FigureValue(Figure(key, stats["label"], stats["unit"], stats["better"]), stats["median"],
                              stats["min"], stats["max"], len([v for v in stats["values"] if v is not None]))
             for key, stats in trials["metrics"].items()}
+
+
+def op_figures(tier: dict[str, Any], op: str) -> dict[str, float | None]:
+    """One tier operation's table figures, in the units the reports name: capacity in GiB (2^30), bytes in
+    GB and bandwidth in GB/s (10^9), IOPS = entry operations per second of the op's active window (first
+    start to last end, the same window as the bandwidth), device commands per second likewise."""
+    stats = tier[op]
+    window = stats.get("active_window_s") or 0.0
+    capacity = tier.get("capacity_bytes")
+    bandwidth = stats.get("bandwidth_bytes_per_s")
+    return {"capacity_gib": None if capacity is None else capacity / (1 << 30), "ops": stats.get("ops", 0),
+            "iops": stats.get("ops", 0) / window if window else None, "commands": stats.get("commands"),
+            "commands_per_s": (stats.get("commands") or 0) / window if window else None,
+            "gb": stats.get("bytes", 0) / 1e9, "bandwidth_gb_s": None if bandwidth is None else bandwidth / 1e9,
+            "active_window_s": window, "errors": stats.get("errors")}

@@ -1,19 +1,23 @@
 """PNG plots of a result (matplotlib, headless: figures are drawn with the Agg canvas, never pyplot).
 
-* ``-throughput.png``: tokens/s and read/write GB/s per interval;
-* ``-latency-cdf.png``: per tier and operation, the CDF of total, host and
-  device time, read back from the result's serialised histograms (so a merged
-  multi-client result plots the merged distribution);
+* ``-throughput.png``: generated tokens/s per interval (the headline's definition, its value drawn as a
+  line), and read/write GB/s of each tier;
+* ``-latency-cdf.png``: a log tail view (fraction of operations slower than x, down to 1 in 1000):
+  first each QoS class's request service latency with its p95 and SLA marked, then per tier and
+  operation the total, host and device time, p95 marked; read back from the result's serialised
+  histograms (so a merged multi-client result plots the merged distribution);
 * ``-occupancy.png``: each tier's bytes as a share of its capacity over time;
 * ``-autoscaler.png``: users over time as each autoscaler decided;
 * ``-trials.png`` (trials summaries): every trial's value and the median.
 
-A plot whose data the result does not have is skipped, not drawn empty.
+The drain (in-flight work finishing after the measured duration) is shaded, never drawn as one flat
+step.  A plot whose data the result does not have is skipped, not drawn empty.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import io
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +30,9 @@ from kvbench_core.reports.metrics import HEADLINE
 GB = 1e9
 LAYERS = (("total", "black", "-"), ("host", "tab:blue", "--"), ("device", "tab:orange", "-"))
 DPI = 110
+#: The tail view goes down to one operation in this many (p99.9).
+TAIL_DEPTH = 1000
+DRAIN_COLOR = "0.85"
 
 
 def _figure(rows: int, cols: int, height_per_row: float = 3.0, width: float = 10.0) -> Any:
@@ -36,7 +43,7 @@ def _figure(rows: int, cols: int, height_per_row: float = 3.0, width: float = 10
     height = max(2.5, height_per_row * rows) + 0.6
     figure = Figure(figsize=(width, height), dpi=DPI)
     figure.subplots_adjust(left=0.08, right=0.98, bottom=0.5 / height + 0.04, top=1 - 0.6 / height,
-                           hspace=0.55, wspace=0.22)
+                           hspace=0.6, wspace=0.22)
     return figure
 
 
@@ -46,17 +53,27 @@ def _save(figure: Any, path: Path) -> Path:
     return path
 
 
-def plot_result(result: dict[str, Any], directory: Path, stem: str) -> list[Path]:
-    """Every plot the result has data for, as ``<directory>/<stem>-<plot>.png``."""
+def png_bytes(figure: Any) -> bytes:
+    """The figure as PNG bytes (the HTML report embeds them as data URIs)."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def figures(result: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+    """(plot name, figure) for every plot the result has data for."""
     plots: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
         ("throughput", _throughput), ("latency-cdf", _latency_cdf), ("occupancy", _occupancy),
         ("autoscaler", _autoscaler), ("trials", _trials)]
-    written = []
     for name, draw in plots:
         figure = draw(result)
         if figure is not None:
-            written.append(_save(figure, Path(directory) / f"{stem}-{name}.png"))
-    return written
+            yield name, figure
+
+
+def plot_result(result: dict[str, Any], directory: Path, stem: str) -> list[Path]:
+    """Every plot the result has data for, as ``<directory>/<stem>-<plot>.png``."""
+    return [_save(figure, Path(directory) / f"{stem}-{name}.png") for name, figure in figures(result)]
 
 
 def _title(result: dict[str, Any], what: str) -> str:
@@ -66,25 +83,86 @@ def _title(result: dict[str, Any], what: str) -> str:
     return f"{run['name'] or 'run'} {run['id']}: {what}{merged}"
 
 
+def measured_points(result: dict[str, Any]) -> tuple[list[dict[str, Any]], tuple[float, float] | None]:
+    """The series' measured intervals, and the drain's span (start, end in seconds) when there is one.
+
+    Newer results keep the drain out of the series (its own ``metrics.drain`` section); older ones end
+    the series with one long point covering it, recognised by an interval far longer than the others."""
+    series = list(result.get("timeseries") or [])
+    drain_s = ((result.get("metrics") or {}).get("drain") or {}).get("seconds")
+    if len(series) >= 3:
+        nominal = float(np.median([p["interval_s"] for p in series[:-1]]))
+        if series[-1]["interval_s"] > 1.5 * nominal:
+            last = series.pop()
+            return series, (last["t_s"] - last["interval_s"] + nominal, last["t_s"])
+    if drain_s and series:
+        end = series[-1]["t_s"]
+        return series, (end, end + drain_s)
+    return series, None
+
+
+def _shade_drain(axes: Any, drain: tuple[float, float] | None) -> None:
+    if drain is not None:
+        axes.axvspan(*drain, color=DRAIN_COLOR, zorder=0, label="drain (after the measured window)")
+
+
+def generated_tokens_per_s(point: dict[str, Any]) -> tuple[float, str] | None:
+    """The point's generated tokens/s (the headline's definition), or what an older result has instead."""
+    if "generated_tokens_per_s" in point:
+        return point["generated_tokens_per_s"], "generated tokens/s"
+    if "tokens_per_s" in point:
+        return point["tokens_per_s"], "context + generated tokens/s (older result)"
+    return None
+
+
 def _throughput(result: dict[str, Any]) -> Any:
-    series = result.get("timeseries") or []
+    series, drain = measured_points(result)
     if not series:
         return None
     t = [p["t_s"] for p in series]
-    figure = _figure(2, 1)
+    figure = _figure(2, 1, height_per_row=3.2)
     tokens, bandwidth = figure.subplots(2, 1, sharex=True)
-    tokens.plot(t, [p["tokens_per_s"] for p in series], color="tab:green", drawstyle="steps-pre")
-    tokens.set_ylabel("tokens/s")
-    tokens.set_title(_title(result, "throughput and bandwidth per interval"))
-    bandwidth.plot(t, [p["read_bytes_per_s"] / GB for p in series], label="read", drawstyle="steps-pre")
-    bandwidth.plot(t, [p["write_bytes_per_s"] / GB for p in series], label="write", drawstyle="steps-pre")
+    rates = [generated_tokens_per_s(p) for p in series]
+    if all(rates):
+        tokens.plot(t, [r[0] for r in rates], color="tab:green", drawstyle="steps-pre", label="per interval")
+        tokens.set_ylabel(rates[0][1].split(" (")[0])
+        headline = ((result.get("metrics") or {}).get("headline") or {}).get("avg_throughput_tokens_per_sec")
+        if headline is not None and rates[0][1] == "generated tokens/s":
+            tokens.axhline(headline, color="tab:green", linestyle=":", label=f"run average {headline:,.0f}")
+        tokens.legend(loc="upper right", fontsize="small")
+    tokens.set_title(_title(result, "generated tokens/s and each tier's bandwidth per interval"))
+    per_tier = _tier_rates(series)
+    colors = _tier_colors(list(per_tier))
+    for name, (reads, writes) in per_tier.items():
+        bandwidth.plot(t, np.array(reads) / GB, color=colors[name], drawstyle="steps-pre", label=f"{name} read")
+        bandwidth.plot(t, np.array(writes) / GB, color=colors[name], linestyle="--", drawstyle="steps-pre",
+                       label=f"{name} write")
     bandwidth.set_ylabel("GB/s")
     bandwidth.set_xlabel("seconds since measurement start")
-    bandwidth.legend(loc="upper right")
     for axes in (tokens, bandwidth):
+        _shade_drain(axes, drain)
         axes.grid(alpha=0.3)
         axes.set_ylim(bottom=0)
+    bandwidth.legend(loc="upper right", fontsize="small", ncol=2)
     return figure
+
+
+def _tier_rates(series: list[dict[str, Any]]) -> dict[str, tuple[list[float], list[float]]]:
+    """tier -> (read bytes/s, write bytes/s) per point; all tiers summed as "all tiers" in older results."""
+    names = list(dict.fromkeys(name for p in series for name in (p.get("tiers") or {})))
+    if not names:
+        return {"all tiers": ([p.get("read_bytes_per_s", 0.0) for p in series],
+                              [p.get("write_bytes_per_s", 0.0) for p in series])}
+    order = list(dict.fromkeys(name for p in series for name in (p.get("occupancy") or {})))
+    names.sort(key=lambda n: order.index(n) if n in order else len(order))
+    return {name: ([((p.get("tiers") or {}).get(name) or {}).get("read_bytes_per_s", 0.0) for p in series],
+                   [((p.get("tiers") or {}).get(name) or {}).get("write_bytes_per_s", 0.0) for p in series])
+            for name in names}
+
+
+def _tier_colors(names: list[str]) -> dict[str, str]:
+    palette = ("tab:blue", "tab:orange", "tab:purple", "tab:brown", "tab:cyan", "tab:olive")
+    return {name: palette[i % len(palette)] for i, name in enumerate(names)}
 
 
 def cdf_points(histogram: dict[str, Any], points: int = 400) -> tuple[np.ndarray, np.ndarray]:
@@ -95,43 +173,121 @@ def cdf_points(histogram: dict[str, Any], points: int = 400) -> tuple[np.ndarray
     return values, fractions
 
 
+def tail_points(histogram: dict[str, Any], points: int = 200) -> tuple[np.ndarray, np.ndarray]:
+    """(latency ms, fraction of operations slower), exceedance from 1 down to 1/TAIL_DEPTH, via the
+    histogram's own quantile function (past its last sample the quantile is the maximum: a vertical end)."""
+    hist = LatencyHistogram.from_dict(histogram)
+    slower = np.logspace(0.0, np.log10(1.0 / TAIL_DEPTH), points)
+    values = np.array([hist.quantile(1.0 - s) for s in slower], dtype=float) * 1000.0
+    return values, slower
+
+
+def _tail_axes(axes: Any, title: str) -> None:
+    from matplotlib.ticker import FixedLocator, NullFormatter
+
+    axes.set_title(title, fontsize="medium")
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    axes.set_ylim(1.0 / TAIL_DEPTH / 1.5, 1.05)
+    axes.yaxis.set_major_locator(FixedLocator([1.0, 0.1, 0.05, 0.01, 0.001]))
+    axes.set_yticklabels(["all", "p90", "p95", "p99", "p99.9"])
+    axes.yaxis.set_minor_formatter(NullFormatter())
+    axes.set_xlabel("latency (ms, log)")
+    axes.set_ylabel("slower than x")
+    axes.grid(alpha=0.3, which="major")
+
+
+def _p95_marker(axes: Any, histogram: dict[str, Any], color: str, nth: int = 0) -> None:
+    """A dot at the p95 and its value; the ``nth`` label of an axes sits lower, so labels do not overlap."""
+    p95 = LatencyHistogram.from_dict(histogram).quantile(0.95) * 1000.0
+    if p95 > 0:
+        axes.plot([p95], [0.05], "o", color=color, markersize=5)
+        axes.annotate(f"p95 {p95:,.1f} ms", (p95, 0.05), textcoords="offset points", xytext=(-6, 4 - 11 * nth),
+                      ha="right", fontsize="x-small", color=color)
+
+
+def _decades_only(axes: Any, values: list[float]) -> None:
+    """Several decades: label the decades only (readable, fast); within one, keep the minor labels."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    plain = FuncFormatter(lambda value, _: f"{value:g}")  # 200 and 0.01, not 2x10^2 and 10^-2
+    axes.xaxis.set_major_formatter(plain)
+    positive = [v for v in values if v > 0]
+    axes.xaxis.set_minor_formatter(NullFormatter() if positive and max(positive) > 10 * min(positive) else plain)
+
+
 def _latency_cdf(result: dict[str, Any]) -> Any:
-    tiers = (result.get("metrics") or {}).get("tiers") or {}
+    metrics = result.get("metrics") or {}
+    tiers = metrics.get("tiers") or {}
     if not tiers:
         return None
-    from matplotlib.ticker import NullFormatter
-
-    figure = _figure(len(tiers), 2, height_per_row=3.2)
-    grid = np.atleast_2d(figure.subplots(len(tiers), 2, squeeze=False))
-    for row, (name, tier) in zip(grid, tiers.items(), strict=True):
+    service = {q: h for q, h in ((metrics.get("histograms") or {}).get("service_by_qos") or {}).items()
+               if h.get("count")}
+    rows = len(tiers) + (1 if service else 0)
+    figure = _figure(rows, 2, height_per_row=3.2)
+    grid = np.atleast_2d(figure.subplots(rows, 2, squeeze=False))
+    if service:
+        _service_tail(grid[0][0], service, metrics.get("qos") or {})
+        _service_table(grid[0][1], service, metrics.get("qos") or {})
+    for row, (name, tier) in zip(grid[1 if service else 0:], tiers.items(), strict=True):
         for axes, op in zip(row, ("read", "write"), strict=True):
             hists = tier[op]["histograms"]
-            axes.set_title(f"{name} {op} ({tier[op]['ops']} ops)")
-            axes.grid(alpha=0.3)
+            _tail_axes(axes, f"{name} {op} per KV entry ({tier[op]['ops']} ops)")
             if not hists["total"]["count"]:
                 axes.text(0.5, 0.5, "no operations", ha="center", va="center", transform=axes.transAxes)
                 continue
             shown: list[float] = []
             for layer, color, style in LAYERS:
-                values, fractions = cdf_points(hists[layer])
+                values, slower = tail_points(hists[layer])
                 positive = values > 0
                 if positive.any():
-                    axes.step(values[positive], fractions[positive], where="post", color=color, linestyle=style,
+                    axes.step(values[positive], slower[positive], where="post", color=color, linestyle=style,
                               label=layer)
-                    shown += [values[positive].min(), values[positive].max()]
-            axes.set_xscale("log")
-            if shown and max(shown) > 30 * min(shown):  # several decades: label decades only (readable, fast)
-                axes.xaxis.set_minor_formatter(NullFormatter())
-            axes.set_xlabel("latency (ms, log)")
-            axes.set_ylabel("fraction of ops")
-            axes.set_ylim(0, 1.02)
-            axes.legend(loc="lower right", fontsize="small")
-    figure.suptitle(_title(result, "latency CDF per tier: total, host and device"))
+                    shown += [float(values[positive].min()), float(values[positive].max())]
+            _decades_only(axes, shown)
+            _p95_marker(axes, hists["total"], "black")
+            axes.legend(loc="lower left", fontsize="x-small")
+    figure.suptitle(_title(result, "latency tail view (requests vs SLA, then tier operations)"))
     return figure
 
 
+def _service_tail(axes: Any, service: dict[str, dict[str, Any]], qos: dict[str, Any]) -> None:
+    _tail_axes(axes, "request service latency per QoS class (SLA dashed)")
+    colors = {"interactive": "tab:red", "responsive": "tab:purple", "batch": "tab:green"}
+    shown: list[float] = []
+    for nth, (name, histogram) in enumerate(service.items()):
+        color = colors.get(name, "tab:gray")
+        values, slower = tail_points(histogram)
+        positive = values > 0
+        axes.step(values[positive], slower[positive], where="post", color=color, label=name)
+        _p95_marker(axes, histogram, color, nth)
+        sla = (qos.get(name) or {}).get("sla_p95_ms")
+        if sla:
+            axes.axvline(sla, color=color, linestyle="--", linewidth=1)
+            shown.append(sla)
+        shown += [float(v) for v in values[positive][[0, -1]]] if positive.any() else []
+    _decades_only(axes, shown)
+    axes.legend(loc="lower left", fontsize="x-small")
+
+
+def _service_table(axes: Any, service: dict[str, dict[str, Any]], qos: dict[str, Any]) -> None:
+    """The verdicts beside the tail they come from: p95 against the SLA, per class."""
+    axes.axis("off")
+    rows = []
+    for name in service:
+        info = qos.get(name) or {}
+        p95 = (info.get("service_latency_ms") or {}).get("p95")
+        verdict = {True: "met", False: "MISSED"}.get(info.get("sla_met"), "-")
+        rows.append([name, "-" if p95 is None else f"{p95:,.1f}", f"{info.get('sla_p95_ms', '-')}", verdict])
+    table = axes.table(cellText=rows, colLabels=["class", "service p95 ms", "SLA p95 ms", "verdict"],
+                       loc="center", cellLoc="right")
+    table.scale(1, 1.4)
+    axes.set_title("QoS verdicts (service latency: queue wait + storage)", fontsize="medium")
+
+
 def _occupancy(result: dict[str, Any]) -> Any:
-    series = [p for p in result.get("timeseries") or [] if p.get("occupancy")]
+    measured, drain = measured_points(result)
+    series = [p for p in measured if p.get("occupancy")]
     if not series:
         return None
     tiers = list(dict.fromkeys(t for p in series for t in p["occupancy"]))
@@ -145,6 +301,7 @@ def _occupancy(result: dict[str, Any]) -> Any:
             capacity = entry.get("capacity")
             shares.append(100.0 * entry.get("bytes", 0) / capacity if capacity else np.nan)
         axes.plot(t, shares, label=tier)
+    _shade_drain(axes, drain)
     axes.set_ylabel("% of capacity")
     axes.set_xlabel("seconds since measurement start")
     axes.set_ylim(0, 105)

@@ -1,11 +1,18 @@
 """Excel workbooks (xlsxwriter): one result in detail, or many results side by side.
 
 A result's workbook restates the experiment the way the JSON does, one
-sheet per concern: Summary (headline), Tiers (bytes, ops, bandwidth,
-total/host/device percentiles), QoS (per class vs SLA), Timeseries,
-Autoscaler, Clients (scaled-out runs), Trials (trials summaries), Spec,
-Declaration, Environment.  The comparison workbook has one row per result
-and one column per key figure (``reports.metrics``).
+sheet per concern: Summary (headline), Tiers (capacity, bytes, ops, IOPS,
+bandwidth, total/host/device percentiles), Latency (CDF points per tier
+and QoS class, with native charts), QoS (per class vs SLA), Timeseries
+(with native charts), Autoscaler, Clients (scaled-out runs), Trials
+(trials summaries), Spec, Declaration, Environment.  The comparison
+workbook has one row per result and one column per key figure
+(``reports.metrics``).
+
+Every number cell gets the number format its column's unit asks for
+(``_number_format``: ms and GB with three decimals, counts with thousands
+separators, rates and shares as percentages), and every unit is named in
+its header: GB and GB/s are decimal (10^9), GiB binary, as in the JSON.
 """
 
 from __future__ import annotations
@@ -13,16 +20,39 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from kvbench_core.contracts.errors import UserError
-from kvbench_core.reports import autoscaler_trajectories, require
-from kvbench_core.reports.metrics import HEADLINE, figure_values
+from kvbench_core.reports import autoscaler_trajectories, flatten, require
+from kvbench_core.reports.metrics import HEADLINE, figure_values, op_figures
 
 PERCENTILES = ("p50", "p95", "p99", "p99.9", "mean", "max")
 MAX_CELL_TEXT = 32767
 GB = 1e9
+GIB = 1 << 30
+#: CDF points per series in the Latency sheet: every percent, and the tail beyond p99.
+CDF_FRACTIONS = sorted({*np.linspace(0.0, 1.0, 101).round(4).tolist(), 0.995, 0.999})
+#: (pattern on a header or label, Excel number format), first match wins.
+NUMBER_FORMATS = (
+    (r"\bms\b", "#,##0.000"),
+    (r"\b(GB|GiB|TB)(/s)?\b", "#,##0.000"),
+    (r"tok(ens)?/s", "#,##0.0"),
+    (r"\b(rate|share|fraction|cv)\b", "0.0%"),
+    (r"(^| )s( \[|\)|$)|\bs$|window s", "#,##0.000"),
+    (r"\b(ops|IOPS|bytes|requests|commands|errors|users|queue|entries|count|pid|index|seed)\b", "#,##0"),
+)
+
+
+def _number_format(label: str) -> str | None:
+    """The number format a column or row label's unit asks for (None: General)."""
+    for pattern, number_format in NUMBER_FORMATS:
+        if re.search(pattern, label):
+            return number_format
+    return None
 
 
 def _cell(value: Any) -> Any:
@@ -35,15 +65,6 @@ def _cell(value: Any) -> Any:
     return value
 
 
-def _flatten(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    """``{"a": {"b": 1}}`` -> ``[("a.b", 1)]``; lists of scalars stay one value."""
-    if isinstance(data, dict) and data:
-        return [row for key, value in data.items() for row in _flatten(value, f"{prefix}.{key}" if prefix else key)]
-    if isinstance(data, list) and data and all(isinstance(v, dict) for v in data):
-        return [row for i, value in enumerate(data) for row in _flatten(value, f"{prefix}[{i}]")]
-    return [(prefix, data)]
-
-
 class _Book:
     """A workbook with the two shapes every sheet here takes: a table, or name/value pairs."""
 
@@ -51,33 +72,67 @@ class _Book:
         xlsxwriter = require("xlsxwriter", "xlsx output")
         self.workbook = xlsxwriter.Workbook(str(path), {"nan_inf_to_errors": True, "strings_to_formulas": False,
                                                         "strings_to_urls": False})  # text stays text
-        self.bold = self.workbook.add_format({"bold": True, "bg_color": "#DDEBF7", "border": 1})
+        self.bold = self.workbook.add_format({"bold": True, "bg_color": "#DDEBF7", "border": 1, "text_wrap": True,
+                                              "valign": "top"})
         self.title = self.workbook.add_format({"bold": True, "font_size": 13})
+        self._formats: dict[str, Any] = {}
 
-    def table(self, name: str, headers: list[str], rows: list[list[Any]], title: str | None = None) -> None:
+    def number(self, number_format: str | None) -> Any:
+        if number_format is None:
+            return None
+        if number_format not in self._formats:
+            self._formats[number_format] = self.workbook.add_format({"num_format": number_format})
+        return self._formats[number_format]
+
+    def table(self, name: str, headers: list[str], rows: list[list[Any]], title: str | None = None) -> Any:
+        """The sheet, with each number formatted as its column header's unit says."""
         sheet = self.workbook.add_worksheet(name)
         top = 0
         if title:
             sheet.write(0, 0, title, self.title)
             top = 2
         sheet.write_row(top, 0, headers, self.bold)
+        column_formats = [self.number(_number_format(str(h))) for h in headers]
         for r, row in enumerate(rows, start=top + 1):
             for c, value in enumerate(row):
-                sheet.write(r, c, _cell(value))
-        widths = [max([len(str(h)), *(len(str(_cell(row[c]))) for row in rows if c < len(row))])
+                self._write(sheet, r, c, value, column_formats[c] if c < len(column_formats) else None)
+        widths = [max([min(len(str(h)), 18), *(len(_shown(row[c])) for row in rows if c < len(row))])
                   for c, h in enumerate(headers)]
         for c, width in enumerate(widths):
             sheet.set_column(c, c, min(max(width + 2, 8), 60))
         sheet.freeze_panes(top + 1, 1)
         if rows:
             sheet.autofilter(top, 0, top + len(rows), len(headers) - 1)
+        sheet.kvbench_top = top  # where the header row is, for charts over the table
+        return sheet
 
     def pairs(self, name: str, rows: list[tuple[str, Any]], headers: tuple[str, ...] = ("field", "value"),
-              title: str | None = None) -> None:
-        self.table(name, list(headers), [list(row) for row in rows], title)
+              title: str | None = None) -> Any:
+        """Name/value rows; a number is formatted as its name's unit says ("... (ms)", "... GB")."""
+        sheet = self.table(name, list(headers), [[label, None] for label, _ in rows], title)
+        top = sheet.kvbench_top
+        for r, (label, value) in enumerate(rows, start=top + 1):
+            self._write(sheet, r, 1, value, self.number(_number_format(str(label))))
+        return sheet
+
+    @staticmethod
+    def _write(sheet: Any, row: int, col: int, value: Any, number_format: Any) -> None:
+        value = _cell(value)
+        if isinstance(value, int | float) and not isinstance(value, bool) and number_format is not None:
+            sheet.write_number(row, col, value, number_format)
+        else:
+            sheet.write(row, col, value)
 
     def close(self) -> None:
         self.workbook.close()
+
+
+def _shown(value: Any) -> str:
+    """Roughly what a cell shows, for the column width."""
+    value = _cell(value)
+    if isinstance(value, float):
+        return f"{value:,.3f}"
+    return str(value)
 
 
 def _write_atomically(path: Path, fill: Any) -> Path:
@@ -119,6 +174,7 @@ def _fill_result(book: _Book, result: dict[str, Any]) -> None:
         _trials_sheet(book, result["trials"])
     if metrics.get("tiers"):
         _tiers_sheet(book, metrics["tiers"])
+        _latency_sheet(book, metrics)
     if metrics.get("qos"):
         _qos_sheet(book, metrics["qos"])
     if "timeseries" in result:
@@ -127,8 +183,8 @@ def _fill_result(book: _Book, result: dict[str, Any]) -> None:
         _autoscaler_sheet(book, result)
     if result.get("clients"):
         _clients_sheet(book, result)
-    book.pairs("Spec", [("as_written." + k, v) for k, v in _flatten(result["spec"]["as_written"])]
-               + [("resolved." + k, v) for k, v in _flatten(result["spec"]["resolved"])]
+    book.pairs("Spec", [("as_written." + k, v) for k, v in flatten(result["spec"]["as_written"])]
+               + [("resolved." + k, v) for k, v in flatten(result["spec"]["resolved"])]
                + [("sha256", result["spec"]["sha256"])], headers=("path", "value"))
     declaration = result.get("declaration") or {}
     book.table("Declaration", ["section", "field", "value", "source"],
@@ -138,7 +194,7 @@ def _fill_result(book: _Book, result: dict[str, Any]) -> None:
                # declaration.notes is free text, not a section of fields
                + [[section, "", text, "declared"] for section, text in declaration.items()
                   if not isinstance(text, dict)])
-    book.pairs("Environment", _flatten(result.get("environment") or {}), headers=("field", "value"))
+    book.pairs("Environment", flatten(result.get("environment") or {}), headers=("field", "value"))
 
 
 def _summary_rows(result: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -151,7 +207,8 @@ def _summary_rows(result: dict[str, Any]) -> list[tuple[str, Any]]:
         ("users", spec["workload"]["users"]), ("users scope", spec["workload"]["users_scope"]),
         ("clients", (result.get("scale_out") or {}).get("clients", 1)), ("trials", spec["trials"]),
         ("duration s", spec.get("duration")), ("seed", spec["seed"]),
-        ("tiers", " -> ".join(f"{t['name']} ({t['backend']}, {t['capacity']})" for t in spec["cache"]["tiers"])),
+        ("tiers", " -> ".join(f"{t['name']} ({t['backend']}, {_capacity_text(t['capacity'])})"
+                              for t in spec["cache"]["tiers"])),
         ("measured window s", (metrics.get("window") or {}).get("measured_s")),
         ("traced", run.get("traced")), ("", None),
     ]
@@ -159,7 +216,7 @@ def _summary_rows(result: dict[str, Any]) -> list[tuple[str, Any]]:
               head.get(f.key)) for f in HEADLINE]
     rows.append(("persistent tier", head.get("persistent_tier")))
     if "scale_out" in result:
-        rows += [("", None)] + [(f"scale_out.{k}", v) for k, v in _flatten(result["scale_out"])]
+        rows += [("", None)] + [(f"scale_out.{k}", v) for k, v in flatten(result["scale_out"])]
     return rows
 
 
@@ -172,20 +229,60 @@ def _trials_sheet(book: _Book, trials: dict[str, Any]) -> None:
                f"(completed); {count} listed: " + ", ".join(f"{r['file']} [{r['status']}]" for r in trials["runs"]))
 
 
+def _capacity_text(capacity: Any) -> str:
+    return f"{capacity / GIB:,.2f} GiB" if isinstance(capacity, int | float) else str(capacity)
+
+
 def _tiers_sheet(book: _Book, tiers: dict[str, Any]) -> None:
+    """One row per tier and operation.  IOPS are entry operations per second of the op's active window
+    (first start to last end, as the bandwidth); device commands/s are the backend's own commands."""
     layers = ("total", "host", "device")
-    headers = ["tier", "backend", "op", "ops", "bytes", "GB", "bandwidth GB/s", "active window s", "commands",
-               "errors", *(f"{layer} {p} ms" for layer in layers for p in PERCENTILES)]
+    headers = ["tier", "backend", "op", "capacity GiB", "ops", "IOPS", "device commands", "device commands/s",
+               "GB", "bandwidth GB/s", "active window s", "errors",
+               *(f"{layer} {p} ms" for layer in layers for p in PERCENTILES)]
     rows = []
     for name, tier in tiers.items():
         for op in ("read", "write"):
-            stats = tier[op]
-            bandwidth = stats["bandwidth_bytes_per_s"]
-            rows.append([name, tier["backend"], op, stats["ops"], stats["bytes"], stats["bytes"] / GB,
-                         None if bandwidth is None else bandwidth / GB, stats["active_window_s"], stats["commands"],
-                         stats["errors"],
-                         *(stats["latency_ms"][layer][p] for layer in layers for p in PERCENTILES)])
+            f = op_figures(tier, op)
+            rows.append([name, tier.get("backend"), op, f["capacity_gib"], f["ops"], f["iops"], f["commands"],
+                         f["commands_per_s"], f["gb"], f["bandwidth_gb_s"], f["active_window_s"], f["errors"],
+                         *((tier[op].get("latency_ms") or {}).get(layer, {}).get(p) for layer in layers
+                           for p in PERCENTILES)])
     book.table("Tiers", headers, rows)
+
+
+def _latency_sheet(book: _Book, metrics: dict[str, Any]) -> None:
+    """CDF points (ms at each cumulative fraction) of every tier operation's total time and of each QoS
+    class's service latency, from the serialised histograms, with a native log-x scatter chart per group."""
+    from kvbench_core.engine.histogram import LatencyHistogram
+
+    groups: list[tuple[str, list[tuple[str, dict[str, Any]]]]] = []
+    for name, tier in (metrics.get("tiers") or {}).items():
+        groups.append((f"{name} operations per KV entry (total time)",
+                       [(f"{name} {op} ms", tier[op]["histograms"]["total"]) for op in ("read", "write")
+                        if tier[op].get("histograms", {}).get("total", {}).get("count")]))
+    service = (metrics.get("histograms") or {}).get("service_by_qos") or {}
+    groups.append(("request service latency per QoS class",
+                   [(f"{q} service ms", h) for q, h in service.items() if h.get("count")]))
+    groups = [(title, series) for title, series in groups if series]
+    columns = [label for _, series in groups for label, _ in series]
+    hists = [LatencyHistogram.from_dict(h) for _, series in groups for _, h in series]
+    rows = [[q, *(h.quantile(q) * 1000.0 for h in hists)] for q in CDF_FRACTIONS]
+    sheet = book.table("Latency", ["cumulative fraction", *columns], rows,
+                       title="CDF points: the latency (ms) below which each fraction of operations finished")
+    top, last = sheet.kvbench_top, sheet.kvbench_top + len(rows)
+    column = 1
+    for index, (title, series) in enumerate(groups):
+        chart = book.workbook.add_chart({"type": "scatter", "subtype": "straight"})
+        for label, _ in series:
+            chart.add_series({"name": label, "categories": ["Latency", top + 1, column, last, column],
+                              "values": ["Latency", top + 1, 0, last, 0]})
+            column += 1
+        chart.set_title({"name": title, "name_font": {"size": 11}})
+        chart.set_x_axis({"name": "latency (ms, log)", "log_base": 10, "major_gridlines": {"visible": True}})
+        chart.set_y_axis({"name": "fraction of operations", "min": 0, "max": 1, "num_format": "0%"})
+        chart.set_size({"width": 620, "height": 320})
+        sheet.insert_chart(top + 1 + index * 17, len(columns) + 2, chart)
 
 
 def _qos_sheet(book: _Book, qos: dict[str, Any]) -> None:
@@ -203,15 +300,46 @@ def _qos_sheet(book: _Book, qos: dict[str, Any]) -> None:
 
 
 def _timeseries_sheet(book: _Book, series: list[dict[str, Any]]) -> None:
+    """One row per interval, and native line charts of generated tokens/s and each tier's bandwidth."""
     classes = list(dict.fromkeys(q for p in series for q in p.get("e2e_p95_ms") or {}))
-    tiers = list(dict.fromkeys(t for p in series for t in p.get("occupancy") or {}))
-    headers = ["t s", "interval s", "users", "requests", "tokens/s", "read GB/s", "write GB/s", "storage p95 ms",
-               "queue", *(f"e2e p95 {q} ms" for q in classes), *(f"{t} occupancy GB" for t in tiers)]
-    rows = [[p["t_s"], p["interval_s"], p.get("users"), p.get("requests"), p.get("tokens_per_s"),
-             p.get("read_bytes_per_s", 0) / GB, p.get("write_bytes_per_s", 0) / GB, p.get("storage_p95_ms"),
-             p.get("queue"), *((p.get("e2e_p95_ms") or {}).get(q) for q in classes),
-             *(((p.get("occupancy") or {}).get(t) or {}).get("bytes", 0) / GB for t in tiers)] for p in series]
-    book.table("Timeseries", headers, rows)
+    occupancy = list(dict.fromkeys(t for p in series for t in p.get("occupancy") or {}))
+    tiers = list(dict.fromkeys(t for p in series for t in p.get("tiers") or {}))
+    tiers.sort(key=lambda t: occupancy.index(t) if t in occupancy else len(occupancy))
+    tokens = "generated tokens/s" if any("generated_tokens_per_s" in p for p in series) else "tokens/s"
+    token_key = "generated_tokens_per_s" if tokens == "generated tokens/s" else "tokens_per_s"
+    headers = ["t s", "interval s", "users", "requests", tokens, "read GB/s", "write GB/s",
+               *(f"{t} {op} GB/s" for t in tiers for op in ("read", "write")),
+               *(f"{t} {op} p95 ms" for t in tiers for op in ("read", "write")),
+               "storage p95 ms", "queue", *(f"e2e p95 {q} ms" for q in classes),
+               *(f"{t} occupancy GB" for t in occupancy)]
+
+    def tier(point: dict[str, Any], name: str, key: str) -> Any:
+        return ((point.get("tiers") or {}).get(name) or {}).get(key)
+
+    rows = [[p["t_s"], p["interval_s"], p.get("users"), p.get("requests"), p.get(token_key),
+             p.get("read_bytes_per_s", 0) / GB, p.get("write_bytes_per_s", 0) / GB,
+             *((tier(p, t, f"{op}_bytes_per_s") or 0) / GB for t in tiers for op in ("read", "write")),
+             *(tier(p, t, f"{op}_p95_ms") for t in tiers for op in ("read", "write")),
+             p.get("storage_p95_ms"), p.get("queue"), *((p.get("e2e_p95_ms") or {}).get(q) for q in classes),
+             *(((p.get("occupancy") or {}).get(t) or {}).get("bytes", 0) / GB for t in occupancy)] for p in series]
+    sheet = book.table("Timeseries", headers, rows)
+    if not rows:
+        return
+    top, last = sheet.kvbench_top, sheet.kvbench_top + len(rows)
+    bandwidth = ([f"{t} {op} GB/s" for t in tiers for op in ("read", "write")] if tiers
+                 else ["read GB/s", "write GB/s"])
+    for index, (title, columns, axis) in enumerate((
+            (f"{tokens} per interval", [tokens], tokens), ("bandwidth per interval", bandwidth, "GB/s"))):
+        chart = book.workbook.add_chart({"type": "scatter", "subtype": "straight"})
+        for name in columns:
+            col = headers.index(name)
+            chart.add_series({"name": name, "categories": ["Timeseries", top + 1, 0, last, 0],
+                              "values": ["Timeseries", top + 1, col, last, col]})
+        chart.set_title({"name": title, "name_font": {"size": 11}})
+        chart.set_x_axis({"name": "seconds since measurement start"})
+        chart.set_y_axis({"name": axis, "min": 0})
+        chart.set_size({"width": 620, "height": 300})
+        sheet.insert_chart(top + 1 + index * 16, len(headers) + 1, chart)
 
 
 def _autoscaler_sheet(book: _Book, result: dict[str, Any]) -> None:

@@ -225,7 +225,8 @@ def core_schema() -> dict[str, Any]:
                 "additionalProperties": False,
                 "properties": {
                     "directory": {"type": "string"},
-                    "formats": {"type": "array", "items": {"enum": ["json", "xlsx", "png"]}, "uniqueItems": True},
+                    "formats": {"type": "array", "items": {"enum": ["json", "xlsx", "png", "html"]},
+                                "uniqueItems": True},
                     "keep_files": {"type": "boolean"},
                     "progress": {"enum": ["auto", "on", "off", True, False],
                                  "description": "auto (only on a terminal), on or off"},

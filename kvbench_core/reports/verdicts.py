@@ -1,0 +1,151 @@
+"""Why a QoS verdict came out as it did, and what to try next: one line each, from the result alone.
+
+A newcomer who reads ``responsive 6889/100 ms MISSED`` cannot tell whether the tool or the disk is at
+fault.  The answer is in the result: tier latencies are per KV entry (an entry of a 32 KiB/token model
+with an 8k-token context is 256 MiB, not a 4 KiB block), a request's service time is its queue wait plus
+its entries' reads and writes, and each tier's time splits into host (kvbench's copies and system
+calls) and device.  The summary, the HTML report and the workbook print these same lines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvbench_core.spec.units import format_bytes
+
+
+@dataclass(frozen=True)
+class Share:
+    """Where service time goes: ``layer`` is queue, host or device; ``tier``/``op`` name the storage part."""
+
+    layer: str
+    share: float  # of the mean service time
+    tier: str | None = None
+    op: str | None = None
+    mean_ms: float | None = None  # one operation's mean time in that layer
+
+    def describe(self) -> str:
+        if self.layer == "queue":
+            return f"queue wait for a worker ({self.share:.0%} of service time)"
+        return f"{self.tier} {self.op} {self.layer} time ({self.share:.0%} of service time)"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    qos: str
+    p95_ms: float
+    sla_ms: float
+    met: bool
+    why: str
+    next_step: str
+
+
+def mean_entry_bytes(result: dict[str, Any]) -> float | None:
+    """Bytes per tier operation, reads and writes of every tier together: the size one latency is for."""
+    tiers = (result.get("metrics") or {}).get("tiers") or {}
+    ops = sum(t[op].get("ops", 0) for t in tiers.values() for op in ("read", "write"))
+    nbytes = sum(t[op].get("bytes", 0) for t in tiers.values() for op in ("read", "write"))
+    return nbytes / ops if ops else None
+
+
+def entry_phrase(result: dict[str, Any]) -> str | None:
+    """"per KV entry of 236.00 MiB mean (7,547 tokens x 32.00 KiB)"."""
+    entry = mean_entry_bytes(result)
+    if entry is None:
+        return None
+    per_token = (result.get("model") or {}).get("bytes_per_token_all_ranks")
+    tokens = f" ({entry / per_token:,.0f} tokens x {format_bytes(per_token)})" if per_token else ""
+    return f"per KV entry of {format_bytes(entry)} mean{tokens}"
+
+
+def dominant_share(result: dict[str, Any]) -> Share | None:
+    """The largest part of the mean service time: the queue wait, or one tier's op in one layer.
+
+    A request's mean storage time is split over the tiers in proportion to each (tier, op, layer)'s total
+    time per request (ops x mean / requests), so the shares of the parts add up to the service time."""
+    metrics = result.get("metrics") or {}
+    latency = metrics.get("latency_ms") or {}
+    queue = (latency.get("queue_wait") or {}).get("mean")
+    storage = (latency.get("storage") or {}).get("mean")
+    if queue is None or storage is None or queue + storage <= 0:
+        return None
+    service = queue + storage
+    parts: list[tuple[float, str, str, str, float]] = []
+    for name, tier in (metrics.get("tiers") or {}).items():
+        for op in ("read", "write"):
+            ops = tier[op].get("ops", 0)
+            for layer in ("host", "device"):
+                mean = ((tier[op].get("latency_ms") or {}).get(layer) or {}).get("mean")
+                if ops and mean:
+                    parts.append((ops * mean, name, op, layer, mean))
+    total = sum(p[0] for p in parts)
+    shares = [Share("queue", queue / service)]
+    shares += [Share(layer, storage / service * time_ms / total, name, op, mean)
+               for time_ms, name, op, layer, mean in parts] if total else []
+    return max(shares, key=lambda s: s.share)
+
+
+def explain(result: dict[str, Any]) -> list[Verdict]:
+    """One verdict per QoS class that had requests and an SLA judged on its service latency."""
+    metrics = result.get("metrics") or {}
+    entry = entry_phrase(result) or "per KV entry"
+    dominant = dominant_share(result)
+    verdicts = []
+    for name, qos in (metrics.get("qos") or {}).items():
+        service = qos.get("service_latency_ms") or {}
+        p95, sla = service.get("p95"), qos.get("sla_p95_ms")
+        if not qos.get("requests") or p95 is None or sla is None:
+            continue
+        met = bool(qos.get("sla_met"))
+        ratio = f"{sla / p95:.1f}x headroom" if met and p95 else f"{p95 / sla:.1f}x over"
+        why = f"{name} {'met' if met else 'MISSED'}: service p95 {p95:,.1f} ms vs SLA {sla:,.0f} ms ({ratio}); " \
+              f"latencies are {entry}"
+        if dominant is not None:
+            why += f"; mostly {dominant.describe()}"
+        verdicts.append(Verdict(name, p95, sla, met, why, next_step(result, dominant, sla, met)))
+    return verdicts
+
+
+def next_step(result: dict[str, Any], dominant: Share | None, sla_ms: float, met: bool) -> str:
+    """What a storage engineer would try next, from what dominated the service time."""
+    spec = (result.get("spec") or {}).get("resolved") or {}
+    workload = spec.get("workload") or {}
+    if met:
+        return "next: raise workload.users (or use autoscaler: {name: capacity}) to find the load where it stops"
+    if dominant is None:
+        return "next: too few requests to say what dominates; run longer (duration) or with more users"
+    if dominant.layer == "queue":
+        return (f"next: requests wait for one of {workload.get('max_inflight', '?')} workers (max_inflight): "
+                f"lower workload.users ({workload.get('users', '?')}), or raise workload.max_inflight if the "
+                "devices have queue depth to spare")
+    entry = mean_entry_bytes(result) or 0.0
+    if dominant.layer == "host" and _is_memory(result, dominant.tier):
+        return (f"next: {dominant.tier} copies of {format_bytes(entry)} entries take {dominant.mean_ms:,.1f} ms "
+                "each: memory bandwidth is the limit here; fewer tokens per entry (a smaller model, shorter "
+                "contexts) or fewer concurrent users")
+    if dominant.layer == "host":
+        return (f"next: {dominant.tier}'s host side (copies, system calls) dominates, not its device: try "
+                f"direct: true or a larger transfer_size, and `kvbench plugins --check` its backend")
+    moved = bytes_per_request(result)
+    need = "" if moved is None else (
+        f"; a request moves {format_bytes(moved)} one entry after another, so {sla_ms:,.0f} ms needs "
+        f"~{moved / (sla_ms / 1000.0) / 1e9:.2f} GB/s")
+    return (f"next: one {dominant.tier} {dominant.op} of {format_bytes(entry)} takes {dominant.mean_ms:,.1f} ms on "
+            f"the device{need}: a faster device, smaller entries (a smaller model, shorter contexts) or a larger "
+            f"tier above {dominant.tier}")
+
+
+def bytes_per_request(result: dict[str, Any]) -> float | None:
+    """Every tier's read and write bytes per completed request: what one request's service time moves."""
+    metrics = result.get("metrics") or {}
+    requests = (metrics.get("requests") or {}).get("completed")
+    tiers = metrics.get("tiers") or {}
+    nbytes = sum(t[op].get("bytes", 0) for t in tiers.values() for op in ("read", "write"))
+    return nbytes / requests if requests else None
+
+
+def _is_memory(result: dict[str, Any], tier: str | None) -> bool:
+    """A volatile in-process tier (cpu, gpu): its "host" time is the memory copy itself."""
+    info = ((result.get("metrics") or {}).get("tiers") or {}).get(tier or "") or {}
+    return bool(info.get("volatile")) and info.get("backend") in ("cpu", "gpu")
