@@ -25,8 +25,9 @@ def sample(t: float, users: int, *, saturation: float | None = None, p95: dict[s
     if saturation is not None:
         p95 = {"interactive": saturation * SLA_P95["interactive"], "batch": 0.1}
     service = p95 or {}
-    return TelemetrySample(t_s=t, users=users, requests=10, throughput_tokens_per_s=throughput, read_bytes_per_s=0.0,
-                           write_bytes_per_s=0.0, e2e_p95_s={q: v + 1.5 for q, v in service.items()}, e2e_p99_s={},
+    return TelemetrySample(t_s=t, users=users, requests=10, generated_tokens_per_s=throughput,
+                           context_tokens_per_s=0.0, read_bytes_per_s=0.0, write_bytes_per_s=0.0,
+                           e2e_p95_s={q: v + 1.5 for q, v in service.items()}, e2e_p99_s={},
                            service_p95_s=service, service_p99_s={}, sla_p95_s=SLA_P95, sla_p99_s=SLA_P99,
                            storage_p95_s=0.0)
 
@@ -114,8 +115,8 @@ def test_capacity_doubles_then_fine_tunes_and_reports_the_peak() -> None:
         ("scale_up", 20, False), ("scale_up", 40, False), ("fine_tune", 60, False), ("fine_tune", 90, False),
         ("peak_found", 60, True), ("peak_found", 60, True)]
     assert decisions[4].reason == "Peak capacity found"
-    assert decisions[4].extra == {"peak_throughput_tokens_per_s": 230.0, "peak_users": 60}
-    assert scaler.summary() == {"peak_throughput_tokens_per_s": 230.0, "peak_users": 60,
+    assert decisions[4].extra == {"peak_generated_tokens_per_s": 230.0, "peak_users": 60}
+    assert scaler.summary() == {"peak_generated_tokens_per_s": 230.0, "peak_users": 60,
                                 "reason": "Peak capacity found"}
 
 
@@ -181,8 +182,8 @@ def test_the_runner_applies_each_decision_and_stops_when_converged(scripted_plug
         (3, 5, "scale_up"), (5, 2, "scale_down"), (2, 3, "stabilized")]
     assert [sample.users for sample in Scripted.seen] == [3, 5, 2]
     # each entry carries the throughput the autoscaler saw, as the seed's autoscaling_stats do
-    assert [step["throughput_tokens_per_s"] for step in trajectory] == [
-        round(sample.throughput_tokens_per_s, 3) for sample in Scripted.seen]
+    assert [step["generated_tokens_per_s"] for step in trajectory] == [
+        round(sample.generated_tokens_per_s, 3) for sample in Scripted.seen]
     assert state.stop_reason == "autoscaler converged: scripted"
     assert result["autoscaling"]["summary"] == {"samples": 3}
     assert result["workload"]["users_final"] == 3

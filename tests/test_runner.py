@@ -270,7 +270,9 @@ def test_a_duration_stops_the_run_and_every_request_is_accounted_for(probe: type
 
 
 def test_warm_up_is_excluded_from_the_metrics(probe: type[Probe], run_spec: Any) -> None:
-    _, result = run_spec(probe_spec(warmup=0.5, requests=5, workload={"users": 4, "max_inflight": 1}))
+    spec = probe_spec(warmup=0.5, requests=5, workload={"users": 4, "max_inflight": 1})
+    spec["cache"]["tiers"][0]["capacity"] = "1GiB"  # not turned over in 0.5 s: warm, not yet steady
+    _, result = run_spec(spec)
     measured_writes = result["metrics"]["tiers"]["probe"]["write"]["ops"]
     assert 0 < measured_writes < probe.writes  # the tier saw the warm-up's writes; the metrics did not
     assert result["metrics"]["requests"]["completed"] == 5

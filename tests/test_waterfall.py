@@ -286,7 +286,8 @@ def test_the_eviction_cap_stops_a_cascade(make_cache: CacheFactory) -> None:
 
 
 def test_the_recursion_limit_stops_a_deep_cascade(make_cache: CacheFactory) -> None:
-    cache = make_cache([("cpu", 2.5 * S)] * 3, policy=EvictionPolicy(max_recursion_depth=1))
+    # The old behaviour is the named policy "drop" now (the default "refuse" has its own test).
+    cache = make_cache([("cpu", 2.5 * S)] * 3, policy=EvictionPolicy(max_recursion_depth=1, no_room_below="drop"))
     for i in range(7):
         cache.put(f"k{i}", S)
     assert cache.telemetry.counters["recursion_limit_hit"] >= 1

@@ -57,7 +57,9 @@ def tiny_spec(tmp_path: Path, **overrides: Any) -> Path:
         "output": {"directory": str(tmp_path / "out"), "interval": 0.5, "progress": "off"},
     }
     for key, value in overrides.items():
-        spec[key] = value
+        # A dict override merges one level deep: workload={"users": 5} keeps the tiny profiles (replacing
+        # them brought back the default 25K-token contexts, entries no 64 MiB tier can hold).
+        spec[key] = {**spec[key], **value} if isinstance(value, dict) and isinstance(spec.get(key), dict) else value
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path

@@ -114,7 +114,7 @@ class CapacityAutoscaler(Autoscaler):
         return float(self.options.get("interval_s", 10.0))
 
     def decide(self, sample: TelemetrySample) -> Decision:
-        throughput = sample.throughput_tokens_per_s
+        throughput = sample.generated_tokens_per_s
         if self._done:
             return Decision(self.users, "peak_found", converged=True, reason="Peak capacity found")
         if throughput > self._best[0]:
@@ -124,11 +124,11 @@ class CapacityAutoscaler(Autoscaler):
             self._done = True
             self.users = self._best[1]
             return Decision(self.users, "peak_found", converged=True, reason="Peak capacity found",
-                            extra={"peak_throughput_tokens_per_s": self._best[0], "peak_users": self._best[1]})
+                            extra={"peak_generated_tokens_per_s": self._best[0], "peak_users": self._best[1]})
         if self.users >= self.max_users:
             self._done = True
             return Decision(self.users, "peak_found", converged=True, reason="Reached max_users",
-                            extra={"peak_throughput_tokens_per_s": self._best[0], "peak_users": self._best[1]})
+                            extra={"peak_generated_tokens_per_s": self._best[0], "peak_users": self._best[1]})
         growth = math.inf if not previous else (throughput - previous) / previous
         factor = self.ramp_factor if growth >= self.fast_growth else self.fine_factor
         self.users = min(self.max_users, max(self.users + 1, math.ceil(self.users * factor)))
@@ -136,5 +136,5 @@ class CapacityAutoscaler(Autoscaler):
         return Decision(self.users, action, reason=f"throughput growth {growth:.0%}" if previous else "first stage")
 
     def summary(self) -> dict[str, Any]:
-        return {"peak_throughput_tokens_per_s": self._best[0], "peak_users": self._best[1],
+        return {"peak_generated_tokens_per_s": self._best[0], "peak_users": self._best[1],
                 "reason": "Peak capacity found" if self._done else "search not finished"}

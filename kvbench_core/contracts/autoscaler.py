@@ -19,7 +19,8 @@ class TelemetrySample:
     t_s: float  # seconds since the measured window opened
     users: int
     requests: int
-    throughput_tokens_per_s: float
+    generated_tokens_per_s: float  # generated tokens / s over the sample (docs/metrics.md)
+    context_tokens_per_s: float  # context (prompt) tokens / s of the same requests
     read_bytes_per_s: float
     write_bytes_per_s: float
     e2e_p95_s: dict[str, float]  # per QoS class, end-to-end p95 over the interval (absent: no data)
@@ -29,6 +30,11 @@ class TelemetrySample:
     sla_p95_s: dict[str, float]  # per QoS class target
     sla_p99_s: dict[str, float]
     storage_p95_s: float
+
+    @property
+    def throughput_tokens_per_s(self) -> float:
+        """The MLPerf name: an alias of ``generated_tokens_per_s`` (as ``avg_throughput_tokens_per_sec`` is)."""
+        return self.generated_tokens_per_s
 
 
 @dataclass(frozen=True, slots=True)

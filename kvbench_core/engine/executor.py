@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvbench_core.contracts.backend import DISCARD, ByteSink
-from kvbench_core.contracts.workload import Phase, Request, decode_read_count, derive_phase
+from kvbench_core.contracts.workload import Phase, Request, Write, decode_read_count, derive_phase
 from kvbench_core.engine.payload import NoisePool, VerifySink
-from kvbench_core.engine.telemetry import Telemetry
+from kvbench_core.engine.telemetry import RequestTally, Telemetry
 from kvbench_core.engine.waterfall import MultiTierCache
 
 
@@ -25,6 +25,10 @@ from kvbench_core.engine.waterfall import MultiTierCache
 class StepOutcome:
     storage_s: float
     decode_tokens_read: int
+    #: A KV write of this request (its prefill, a prefix or chunk it had to store) found no tier with room.
+    write_failed: bool = False
+    #: Its reads, hits and tier operations, booked when the request ends (``Telemetry.book``).
+    tally: RequestTally | None = None
 
 
 class RequestExecutor:
@@ -56,9 +60,38 @@ class RequestExecutor:
             sink.finish(tier, key)
         return tier
 
-    def execute(self, request: Request) -> StepOutcome:
+    def _store(self, write: Write) -> bool:
+        """Store one KV entry; False (and an error listed) when no tier had room for it."""
+        size = max(1, write.tokens) * self.bytes_per_token
+        if self.cache.put(write.key, size) is not None:
+            return True
+        self.telemetry.record_error("kv_write", write.key, f"no tier had room for the {write.kind} entry "
+                                                           f"({size} bytes): the KV was not stored")
+        return False
+
+    def execute(self, request: Request, *, book: bool = True, issued_at: float | None = None) -> StepOutcome:
+        """Run the request's storage steps.  ``book`` books its tally at once, in the window it ran in (a
+        caller that knows better when the request ends, the runner, books ``outcome.tally`` itself).
+        ``issued_at`` is when the request started for the windows' sake (the runner: when it was issued)."""
         start = time.perf_counter()
+        issued_at = start if issued_at is None else issued_at
+        tally = self.telemetry.begin_request()
+        try:
+            outcome = self._steps(request)
+        except BaseException:  # a failed or cancelled request's reads and writes still happened: book them
+            self.telemetry.end_request()
+            self.telemetry.book(tally, self.telemetry.bucket(issued_at, time.perf_counter()))
+            raise
+        self.telemetry.end_request()
+        outcome.storage_s = time.perf_counter() - start
+        outcome.tally = tally
+        if book:
+            self.telemetry.book(tally, self.telemetry.bucket(issued_at, start + outcome.storage_s))
+        return outcome
+
+    def _steps(self, request: Request) -> StepOutcome:
         bpt = self.bytes_per_token
+        stored = True
         for read in request.reads:
             self.telemetry.count(f"{read.kind}_reads")
             if self._read(read.key) is not None:
@@ -66,10 +99,10 @@ class RequestExecutor:
             else:
                 self.telemetry.count(f"{read.kind}_misses")
                 if read.on_miss is not None:
-                    self.cache.put(read.on_miss.key, max(1, read.on_miss.tokens) * bpt)
+                    stored = self._store(read.on_miss) and stored
                     self.telemetry.count(f"{read.on_miss.kind}_writes")
         if request.write is not None:
-            self.cache.put(request.write.key, max(1, request.write.tokens) * bpt)
+            stored = self._store(request.write) and stored
             self.telemetry.count("prefill_writes")
         decode_tokens = 0
         phase = derive_phase(request)
@@ -81,13 +114,15 @@ class RequestExecutor:
                 for key in keys:
                     size = self.cache.entry_size(key)
                     if size is None or self._read(key) is None:
+                        if size is None:  # not even looked up: still a read of the cache that missed
+                            self.telemetry.record_read_outcome(None)
                         read_all = False
                         break
                     decode_tokens += size // bpt  # what was read counts, even in a step cut short
                 if not read_all:
                     self.telemetry.count("decode_misses")
                     break
-        return StepOutcome(time.perf_counter() - start, decode_tokens)
+        return StepOutcome(0.0, decode_tokens, write_failed=not stored)
 
 
 class _TimedVerifySink:

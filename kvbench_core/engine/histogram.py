@@ -14,6 +14,8 @@ from typing import Any
 
 DEFAULT_ACCURACY = 0.01
 PERCENTILES = (50.0, 95.0, 99.0, 99.9)
+#: Per-command latency goes one nine further, as fio's clat does: millions of commands make p99.99 meaningful.
+COMMAND_PERCENTILES = (*PERCENTILES, 99.99)
 
 
 class LatencyHistogram:
@@ -74,15 +76,16 @@ class LatencyHistogram:
     def mean(self) -> float | None:
         return self.total / self.count if self.count else None
 
-    def summary(self, scale: float = 1000.0) -> dict[str, float | int | None]:
-        """count, mean, min, max and the fixed percentile list, in milliseconds by default."""
+    def summary(self, scale: float = 1000.0,
+                percentiles: tuple[float, ...] = PERCENTILES) -> dict[str, float | int | None]:
+        """count, mean, min, max and the percentile list, in milliseconds by default."""
         def scaled(value: float | None) -> float | None:
             return None if value is None else round(value * scale, 6)
 
         out: dict[str, float | int | None] = {"count": self.count, "mean": scaled(self.mean),
                                               "min": scaled(self.min if self.count else None),
                                               "max": scaled(self.max if self.count else None)}
-        for p in PERCENTILES:
+        for p in percentiles:
             out[f"p{p:g}"] = scaled(self.quantile(p / 100))
         return out
 

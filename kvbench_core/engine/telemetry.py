@@ -17,79 +17,52 @@ from typing import Any
 
 from kvbench_core.contracts.backend import IOTiming
 from kvbench_core.engine.histogram import LatencyHistogram
+from kvbench_core.engine.opstats import OpStats
+
+__all__ = ["OpStats", "RequestTally", "Telemetry"]
 
 
 @dataclass
-class OpStats:
-    """One operation kind (read or write) on one tier."""
+class RequestTally:
+    """What one request did, held back until the request ends, then booked whole in one window.
 
-    ops: int = 0
-    bytes: int = 0
-    commands: int = 0
-    errors: int = 0
-    total: LatencyHistogram = field(default_factory=LatencyHistogram)
-    host: LatencyHistogram = field(default_factory=LatencyHistogram)
-    device: LatencyHistogram = field(default_factory=LatencyHistogram)
-    first_start: float | None = None
-    last_end: float | None = None
+    A request's reads, hits, misses, writes and tier operations all land in the window the request
+    started in (measured window, drain, or warm-up = nowhere), so a request that straddles the warm-up
+    boundary cannot count three hits against two reads, and the parts always add up.
+    """
 
-    def add(self, timing: IOTiming, start: float, end: float) -> None:
-        self.ops += 1
-        self.bytes += timing.nbytes
-        self.commands += timing.commands
-        self.total.add(timing.total)
-        self.host.add(timing.host)
-        self.device.add(timing.device)
-        self.first_start = start if self.first_start is None else min(self.first_start, start)
-        self.last_end = end if self.last_end is None else max(self.last_end, end)
-
-    def merge(self, other: OpStats) -> None:
-        self.ops += other.ops
-        self.bytes += other.bytes
-        self.commands += other.commands
-        self.errors += other.errors
-        for name in ("total", "host", "device"):
-            getattr(self, name).merge(getattr(other, name))
-        starts = [s for s in (self.first_start, other.first_start) if s is not None]
-        ends = [e for e in (self.last_end, other.last_end) if e is not None]
-        self.first_start = min(starts) if starts else None
-        self.last_end = max(ends) if ends else None
-
-    def to_dict(self) -> dict[str, Any]:
-        window = (self.last_end - self.first_start) if self.ops and self.last_end is not None else 0.0
-        return {
-            "ops": self.ops, "bytes": self.bytes, "commands": self.commands, "errors": self.errors,
-            "active_window_s": round(window, 6),
-            "bandwidth_bytes_per_s": (self.bytes / window) if window > 0 else None,
-            "latency_ms": {"total": self.total.summary(), "host": self.host.summary(),
-                           "device": self.device.summary()},
-            "histograms": {"total": self.total.to_dict(), "host": self.host.to_dict(),
-                           "device": self.device.to_dict()},
-            "first_start": self.first_start, "last_end": self.last_end,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> OpStats:
-        hists = data["histograms"]
-        return cls(ops=data["ops"], bytes=data["bytes"], commands=data["commands"], errors=data["errors"],
-                   total=LatencyHistogram.from_dict(hists["total"]), host=LatencyHistogram.from_dict(hists["host"]),
-                   device=LatencyHistogram.from_dict(hists["device"]),
-                   first_start=data.get("first_start"), last_end=data.get("last_end"))
+    counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    outcomes: list[str | None] = field(default_factory=list)  # tier name per read, None for a miss
+    ops: list[tuple[str, str, IOTiming, float, float]] = field(default_factory=list)
+    verified_bytes: int = 0
+    verify_seconds: float = 0.0
+    demotions: list[tuple[str, int]] = field(default_factory=list)  # ("src->dst", bytes)
+    evictions_deleted: int = 0
+    promotions: int = 0
 
 
 class Telemetry:
-    """Thread-safe collector.  Nothing is recorded until ``start_measuring``; warm-up is excluded."""
+    """Thread-safe collector of the measured window and of the drain after it.
+
+    Nothing is recorded until ``start_measuring`` (warm-up is excluded).  ``close_window`` marks the end of
+    the measured ``duration``: what completes after it is the drain's, kept apart in ``drain``.  The rule
+    for everything with a start and an end (a request, a tier operation, a device command): it belongs to
+    the window it started in if it also ended there; started in the window and ended after it closed, it
+    is the drain's; started before the window opened, it is warm-up's and not counted at all.
+    """
 
     def __init__(self, qos_classes: list[str], clock: Any = time.perf_counter) -> None:
         self._lock = threading.Lock()
         self._clock = clock
+        self._local = threading.local()
         self.qos_classes = qos_classes
         self.measuring = False
+        self._reporting: set[tuple[str, str]] = set()  # (tier, op) pairs whose tier reports device commands
         self.reset()
 
     def reset(self) -> None:
         with self._lock:
-            self.tiers: dict[str, dict[str, OpStats]] = defaultdict(lambda: {"read": OpStats(), "write": OpStats()})
+            self.tiers: dict[str, dict[str, OpStats]] = defaultdict(_tier_ops)
             self.demotions: dict[str, int] = defaultdict(int)  # "src->dst" -> bytes
             self.demotion_count: dict[str, int] = defaultdict(int)
             self.promotions = 0
@@ -101,6 +74,7 @@ class Telemetry:
             self.storage = LatencyHistogram()
             self.requests = 0
             self.requests_failed = 0
+            self.requests_write_failed = 0  # storage worked, but no tier had room for the request's KV
             self.context_tokens = 0
             self.generated_tokens = 0
             self.decode_tokens_read = 0
@@ -112,88 +86,102 @@ class Telemetry:
             self.integrity_errors: list[dict[str, Any]] = []
             self.errors: list[dict[str, Any]] = []
             self.window_start = self._clock()
+            self.window_close: float | None = None  # the end of the measured duration; the drain follows
             self.window_end: float | None = None
+            self.drain = DrainStats()
             self.series: list[dict[str, Any]] = []
             self._interval = self._new_interval()
 
     def _new_interval(self) -> dict[str, Any]:
-        return {"start": self._clock(), "requests": 0, "tokens": 0, "read_bytes": 0, "write_bytes": 0,
+        return {"start": self._clock(), "requests": 0, "generated_tokens": 0, "context_tokens": 0,
+                "read_bytes": 0, "write_bytes": 0,
                 "e2e": {q: LatencyHistogram() for q in self.qos_classes},
-                "service": {q: LatencyHistogram() for q in self.qos_classes}, "storage": LatencyHistogram()}
+                "service": {q: LatencyHistogram() for q in self.qos_classes}, "storage": LatencyHistogram(),
+                "tiers": defaultdict(lambda: {"read": [0, LatencyHistogram()], "write": [0, LatencyHistogram()]})}
 
     def start_measuring(self) -> None:
         self.reset()
         self.measuring = True
 
+    def close_window(self) -> None:
+        """The measured duration is over: from now on completions are the drain's."""
+        with self._lock:
+            if self.window_close is None:
+                self.window_close = self._clock()
+
     def stop_measuring(self) -> None:
         with self._lock:
+            now = self._clock()
+            if self.window_close is None:
+                self.window_close = now
+            self.drain.seconds = max(0.0, now - self.window_close)
             self.measuring = False
-            self.window_end = self._clock()
+            self.window_end = now
 
-    # -- recording ---------------------------------------------------------------------------------
-    def record_op(self, tier: str, op: str, timing: IOTiming, start: float, end: float) -> None:
-        if not self.measuring:
+    def bucket(self, start: float, end: float) -> str | None:
+        """``"window"``, ``"drain"`` or None (warm-up, or not measuring) for something from start to end."""
+        if not self.measuring or start < self.window_start:
+            return None
+        return "window" if self.window_close is None or end <= self.window_close else "drain"
+
+    # -- requests ---------------------------------------------------------------------------------
+    def begin_request(self) -> RequestTally:
+        """From here to ``end_request`` this thread's records are held in the tally (see RequestTally)."""
+        tally = RequestTally()
+        self._local.tally = tally
+        return tally
+
+    def end_request(self) -> RequestTally | None:
+        tally = getattr(self._local, "tally", None)
+        self._local.tally = None
+        return tally
+
+    def _tally(self) -> RequestTally | None:
+        return getattr(self._local, "tally", None)
+
+    def book(self, tally: RequestTally | None, where: str | None) -> None:
+        """Book a finished request's tally in ``where`` (``bucket``'s answer); None drops it (warm-up)."""
+        if tally is None or where is None:
             return
         with self._lock:
-            self.tiers[tier][op].add(timing, start, end)
-            self._interval["read_bytes" if op == "read" else "write_bytes"] += timing.nbytes
-
-    def record_op_error(self, tier: str, op: str, key: str, error: BaseException) -> None:
-        with self._lock:
-            if op in ("read", "write"):  # a failed delete (eviction, cleanup) is listed below, not in op stats
-                self.tiers[tier][op].errors += 1
-            if len(self.errors) < 100:
-                self.errors.append({"tier": tier, "op": op, "key": key, "error": str(error)[:500]})
-
-    def record_demotion(self, src: str, dst: str, nbytes: int) -> None:
-        if self.measuring:
-            with self._lock:
-                self.demotions[f"{src}->{dst}"] += nbytes
-                self.demotion_count[f"{src}->{dst}"] += 1
-
-    def record_eviction_delete(self) -> None:
-        if self.measuring:
-            with self._lock:
-                self.evictions_deleted += 1
-
-    def record_promotion(self) -> None:
-        if self.measuring:
-            with self._lock:
-                self.promotions += 1
-
-    def record_read_outcome(self, tier: str | None) -> None:
-        if not self.measuring:
-            return
-        with self._lock:
-            if tier is None:
-                self.read_misses += 1
-            else:
-                self.read_hits[tier] += 1
-
-    def count(self, name: str, n: int = 1) -> None:
-        if self.measuring:
-            with self._lock:
+            if where == "drain":
+                for tier, op, timing, _start, _end in tally.ops:
+                    self.drain.tiers[tier][op].add(timing, _start, _end)
+                return
+            for name, n in tally.counts.items():
                 self.counters[name] += n
-
-    def record_verify(self, seconds: float, nbytes: int) -> None:
-        if self.measuring:
-            with self._lock:
-                self.verify_seconds += seconds
-                self.verified_bytes += nbytes
-
-    def record_integrity_error(self, tier: str, key: str, offset: int | None) -> None:
-        with self._lock:
-            if len(self.integrity_errors) < 100:
-                self.integrity_errors.append({"tier": tier, "key": key, "first_bad_offset": offset})
-            self.counters["integrity_errors"] += 1
+            self.verified_bytes += tally.verified_bytes
+            self.verify_seconds += tally.verify_seconds
+            for path, nbytes in tally.demotions:
+                self.demotions[path] += nbytes
+                self.demotion_count[path] += 1
+            self.evictions_deleted += tally.evictions_deleted
+            self.promotions += tally.promotions
+            for tier in tally.outcomes:
+                if tier is None:
+                    self.read_misses += 1
+                else:
+                    self.read_hits[tier] += 1
+            for tier, op, timing, start, end in tally.ops:
+                self.tiers[tier][op].add(timing, start, end)
+                if not self._commands_reported(tier, op):
+                    self._book_interval_bytes(tier, op, timing.nbytes, timing.total)
 
     def record_request(self, qos: str, e2e_s: float, service_s: float, queue_s: float, storage_s: float,
-                       context_tokens: int, generated_tokens: int, decode_tokens_read: int) -> None:
+                       context_tokens: int, generated_tokens: int, decode_tokens_read: int,
+                       *, where: str | None = "window") -> None:
         """``e2e_s`` runs to the response's end, simulated generation included; ``service_s`` stops when
-        the request's storage work is done (queue wait + cache reads and writes): what the QoS SLAs judge."""
-        if not self.measuring:
+        the request's storage work is done (queue wait + cache reads and writes): what the QoS SLAs judge.
+        ``where`` is the request's window (``bucket``); the drain's requests are counted apart."""
+        if not self.measuring or where is None:
             return
         with self._lock:
+            if where == "drain":
+                self.drain.requests += 1
+                self.drain.context_tokens += context_tokens
+                self.drain.generated_tokens += generated_tokens
+                self.drain.end_to_end.add(e2e_s)
+                return
             self.e2e[qos].add(e2e_s)
             self.service[qos].add(service_s)
             self.e2e_all.add(e2e_s)
@@ -204,35 +192,174 @@ class Telemetry:
             self.generated_tokens += generated_tokens
             self.decode_tokens_read += decode_tokens_read
             self._interval["requests"] += 1
-            self._interval["tokens"] += context_tokens + generated_tokens
+            self._interval["generated_tokens"] += generated_tokens
+            self._interval["context_tokens"] += context_tokens
             self._interval["e2e"][qos].add(e2e_s)
             self._interval["service"][qos].add(service_s)
             self._interval["storage"].add(storage_s)
 
-    def record_request_failed(self) -> None:
+    def record_request_failed(self, *, where: str | None = "window") -> None:
+        """A request whose storage raised (``on_error: count``)."""
         with self._lock:
-            self.requests_failed += 1
+            if where == "drain":
+                self.drain.requests_failed += 1
+            elif where is not None:
+                self.requests_failed += 1
+
+    def record_request_write_failed(self, *, where: str | None = "window") -> None:
+        """A request whose KV no tier could store: not completed, its tokens in no throughput."""
+        with self._lock:
+            if where == "drain":
+                self.drain.requests_write_failed += 1
+            elif where is not None:
+                self.requests_write_failed += 1
+
+    def record_request_cancelled(self) -> None:
+        """In flight when the drain limit ran out: stopped at a command boundary."""
+        with self._lock:
+            self.drain.requests_cancelled += 1
+
+    # -- operations and commands ---------------------------------------------------------------------
+    def record_op(self, tier: str, op: str, timing: IOTiming, start: float, end: float) -> None:
+        """One per-entry operation.  Inside a request it waits in the request's tally; outside (preload,
+        cold demotion) it belongs to the window it started in.  The interval's per-tier bytes and latency
+        are kept during warm-up too, so the live progress shows the tiers working before the window opens
+        (``start_measuring`` resets the interval, so nothing of warm-up reaches the series)."""
+        with self._lock:
+            per_tier = self._interval["tiers"][tier][op]
+            if not self._commands_reported(tier, op):
+                per_tier[0] += timing.nbytes
+            per_tier[1].add(timing.total)
+        tally = self._tally()
+        if tally is not None:
+            tally.ops.append((tier, op, timing, start, end))
+            return
+        self.book(RequestTally(ops=[(tier, op, timing, start, end)]), self.bucket(start, end))
+
+    def record_command(self, tier: str, op: str, nbytes: int, start: float, end: float) -> None:
+        """One device command (pread, pwrite, HTTP part, redis command, memcpy block) of ``tier``: its
+        latency, and its bytes booked in the interval in which it completed (bandwidth, not completions)."""
+        with self._lock:
+            self._reporting.add((tier, op))
+            if not self.measuring:
+                self._interval["tiers"][tier][op][0] += nbytes
+                return
+            where = self.bucket(start, end)
+            if where == "drain":
+                self.drain.tiers[tier][op].add_command(nbytes, start, end)
+            elif where == "window":
+                self.tiers[tier][op].add_command(nbytes, start, end)
+            if where is not None or start >= self.window_start:
+                self._book_interval_bytes(tier, op, nbytes, end - start)
+            elif end >= self.window_start:  # a warm-up command ending inside the window: the progress sees it
+                self._interval["tiers"][tier][op][0] += nbytes
+
+    def _commands_reported(self, tier: str, op: str) -> bool:
+        return (tier, op) in self._reporting
+
+    def _book_interval_bytes(self, tier: str, op: str, nbytes: int, _seconds: float) -> None:
+        """Bytes in the current interval (lock held); per command where the tier reports commands."""
+        if self.window_close is not None:  # the drain has its own section, the series ends with the window
+            return
+        self._interval["read_bytes" if op == "read" else "write_bytes"] += nbytes
+        if self._commands_reported(tier, op):
+            self._interval["tiers"][tier][op][0] += nbytes
+
+    def record_op_error(self, tier: str, op: str, key: str, error: BaseException) -> None:
+        with self._lock:
+            if op in ("read", "write"):  # a failed delete (eviction, cleanup) is listed below, not in op stats
+                self.tiers[tier][op].errors += 1
+            if len(self.errors) < 100:
+                self.errors.append({"tier": tier, "op": op, "key": key, "error": str(error)[:500]})
+
+    def record_error(self, kind: str, key: str, message: str) -> None:
+        """An error that is not a tier's (a KV write no tier had room for), listed beside the tiers'."""
+        with self._lock:
+            if len(self.errors) < 100:
+                self.errors.append({"tier": None, "op": kind, "key": key, "error": message})
+
+    # -- cache events (instants) --------------------------------------------------------------------------
+    def _in_window(self) -> bool:
+        return self.measuring and self.window_close is None
+
+    def record_demotion(self, src: str, dst: str, nbytes: int) -> None:
+        self._event(RequestTally(demotions=[(f"{src}->{dst}", nbytes)]))
+
+    def record_eviction_delete(self) -> None:
+        self._event(RequestTally(evictions_deleted=1))
+
+    def record_promotion(self) -> None:
+        self._event(RequestTally(promotions=1))
+
+    def _event(self, event: RequestTally) -> None:
+        """A cache event: part of the request it happened in, else of the window it happened in."""
+        tally = self._tally()
+        if tally is None:
+            if self._in_window():
+                self.book(event, "window")
+            return
+        tally.demotions += event.demotions
+        tally.evictions_deleted += event.evictions_deleted
+        tally.promotions += event.promotions
+
+    def record_read_outcome(self, tier: str | None) -> None:
+        tally = self._tally()
+        if tally is not None:
+            tally.outcomes.append(tier)
+            return
+        if self._in_window():
+            self.book(RequestTally(outcomes=[tier]), "window")
+
+    def count(self, name: str, n: int = 1) -> None:
+        tally = self._tally()
+        if tally is not None:
+            tally.counts[name] += n
+        elif self._in_window():
+            with self._lock:
+                self.counters[name] += n
+
+    def record_verify(self, seconds: float, nbytes: int) -> None:
+        tally = self._tally()
+        if tally is not None:
+            tally.verified_bytes += nbytes
+            tally.verify_seconds += seconds
+        elif self._in_window():
+            with self._lock:
+                self.verify_seconds += seconds
+                self.verified_bytes += nbytes
+
+    def record_integrity_error(self, tier: str, key: str, offset: int | None) -> None:
+        with self._lock:
+            if len(self.integrity_errors) < 100:
+                self.integrity_errors.append({"tier": tier, "key": key, "first_bad_offset": offset})
+            self.counters["integrity_errors"] += 1
 
     # -- intervals ---------------------------------------------------------------------------------
     def close_interval(self, users: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Finish the current interval, append it to the series and return it (for autoscalers)."""
+        """Finish the current interval, append it to the series and return it (for autoscalers).
+
+        A point carries its counts (requests, tokens, bytes) and the rates over its own length, so a
+        merge adds counts and divides once, never adds rates measured over different lengths."""
         with self._lock:
             now = self._clock()
             interval, self._interval = self._interval, self._new_interval()
             span = max(now - interval["start"], 1e-9)
+            counts = {name: interval[name] for name in SERIES_COUNTS}
             point = {
                 "t_s": round(now - self.window_start, 3),
                 "interval_s": round(span, 3),
                 "users": users,
-                "requests": interval["requests"],
-                "tokens_per_s": interval["tokens"] / span,
-                "read_bytes_per_s": interval["read_bytes"] / span,
-                "write_bytes_per_s": interval["write_bytes"] / span,
+                **counts,
+                **series_rates(counts, span),
                 "e2e_p95_ms": {q: _ms(h.quantile(0.95)) for q, h in interval["e2e"].items() if h.count},
                 "e2e_p99_ms": {q: _ms(h.quantile(0.99)) for q, h in interval["e2e"].items() if h.count},
                 "service_p95_ms": {q: _ms(h.quantile(0.95)) for q, h in interval["service"].items() if h.count},
                 "service_p99_ms": {q: _ms(h.quantile(0.99)) for q, h in interval["service"].items() if h.count},
                 "storage_p95_ms": _ms(interval["storage"].quantile(0.95)),
+                "tiers": {name: {f"{op}_{figure}": value for op, (nbytes, hist) in ops.items()
+                                 for figure, value in (("bytes", nbytes), ("bytes_per_s", nbytes / span),
+                                                       ("p95_ms", _ms(hist.quantile(0.95)) if hist.count else None))}
+                          for name, ops in interval["tiers"].items()},
                 **(extra or {}),
             }
             if self.measuring:
@@ -246,6 +373,53 @@ class Telemetry:
         if not starts or not ends:
             return None
         return min(starts), max(ends)
+
+
+#: The counts a time-series point carries; its rates are derived from them and its length alone.
+SERIES_COUNTS = ("requests", "generated_tokens", "context_tokens", "read_bytes", "write_bytes")
+
+
+def series_rates(counts: dict[str, float], span_s: float) -> dict[str, float]:
+    """A point's rates from its counts (one definition, used by the telemetry and by merges)."""
+    span_s = max(span_s, 1e-9)
+    return {"generated_tokens_per_s": counts["generated_tokens"] / span_s,
+            "context_tokens_per_s": counts["context_tokens"] / span_s,
+            "read_bytes_per_s": counts["read_bytes"] / span_s,
+            "write_bytes_per_s": counts["write_bytes"] / span_s}
+
+
+@dataclass
+class DrainStats:
+    """What happened after the measured duration ended: requests that finished, bytes still moved."""
+
+    seconds: float = 0.0
+    requests: int = 0
+    requests_failed: int = 0
+    requests_write_failed: int = 0
+    requests_cancelled: int = 0
+    context_tokens: int = 0
+    generated_tokens: int = 0
+    end_to_end: LatencyHistogram = field(default_factory=LatencyHistogram)
+    tiers: dict[str, dict[str, OpStats]] = field(default_factory=lambda: defaultdict(_tier_ops))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seconds": round(self.seconds, 6), "requests_completed": self.requests,
+                "requests_failed": self.requests_failed, "requests_write_failed": self.requests_write_failed,
+                "requests_cancelled": self.requests_cancelled, "context_tokens": self.context_tokens,
+                "generated_tokens": self.generated_tokens, "end_to_end_ms": self.end_to_end.summary(),
+                "read_bytes": sum(_moved(t["read"]) for t in self.tiers.values()),
+                "write_bytes": sum(_moved(t["write"]) for t in self.tiers.values()),
+                "tiers": {name: {op: {"ops": s.ops, "bytes": s.bytes, "command_bytes": s.command_bytes}
+                                 for op, s in ops.items()} for name, ops in self.tiers.items()}}
+
+
+def _moved(stats: OpStats) -> int:
+    """Bytes a tier moved in the drain: its device commands where it reports them, else its operations."""
+    return stats.command_bytes or stats.bytes
+
+
+def _tier_ops() -> dict[str, OpStats]:
+    return {"read": OpStats(), "write": OpStats()}
 
 
 def _ms(seconds: float | None) -> float | None:

@@ -31,6 +31,7 @@ from typing import Any
 
 from kvbench_core.contracts.backend import DISCARD, ByteSink, ByteSource, IOTiming, StorageBackend
 from kvbench_core.contracts.errors import StorageError
+from kvbench_core.engine.cancel import Cancelled, CancelToken, cancellable_sink, cancellable_source
 from kvbench_core.engine.telemetry import Telemetry
 
 
@@ -40,6 +41,9 @@ class EvictionPolicy:
     large_entry_limit_ratio: float = 0.95
     max_recursion_depth: int = 10
     max_evictions: int = 5000
+    #: When the tier below cannot make room for a victim: ``refuse`` the cascade (the seed's
+    #: ``_ensure_space_in_tier`` returns False, so the new entry is not stored there) or ``drop`` the victim.
+    no_room_below: str = "refuse"
 
 
 @dataclass
@@ -52,6 +56,7 @@ class Tier:
     cold_after: float | None = None  # entries idle this long in the tier above move down here
     description: dict[str, Any] = field(default_factory=dict)  # backend.describe() taken when the tier opened
     usage: int = 0  # reserved + stored bytes
+    evicted_bytes: int = 0  # demoted or deleted to make room, since the run began (cache_state: steady)
     lru: OrderedDict[str, Entry] = field(default_factory=OrderedDict, repr=False)  # stored here, oldest first
 
     @property
@@ -97,6 +102,7 @@ class MultiTierCache:
         policy: EvictionPolicy | None = None,
         promotion: str = "none",
         clock: Callable[[], float] = time.monotonic,
+        cancel: CancelToken | None = None,
     ) -> None:
         if not tiers:
             raise ValueError("a cache needs at least one enabled tier")
@@ -106,6 +112,7 @@ class MultiTierCache:
         self.policy = policy or EvictionPolicy()
         self.promotion = promotion
         self.clock = clock
+        self.cancel = cancel  # set when the drain limit runs out: I/O stops at the next command boundary
         self._lock = threading.Lock()
         self._entries: dict[str, Entry] = {}
 
@@ -154,6 +161,7 @@ class MultiTierCache:
             if tier is None:  # deleted while we waited for its lock
                 self.telemetry.record_read_outcome(None)
                 return None
+            sink = cancellable_sink(sink, self.cancel)
             self._timed(tier, "read", key, lambda: tier.backend.read(key, entry.size, sink))
             entry.last_access = self.clock()
             with self._lock:
@@ -280,23 +288,33 @@ class MultiTierCache:
                 evictions += 1
                 if evictions > self.policy.max_evictions:
                     self.telemetry.count("eviction_cap_hit")
-                    with self._lock:
-                        tier.lru[victim.key] = victim
-                        tier.lru.move_to_end(victim.key, last=False)  # still the least recently used
+                    self._return_victim(tier, victim)
                     return False
                 # Below, the victim skips tiers it is too large for, as a new entry would.
                 target = self._demotion_target(index, victim.size)
+                tier.evicted_bytes += victim.size  # undone below if the cascade is refused
                 if target is None:
                     self._remove(victim)
                     self.telemetry.record_eviction_delete()
                 elif self._make_room(target, victim.size, depth + 1):
                     self._demote(victim, tier, self.tiers[target])
-                else:
+                elif self.policy.no_room_below == "drop":
                     # The tier below cannot take it: the entry is dropped rather than stall the cache.
                     self._remove(victim)
                     self.telemetry.count("evicted_without_room_below")
+                else:
+                    # The seed refuses the cascade: the victim stays (still least recently used), no room here.
+                    tier.evicted_bytes -= victim.size
+                    self._return_victim(tier, victim)
+                    self.telemetry.count("cascade_refused")
+                    return False
             finally:
                 victim.lock.release()
+
+    def _return_victim(self, tier: Tier, victim: Entry) -> None:
+        with self._lock:
+            tier.lru[victim.key] = victim
+            tier.lru.move_to_end(victim.key, last=False)  # still the least recently used
 
     def _lock_lru_victim(self, tier: Tier) -> Entry | None:
         """Oldest entry of ``tier`` whose lock is free; taken out of the LRU (caller holds _lock)."""
@@ -308,10 +326,10 @@ class MultiTierCache:
 
     # -- I/O helpers (entry lock held, metadata lock not held) ----------------------------------------
     def _write_new(self, tier: Tier, entry: Entry) -> None:
-        source = self.payload_for(entry.key, entry.size)
+        source = cancellable_source(self.payload_for(entry.key, entry.size), self.cancel)
         try:
             self._timed(tier, "write", entry.key, lambda: tier.backend.write(entry.key, source))
-        except StorageError:
+        except (StorageError, Cancelled):
             with self._lock:
                 tier.usage -= entry.size
             raise
@@ -322,6 +340,7 @@ class MultiTierCache:
     def _demote(self, entry: Entry, upper: Tier, lower: Tier) -> None:
         """Copy ``entry`` from ``upper`` to ``lower`` (space already reserved there), then free upper."""
         source = TierSource(upper.backend, entry.key, entry.size)
+        cancellable = cancellable_source(source, self.cancel)
         # GPU tier -> GPUDirect tier: the entry's device tensor goes straight to storage, no host bounce.
         tensor_of = getattr(upper.backend, "tensor", None)
         write_tensor = getattr(lower.backend, "write_tensor", None)
@@ -329,10 +348,10 @@ class MultiTierCache:
             def write() -> IOTiming:
                 if tensor_of is not None and write_tensor is not None:
                     return write_tensor(entry.key, tensor_of(entry.key))
-                return lower.backend.write(entry.key, source)
+                return lower.backend.write(entry.key, cancellable)
 
             self._timed(lower, "write", entry.key, write)
-        except StorageError:
+        except (StorageError, Cancelled):
             with self._lock:
                 lower.usage -= entry.size
                 upper.lru[entry.key] = entry
@@ -353,7 +372,9 @@ class MultiTierCache:
         tier has no device to wait for, so its time is host time; a persistent tier's is device time."""
         end = time.perf_counter()
         host, device = (seconds, 0.0) if upper.backend.volatile else (0.0, seconds)
-        timing = IOTiming(total=seconds, host=host, device=device, nbytes=entry.size, commands=1)
+        stored_bytes = getattr(upper.backend, "stored_bytes", None)  # a codec tier stores fewer bytes than it holds
+        timing = IOTiming(total=seconds, host=host, device=device, nbytes=entry.size, commands=1,
+                          physical_bytes=stored_bytes(entry.key) if stored_bytes else None)
         self.telemetry.record_op(upper.name, "read", timing, end - seconds, end)
 
     def _promote(self, entry: Entry) -> None:
@@ -364,10 +385,10 @@ class MultiTierCache:
             return
         if not self._make_room(0, entry.size, depth=0):
             return
-        source = TierSource(lower.backend, entry.key, entry.size)
+        source = cancellable_source(TierSource(lower.backend, entry.key, entry.size), self.cancel)
         try:
             self._timed(top, "write", entry.key, lambda: top.backend.write(entry.key, source))
-        except StorageError:
+        except (StorageError, Cancelled):
             with self._lock:
                 top.usage -= entry.size
             raise
@@ -411,7 +432,7 @@ class MultiTierCache:
         start = time.perf_counter()
         try:
             timing = action()
-        except StorageError:
+        except (StorageError, Cancelled):
             raise
         except Exception as error:
             self.telemetry.record_op_error(tier.name, op, key, error)

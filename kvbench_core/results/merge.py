@@ -23,8 +23,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvbench_core.codecs.figures import tier_codec
 from kvbench_core.engine.histogram import LatencyHistogram
-from kvbench_core.engine.telemetry import OpStats
+from kvbench_core.engine.telemetry import SERIES_COUNTS, OpStats, series_rates
 from kvbench_core.results.checks import run_checks
 from kvbench_core.results.result import (
     GB,
@@ -35,6 +36,7 @@ from kvbench_core.results.result import (
     rerun_section,
     spec_section,
 )
+from kvbench_core.spec.declaration import contradictions
 
 MAX_LISTED_ERRORS = 100
 
@@ -102,6 +104,7 @@ def merge_results(clients: list[ClientReport], *, mode: str, label: str, run_id:
         "model": base["model"],
         "environment": base["environment"],
         "declaration": declaration,
+        "warnings": contradictions(declaration),
         "workload": _merge_workload([c.result["workload"] for c in reported], base["workload"]["source"]),
         "metrics": metrics,
         "timeseries": _merge_series([c.result["timeseries"] for c in reported]),
@@ -206,6 +209,7 @@ def _merge_tiers(results: list[dict[str, Any]]) -> dict[str, Any]:
                 stats.merge(one)
             merged[op] = stats.to_dict()
         merged["reads_served"] = sum(t["reads_served"] for _, t in parts)
+        merged["codec"] = tier_codec(merged)
         if "counters" in first:
             merged["counters"] = _sum_dicts(t.get("counters", {}) for _, t in parts)
         out[name] = merged
@@ -233,19 +237,43 @@ def _is_number(value: Any) -> bool:
 def _merge_series(series: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Aggregate points by interval index (clients start measuring together and share the interval).
 
-    Rates, counts and occupancy add up; interval percentiles cannot be merged from a point's summary,
-    so they stay in each client's own series."""
+    Counts and occupancy add up; rates are the summed counts over the merged interval's length, never a
+    sum of rates measured over different lengths (a client's last, shorter interval would be overweighted).
+    Interval percentiles cannot be merged from a point's summary, so they stay in each client's own series."""
     merged = []
     for i in range(max((len(s) for s in series), default=0)):
         points = [s[i] for s in series if i < len(s)]
+        span = max(p["interval_s"] for p in points)
+        counts = {name: sum(_count(p, name) for p in points) for name in SERIES_COUNTS}
         merged.append({
-            "t_s": max(p["t_s"] for p in points), "interval_s": max(p["interval_s"] for p in points),
-            "clients": len(points),
-            **{key: sum(p.get(key, 0) for p in points)
-               for key in ("users", "requests", "tokens_per_s", "read_bytes_per_s", "write_bytes_per_s", "queue")},
+            "t_s": max(p["t_s"] for p in points), "interval_s": span, "clients": len(points),
+            "users": sum(p.get("users", 0) for p in points), "queue": sum(p.get("queue", 0) for p in points),
+            **counts, **series_rates(counts, span),
             "occupancy": _sum_dicts(p.get("occupancy", {}) for p in points),
+            "tiers": _merge_tier_points(points, span),
         })
     return merged
+
+
+def _count(point: dict[str, Any], name: str) -> float:
+    """A point's count; a result written before points carried counts has only the rate."""
+    if name in point:
+        return point[name]
+    rate = {"generated_tokens": "tokens_per_s"}.get(name, f"{name}_per_s")
+    return point.get(rate, 0.0) * point["interval_s"]
+
+
+def _merge_tier_points(points: list[dict[str, Any]], span: float) -> dict[str, dict[str, float]]:
+    """Per tier: bytes summed, bandwidth = summed bytes / the merged interval."""
+    out: dict[str, dict[str, float]] = {}
+    for point in points:
+        for tier, figures in (point.get("tiers") or {}).items():
+            row = out.setdefault(tier, {})
+            for op in ("read", "write"):
+                moved = figures.get(f"{op}_bytes", figures.get(f"{op}_bytes_per_s", 0.0) * point["interval_s"])
+                row[f"{op}_bytes"] = row.get(f"{op}_bytes", 0) + moved
+                row[f"{op}_bytes_per_s"] = row[f"{op}_bytes"] / max(span, 1e-9)
+    return out
 
 
 def _merge_workload(sections: list[dict[str, Any]], source: dict[str, Any]) -> dict[str, Any]:

@@ -22,13 +22,16 @@ import numpy as np
 from kvbench_core import __version__
 from kvbench_core.codecs.figures import tensor_declaration, tier_codec
 from kvbench_core.contracts.plugins import plugin_versions
-from kvbench_core.contracts.workload import DEFAULT_QOS
+from kvbench_core.contracts.workload import DEFAULT_QOS, QoSClass
+from kvbench_core.engine.cache_figures import reuse_rate
 from kvbench_core.engine.histogram import LatencyHistogram
+from kvbench_core.engine.opstats import measured_queue_depth
 from kvbench_core.engine.runner import RunState
+from kvbench_core.engine.setup import qos_classes
 from kvbench_core.results.checks import run_checks
 from kvbench_core.results.environment import detect_environment
 from kvbench_core.results.schema import VALIDATE_ENV, assert_conforms
-from kvbench_core.spec.declaration import merge_declaration
+from kvbench_core.spec.declaration import contradictions, detected_system, merge_declaration
 from kvbench_core.spec.loader import spec_sha256
 from kvbench_core.spec.redact import environment_secrets, redact
 
@@ -93,6 +96,9 @@ def headline(metrics: dict[str, Any], bytes_per_token: int) -> dict[str, Any]:
     def device_p95(op: str) -> float | None:
         return tiers[persistent][op]["latency_ms"]["device"]["p95"] if persistent else None
 
+    moved = sum(tier[op]["bytes"] for tier in tiers.values() for op in ("read", "write"))
+    if not moved:  # a run that moved no bytes has no storage throughput, whatever its requests said
+        window_s = storage_s = 0.0
     return {
         "decode_bytes_read_gb": round(requests["decode_tokens_read"] * bytes_per_token / GB, 6),
         "avg_throughput_tokens_per_sec": round(generated / window_s, 3) if window_s > 0 else None,
@@ -106,14 +112,16 @@ def headline(metrics: dict[str, Any], bytes_per_token: int) -> dict[str, Any]:
     }
 
 
-def qos_section(e2e: dict[str, LatencyHistogram], service: dict[str, LatencyHistogram]) -> dict[str, Any]:
+def qos_section(e2e: dict[str, LatencyHistogram], service: dict[str, LatencyHistogram],
+                classes: dict[str, QoSClass] | None = None) -> dict[str, Any]:
     """Per QoS class: end-to-end and service latency, the SLA judged on service latency (enqueued until the
     storage work is done; generation pacing is simulated GPU time no storage can shorten).  From
-    histograms, so merged results reuse it."""
+    histograms, so merged results reuse it.  ``classes``: the run's targets (the spec's ``qos``)."""
     out = {}
+    classes = classes or DEFAULT_QOS
     for name, hist in e2e.items():
         summary = service[name].summary()
-        target = DEFAULT_QOS[name]
+        target = classes[name]
         p95, p99 = summary["p95"], summary["p99"]
         out[name] = {
             "requests": hist.count, "latency_ms": hist.summary(), "service_latency_ms": summary,
@@ -148,19 +156,20 @@ def _cache_stats(state: RunState) -> dict[str, Any]:
         **hit_rates(counters),
         "rag_chunk_reads": counters.get("rag_reads", 0),
         "counters": counters,
-        "occupancy_at_end": {t.name: {"entries": len(t.lru), "bytes": t.usage} for t in state.tiers},
+        "occupancy_at_end": {name: {"entries": o["entries"], "bytes": o["bytes"]}  # read before cleanup
+                             for name, o in state.occupancy_at_end.items()},
     }
 
 
 def _workload_stats(state: RunState) -> dict[str, Any]:
     counters = state.telemetry.counters
-    prefix_reads = counters.get("prefix_reads", 0)
     return {
         "input_length": _stats(state.workload_samples["context"]),
         "generation_length": _stats(state.workload_samples["generate"]),
-        "prefix_reuse_rate": round(counters.get("prefix_hits", 0) / prefix_reads, 6) if prefix_reads else None,
+        "prefix_reuse_rate": reuse_rate(counters),
         "prefix_length": _stats(state.workload_samples["prefix"]),
-        "requests_issued": len(state.workload_samples["context"]),
+        "requests_issued": state.requests_issued,
+        "requests_served": len(state.workload_samples["context"]),
     }
 
 
@@ -178,6 +187,8 @@ def _working_set(state: RunState, tiers: dict[str, Any]) -> dict[str, Any] | Non
 def _cache_state(state: RunState, spec: dict[str, Any]) -> str:
     """warm when the measured window opened on a cache already holding entries (warm-up requests, or the
     decode-only / RAG population); preconditioning conditions the device, its entries are deleted."""
+    if state.cache_state:  # detected when the window opened (kvbench_core/engine/cache_state.py)
+        return state.cache_state
     return "warm" if spec.get("warmup") or (state.preload or {}).get("entries") else "cold"
 
 
@@ -200,7 +211,8 @@ def _detected_declaration(state: RunState, spec: dict[str, Any], tiers: dict[str
                   else "promote to top tier on read",
                   "working_set_vs_tier": _working_set(state, tiers),
                   "cache_state": _cache_state(state, spec)},
-        "access": {"per_tier": access, "queue_depth": spec["workload"]["max_inflight"] or "unlimited",
+        "access": {"per_tier": access, "queue_depth": measured_queue_depth(tiers, state.measured_s),
+                   "request_concurrency": spec["workload"]["max_inflight"] or "unlimited",
                    "scheduler_integration": "synchronous per request (reads before prefill, no preloading)",
                    "preloading": False},
         "tensor": tensor_declaration(tiers, getattr(model, "dtype", None)),
@@ -255,6 +267,7 @@ def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,
                        "started_at": state.measure_start_wall, "ended_at": state.measure_end_wall,
                        "monotonic_start": state.measure_start},
             "requests": {"completed": telemetry.requests, "failed": telemetry.requests_failed,
+                         "write_failed": telemetry.requests_write_failed,
                          "unfinished": state.unfinished_requests, "context_tokens": telemetry.context_tokens,
                          "generated_tokens": telemetry.generated_tokens,
                          "decode_tokens_read": telemetry.decode_tokens_read},
@@ -264,9 +277,10 @@ def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,
                            "storage": telemetry.storage.to_dict(),
                            "end_to_end_by_qos": {q: h.to_dict() for q, h in telemetry.e2e.items()},
                            "service_by_qos": {q: h.to_dict() for q, h in telemetry.service.items()}},
-            "qos": qos_section(telemetry.e2e, telemetry.service),
+            "qos": qos_section(telemetry.e2e, telemetry.service, qos_classes(spec)),
             "tiers": tiers,
             "cache": _cache_stats(state),
+            "drain": state.drain,
             "verify": {"enabled": spec["verify"], "bytes_verified": telemetry.verified_bytes,
                        "seconds": round(telemetry.verify_seconds, 6),
                        "integrity_errors": telemetry.counters.get("integrity_errors", 0),
@@ -277,8 +291,10 @@ def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,
         }
         metrics = {"headline": headline(metrics, state.bytes_per_token), **metrics}
     # Declared free text (fabric, notes) may quote a dashboard URL with its token: masked like the spec.
-    declaration = redact(merge_declaration(spec.get("declaration") or {}, _detected_declaration(
-        state, spec, tiers, workload, describe) if telemetry else {}), secrets)
+    environment = redact(detect_environment(paths), secrets)  # tier paths come from the spec
+    detected = {**(_detected_declaration(state, spec, tiers, workload, describe) if telemetry else {}),
+                **detected_system(environment)}
+    declaration = redact(merge_declaration(spec.get("declaration") or {}, detected), secrets)
     result = {
         "kvbench_result": RESULT_FORMAT,
         "kvbench_version": __version__,
@@ -292,10 +308,12 @@ def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,
                 **rerun_section(spec)},
         "spec": spec_section(spec, as_written),
         "model": state.model.to_dict() if state.model is not None else None,
-        "environment": redact(detect_environment(paths), secrets),  # tier paths come from the spec
+        "environment": environment,
         "declaration": declaration,
+        "warnings": contradictions(declaration),
         "workload": {"source": describe, "stats": workload, "preload": state.preload,
                      "precondition": state.precondition, "users_final": state.users_final,
+                     "arrivals": state.arrivals,
                      "workers": state.worker_count},
         "metrics": metrics,
         "timeseries": telemetry.series if telemetry else [],

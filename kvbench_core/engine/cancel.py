@@ -1,0 +1,108 @@
+"""Stopping storage work at a command boundary, and the per-command recorder every tier is given.
+
+When the drain limit after ``duration`` runs out, what is still in flight is cancelled: the next time an
+operation reaches a command boundary (a device command completed, the next piece is about to be filled
+or consumed), ``Cancelled`` is raised there.  A command is never cut in half; an operation stops between
+two of them, and the cache releases what it had reserved.
+
+The recorder is each tier's ``BackendContext.io_log``: a tier that calls ``record`` once per device
+command gets per-command latency histograms and bandwidth booked per command, and is cancellable after
+every command.  It forwards to the run's JSONL I/O log when the spec asks for one.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from kvbench_core.contracts.backend import ByteSink, ByteSource, DiscardSink
+
+
+class Cancelled(Exception):
+    """The drain limit ran out; the operation stopped at a command boundary."""
+
+
+class CancelToken:
+    """Set once, when the drain limit runs out; checked at every command boundary."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def check(self) -> None:
+        if self._event.is_set():
+            raise Cancelled("the drain limit ran out")
+
+
+class CancellableSource:
+    """A ``ByteSource`` that stops the write before its next piece once the token is cancelled."""
+
+    __slots__ = ("inner", "size", "token")
+
+    def __init__(self, inner: ByteSource, token: CancelToken) -> None:
+        self.inner, self.token, self.size = inner, token, inner.size
+
+    def fill(self, offset: int, out: memoryview) -> None:
+        self.token.check()
+        self.inner.fill(offset, out)
+
+    def __getattr__(self, name: str) -> Any:  # e.g. TierSource.read_seconds
+        return getattr(self.inner, name)
+
+
+class CancellableSink:
+    """A ``ByteSink`` that stops the read before it takes the next piece once the token is cancelled."""
+
+    __slots__ = ("inner", "token")
+
+    def __init__(self, inner: ByteSink, token: CancelToken) -> None:
+        self.inner, self.token = inner, token
+
+    def consume(self, offset: int, data: memoryview) -> None:
+        self.token.check()
+        self.inner.consume(offset, data)
+
+
+class CancellableDiscard(DiscardSink):
+    """The discarding sink, cancellable: still a ``DiscardSink``, so a tier may skip staging for it."""
+
+    __slots__ = ("token",)
+
+    def __init__(self, token: CancelToken) -> None:
+        self.token = token
+
+    def consume(self, offset: int, data: memoryview) -> None:
+        self.token.check()
+
+
+def cancellable_sink(sink: ByteSink, token: CancelToken | None) -> ByteSink:
+    if token is None:
+        return sink
+    return CancellableDiscard(token) if isinstance(sink, DiscardSink) else CancellableSink(sink, token)
+
+
+def cancellable_source(source: ByteSource, token: CancelToken | None) -> ByteSource:
+    return source if token is None else CancellableSource(source, token)
+
+
+class CommandRecorder:
+    """One tier's ``io_log``: per-command latency and bytes to the telemetry, the JSONL log if any."""
+
+    __slots__ = ("io_log", "telemetry", "tier", "token")
+
+    def __init__(self, tier: str, telemetry: Any, *, io_log: Any = None, token: CancelToken | None = None) -> None:
+        self.tier, self.telemetry, self.io_log, self.token = tier, telemetry, io_log, token
+
+    def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float,
+               requested: int | None = None, align: int | None = None) -> None:
+        self.telemetry.record_command(self.tier, op, nbytes, start_s, end_s)
+        if self.io_log is not None:
+            self.io_log.record(key, op, offset, nbytes, start_s, end_s, requested, align)
+        if self.token is not None:
+            self.token.check()

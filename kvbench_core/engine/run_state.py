@@ -1,0 +1,82 @@
+"""What a run did (``RunState``, for the result builder) and what plugins may see of it (``RunView``).
+
+The runner fills ``RunState`` as it goes.  Lifecycle hooks get a ``RunView`` instead: frozen and typed,
+so a plugin can read the run (its id, spec, tiers, telemetry, window) but cannot change what the runner
+relies on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from kvbench_core.contracts.errors import UserError
+from kvbench_core.contracts.workload import WorkloadSource
+from kvbench_core.engine.telemetry import Telemetry
+from kvbench_core.engine.waterfall import Tier
+
+
+@dataclass
+class RunState:
+    """What the run did, for the result builder."""
+
+    run_id: str
+    spec: dict[str, Any]
+    client_index: int = 0
+    tiers: list[Tier] = field(default_factory=list)
+    model: Any = None
+    bytes_per_token: int = 0
+    source: WorkloadSource | None = None
+    telemetry: Telemetry | None = None
+    status: str = "running"  # completed | degraded | interrupted | failed
+    stop_reason: str = ""
+    error: UserError | None = None
+    measure_start_wall: float | None = None
+    measure_end_wall: float | None = None
+    measure_start: float | None = None
+    measure_end: float | None = None
+    autoscaling: list[dict[str, Any]] = field(default_factory=list)
+    autoscaler_summary: dict[str, Any] = field(default_factory=dict)
+    preload: dict[str, Any] = field(default_factory=dict)
+    precondition: dict[str, Any] | None = None
+    #: Of the requests *served* in the measured window: what the declaration's workload statistics describe.
+    workload_samples: dict[str, list[int]] = field(default_factory=lambda: {"context": [], "generate": [],
+                                                                            "prefix": []})
+    requests_issued: int = 0  # issued inside the measured window (completed + failed + unfinished)
+    unfinished_requests: int = 0
+    drain: dict[str, Any] = field(default_factory=dict)  # after the duration: what finished, moved, was cancelled
+    arrivals: dict[str, Any] = field(default_factory=dict)  # offered vs served load (workload.arrivals)
+    cache_state: str | None = None  # cold | warm | steady when the window opened (engine/cache_figures.py)
+    occupancy_at_end: dict[str, dict[str, Any]] = field(default_factory=dict)  # before cleanup empties it
+    plugin_sections: dict[str, Any] = field(default_factory=dict)
+    users_final: int = 0
+    worker_count: int = 0
+    crash: BaseException | None = None  # an unexpected exception (a bug), re-raised after the result is saved
+
+    @property
+    def measured_s(self) -> float:
+        """Length of the measured window (the duration, not the drain)."""
+        if self.measure_start is None or self.measure_end is None:
+            return 0.0
+        return self.measure_end - self.measure_start
+
+
+@dataclass(frozen=True)
+class RunView:
+    """A read-only view of the run for lifecycle hooks (``kvbench_measurement_started/finished``)."""
+
+    run_id: str
+    client_index: int
+    spec: Mapping[str, Any]
+    tiers: tuple[Tier, ...]
+    telemetry: Telemetry | None
+    measure_start: float | None = None
+    measure_end: float | None = None
+
+    @classmethod
+    def of(cls, state: RunState) -> RunView:
+        return cls(run_id=state.run_id, client_index=state.client_index, spec=MappingProxyType(state.spec),
+                   tiers=tuple(state.tiers), telemetry=state.telemetry, measure_start=state.measure_start,
+                   measure_end=state.measure_end)
