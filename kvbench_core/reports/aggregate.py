@@ -69,6 +69,7 @@ def summarize_trials(results: list[dict[str, Any]], paths: list[Path], *, sessio
         "model": first["model"],
         "environment": first["environment"],
         "declaration": first["declaration"],
+        "warnings": first.get("warnings", []),
         "metrics": {"headline": headline},
         "trials": {
             "requested": requested, "count": len(counted), "statistic": "median",

@@ -1,4 +1,12 @@
-"""What machine produced a result: OS, kernel, CPU, RAM, Python, and where each path tier lives."""
+"""What machine produced a result: OS, kernel, CPU, RAM, Python, where each path tier lives, and the
+kernel and device settings a storage engineer asks about first.
+
+Per path tier: the mount (filesystem, source, mount options) and its block device (model, rotational,
+read_ahead_kb, logical and physical block size, volatile write cache, scheduler).  For the host:
+transparent huge pages, the dirty-page ratios, NUMA nodes, the kernel command line and, where an
+NVIDIA GPU is on the PCI bus, its PCIe link (generation as the link speed, width).  Everything is
+read from /proc and /sys; what is not visible is left out, never guessed.
+"""
 
 from __future__ import annotations
 
@@ -54,7 +62,8 @@ def mount_of(path: str) -> dict[str, Any] | None:
                 best is None or len(mount_point) > len(best["mount_point"])
             ):
                 best = {"mount_point": mount_point, "fs_type": tail[0], "source": tail[1],
-                        "device_numbers": fields[2]}
+                        "device_numbers": fields[2],
+                        "mount_options": fields[5] + (f",{tail[2]}" if len(tail) > 2 else "")}
         if best:
             best["block_device"] = _block_device(best["device_numbers"])
         return best
@@ -72,12 +81,67 @@ def _block_device(numbers: str) -> dict[str, Any] | None:
     disk = resolved.parent.name if (resolved / "partition").exists() else name
     info: dict[str, Any] = {"name": name, "disk": disk}
     for key, rel in (("model", "device/model"), ("rotational", "queue/rotational"),
-                     ("max_sectors_kb", "queue/max_sectors_kb"), ("scheduler", "queue/scheduler")):
+                     ("max_sectors_kb", "queue/max_sectors_kb"), ("scheduler", "queue/scheduler"),
+                     ("read_ahead_kb", "queue/read_ahead_kb"), ("logical_block_size", "queue/logical_block_size"),
+                     ("physical_block_size", "queue/physical_block_size"),
+                     ("volatile_write_cache", "queue/write_cache")):
         try:
             info[key] = (Path("/sys/block") / disk / rel).read_text().strip()
         except OSError:
             continue
     return info
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def _selected(text: str | None) -> str | None:
+    """The bracketed choice of a sysfs selector (``always [madvise] never`` -> ``madvise``)."""
+    if text and "[" in text:
+        return text.split("[", 1)[1].split("]", 1)[0]
+    return text
+
+
+def _number(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() else None
+
+
+def _numa_nodes() -> int | None:
+    nodes = Path("/sys/devices/system/node")
+    if not nodes.is_dir():
+        return None
+    return len([n for n in nodes.iterdir() if n.name.startswith("node") and n.name[4:].isdigit()]) or None
+
+
+def _gpu_pcie_links() -> list[dict[str, Any]]:
+    """Every NVIDIA display/3D controller on the PCI bus with its current and maximum PCIe link."""
+    links = []
+    root = Path("/sys/bus/pci/devices")
+    for device in sorted(root.iterdir()) if root.is_dir() else []:
+        if _read(str(device / "vendor")) != "0x10de" or not (_read(str(device / "class")) or "").startswith("0x03"):
+            continue
+        links.append({"pci_address": device.name,
+                      **{name: _read(str(device / name)) for name in ("current_link_speed", "current_link_width",
+                                                                       "max_link_speed", "max_link_width")}})
+    return links
+
+
+def detect_host() -> dict[str, Any]:
+    """Kernel settings that shape storage results: page cache writeback, THP, NUMA, the command line, GPUs."""
+    return {
+        "transparent_hugepages": _selected(_read("/sys/kernel/mm/transparent_hugepage/enabled")),
+        "dirty_ratio": _number(_read("/proc/sys/vm/dirty_ratio")),
+        "dirty_background_ratio": _number(_read("/proc/sys/vm/dirty_background_ratio")),
+        "dirty_bytes": _number(_read("/proc/sys/vm/dirty_bytes")),
+        "dirty_background_bytes": _number(_read("/proc/sys/vm/dirty_background_bytes")),
+        "numa_nodes": _numa_nodes(),
+        "kernel_cmdline": _read("/proc/cmdline"),
+        "gpu_pcie_links": _gpu_pcie_links(),
+    }
 
 
 def detect_environment(paths: dict[str, str] | None = None) -> dict[str, Any]:
@@ -92,6 +156,7 @@ def detect_environment(paths: dict[str, str] | None = None) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "ram_bytes": _ram_bytes(),
         "python": platform.python_version(),
+        "host": detect_host(),
     }
     if paths:
         env["paths"] = {tier: {"path": path, **(mount_of(path) or {})} for tier, path in paths.items()}

@@ -15,6 +15,9 @@ _SCALAR = {"type": ["string", "number", "boolean", "null"]}
 _TEXT = {"type": ["string", "null"]}
 _BOOL = {"type": ["boolean", "null"]}
 _NUMBER = {"type": ["number", "null"]}
+_PER_TIER = {"type": ["object", "string", "null"]}
+#: PCIe link speed (GT/s) -> generation
+_PCIE_GENERATION = {"2.5": 1, "5.0": 2, "8.0": 3, "16.0": 4, "32.0": 5, "64.0": 6}
 
 #: section -> field -> (schema, description).  Field names double as the checklist.
 CHECKLIST: dict[str, dict[str, tuple[dict[str, Any], str]]] = {
@@ -32,6 +35,7 @@ CHECKLIST: dict[str, dict[str, tuple[dict[str, Any], str]]] = {
         "queue_depth": (_SCALAR, "I/O queue depth / concurrency per tier"),
         "scheduler_integration": (_TEXT, "synchronous or asynchronous; preloading while queued"),
         "preloading": (_BOOL, "whether reads start while requests are queued"),
+        "request_concurrency": (_SCALAR, "requests in flight the workload allows (I/O concurrency above the queue)"),
     },
     "network": {
         "fabric": (_TEXT, "InfiniBand generation, RoCE, TCP/Ethernet, or none (local)"),
@@ -48,6 +52,8 @@ CHECKLIST: dict[str, dict[str, tuple[dict[str, Any], str]]] = {
         "compression_ratio": (_NUMBER, "achieved compression ratio"),
         "integration_point": (_TEXT, "CPU or GPU encode/decode"),
         "overlapped": (_BOOL, "decompression overlapped with compute (true) or blocking (false)"),
+        "quality_impact": (_TEXT, "a lossy codec's effect on model quality (metric and change, e.g. "
+                                  "'MMLU -0.3 pt'); required with lossless: false"),
     },
     "engine": {
         "name": (_TEXT, "inference engine, e.g. vLLM"),
@@ -72,6 +78,20 @@ CHECKLIST: dict[str, dict[str, tuple[dict[str, Any], str]]] = {
         "gpu_to_shard_placement": (_TEXT, "GPU-to-shard placement strategy"),
         "interface": (_TEXT, "POSIX, S3-compatible or custom"),
     },
+    "storage": {
+        "mount_options": (_PER_TIER, "mount options of each file tier's filesystem"),
+        "read_ahead_kb": (_PER_TIER, "block device read-ahead per file tier"),
+        "logical_block_size": (_PER_TIER, "block device logical block (LBA) size per file tier"),
+        "physical_block_size": (_PER_TIER, "block device physical block size per file tier"),
+        "volatile_write_cache": (_PER_TIER, "device write cache per file tier: write back (volatile) or through"),
+    },
+    "host": {
+        "transparent_hugepages": (_TEXT, "transparent huge pages mode (always, madvise, never)"),
+        "dirty_ratios": ({"type": ["object", "string", "null"]}, "page-cache writeback thresholds (vm.dirty_*)"),
+        "numa_nodes": (_NUMBER, "NUMA nodes"),
+        "kernel_cmdline": (_TEXT, "kernel command line"),
+        "gpu_pcie_link": ({"type": ["array", "string", "null"]}, "each GPU's PCIe link: generation and width"),
+    },
     "mixed_use": {
         "checkpoint_size": (_TEXT, "checkpoint size sharing the storage"),
         "write_bandwidth_floor": (_TEXT, "write bandwidth needed without degrading inference"),
@@ -95,8 +115,9 @@ def merge_declaration(declared: dict[str, Any], detected: dict[str, dict[str, An
     """Combine user values and detected values; each field becomes ``{value, source}``.
 
     A declared value wins (the user knows their fabric better than we do), but
-    a detected value that disagrees is kept beside it as ``detected`` so the
-    discrepancy is visible.
+    a detected value that disagrees is kept beside it as ``detected``, and
+    ``contradictions`` turns each such disagreement into a warning for the
+    result and its summary: never silently kept.
     """
     merged: dict[str, Any] = {}
     for section, fields in CHECKLIST.items():
@@ -128,3 +149,47 @@ def missing_fields(merged: dict[str, Any]) -> list[str]:
         for name, entry in fields.items()
         if isinstance(entry, dict) and entry.get("source") == "missing"
     ]
+
+
+def _gpu_link(link: dict[str, Any]) -> dict[str, Any]:
+    speed = (link.get("current_link_speed") or "").split(" ")[0]
+    width = link.get("current_link_width")
+    return {"pci_address": link["pci_address"], "generation": _PCIE_GENERATION.get(speed),
+            "width": int(width) if width and width.isdigit() else None,
+            "link": f"{link.get('current_link_speed')} x{width}",
+            "max_link": f"{link.get('max_link_speed')} x{link.get('max_link_width')}"}
+
+
+def detected_system(environment: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The ``storage`` and ``host`` checklist sections from the detected environment (results/environment.py):
+    per file tier its mount options and block device settings; the host's THP, dirty ratios, NUMA nodes,
+    kernel command line and GPU PCIe links (None where there is no GPU)."""
+    paths = environment.get("paths") or {}
+
+    def per_tier(get: Any) -> dict[str, Any] | None:
+        values = {tier: get(info) for tier, info in paths.items()}
+        values = {tier: value for tier, value in values.items() if value is not None}
+        return values or None
+
+    def device(key: str) -> Any:
+        return per_tier(lambda info: (info.get("block_device") or {}).get(key))
+
+    host = environment.get("host") or {}
+    ratios = {key: host.get(key) for key in ("dirty_ratio", "dirty_background_ratio", "dirty_bytes",
+                                             "dirty_background_bytes") if host.get(key) is not None}
+    return {
+        "storage": {"mount_options": per_tier(lambda info: info.get("mount_options")),
+                    "read_ahead_kb": device("read_ahead_kb"), "logical_block_size": device("logical_block_size"),
+                    "physical_block_size": device("physical_block_size"),
+                    "volatile_write_cache": device("volatile_write_cache")},
+        "host": {"transparent_hugepages": host.get("transparent_hugepages"), "dirty_ratios": ratios or None,
+                 "numa_nodes": host.get("numa_nodes"), "kernel_cmdline": host.get("kernel_cmdline"),
+                 "gpu_pcie_link": [_gpu_link(link) for link in host.get("gpu_pcie_links") or []] or None},
+    }
+
+
+def contradictions(merged: dict[str, Any]) -> list[str]:
+    """One warning per declared value that a detected value contradicts (``merge_declaration`` keeps both)."""
+    return [f"declaration {section}.{name}: declared {entry['value']!r}, detected {entry['detected']!r}"
+            for section, fields in merged.items() if isinstance(fields, dict)
+            for name, entry in fields.items() if isinstance(entry, dict) and "detected" in entry]
