@@ -12,10 +12,13 @@ import argparse
 import sys
 from typing import Any
 
+from kvbench_core.engine.dryrun import build_plan
+from kvbench_core.reports.verdicts import explain
 from kvbench_core.results.checks import attention_lines
 from kvbench_core.results.rerun import OVERRIDE_FLAG
 from kvbench_core.scaleout.session import run_session
 from kvbench_core.spec.loader import load_spec
+from kvbench_core.spec.units import format_bytes
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,7 +29,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--trials", type=int, help="shorthand for --set trials=N")
     parser.add_argument("--clients", type=int, help="shorthand for --set clients=N (N local client processes)")
     parser.add_argument("--output", help="shorthand for --set output.directory=DIR")
-    parser.add_argument("--quiet", action="store_true", help="no progress line")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no live progress (the summary still prints)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="print the plan before running and every tier's latency percentiles after")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="validate, resolve and print the plan (entry sizes, tier capacities in entries, "
+                             "offered bytes/s) without touching any storage")
     parser.add_argument(OVERRIDE_FLAG, dest="accept_edited", action="store_true",
                         help="re-run a result whose embedded spec fails its sha256 or format check; the new "
                              "result records the edit under run.rerun_of")
@@ -39,11 +47,17 @@ def handle(args: argparse.Namespace) -> int:
         if value is not None:
             overrides.append(f"{field}={value}")
     as_written, spec = load_spec(args.spec, overrides, accept_edited=args.accept_edited)
+    if args.dry_run or args.verbose:
+        print(render_plan(spec, build_plan(spec)))
+        if args.dry_run:
+            return 0
     outcome = run_session(as_written, spec, quiet=args.quiet)
     if not outcome.writer:  # an MPI rank other than 0: rank 0 reports for everyone
         return outcome.exit_code
     for result, path in zip(outcome.results, outcome.paths, strict=True):
         print(summarize(result))
+        if args.verbose:
+            print(tier_percentiles(result))
         print(f"result: {path}")
     if outcome.summary is not None:
         print(summarize_trials(outcome.summary))
@@ -76,6 +90,8 @@ def summarize(result: dict[str, Any]) -> str:
                     for name, c in (metrics.get("qos") or {}).items() if c["requests"] and "service_latency_ms" in c]
         if verdicts:
             lines.append(f"  QoS service p95 / SLA: {', '.join(verdicts)}")
+        for verdict in explain(result):
+            lines += [f"    {verdict.why}", f"    {verdict.next_step}"]
         for name, tier in metrics["tiers"].items():
             read, write = tier["read"], tier["write"]
             lines.append(
@@ -85,6 +101,49 @@ def summarize(result: dict[str, Any]) -> str:
                 f"(device {_fmt(read['latency_ms']['device']['p95'])})  "
                 f"write p95 {_fmt(write['latency_ms']['total']['p95'])} ms "
                 f"(device {_fmt(write['latency_ms']['device']['p95'])})")
+    return "\n".join(lines)
+
+
+def render_plan(spec: dict[str, Any], plan: dict[str, Any]) -> str:
+    """The dry-run plan as text: what the run will ask of each tier."""
+    model, work, offered = plan["model"], plan["workload"], plan["offered"]
+    length = (f"{work['warmup_s']:g} s warm-up + {work['duration_s']:g} s measured" if work["duration_s"]
+              else f"{work['requests']} requests")
+    lines = [f"plan: {spec.get('name') or 'run'} (dry run: no tier opened, nothing written)",
+             f"  model {model['name']} {model['dtype']} tp {model['tp']}: {format_bytes(model['bytes_per_token'])} "
+             f"per token (all ranks)",
+             f"  workload {work['source']}: {work['users']} users, max_inflight {work['max_inflight']}, generation "
+             f"{work['generation_ms_per_token']:g} ms/token, {length}",
+             f"  entry sizes per request profile (the run's first {work['sampled_requests']} requests, "
+             f"seed {spec['seed']}):"]
+    for name, row in plan["profiles"].items():
+        lines.append(f"    {name:<12} {row['requests']:>5} req  context {row['context_tokens_mean']:>9,.0f} tokens  "
+                     f"entry {format_bytes(row['entry_bytes_mean']):>11} mean, {format_bytes(row['entry_bytes_p95'])} "
+                     f"p95  reads {format_bytes(row['read_bytes_per_request_mean'])}/request")
+    lines.append("  tiers (capacity in mean entries):")
+    for tier in plan["tiers"]:
+        capacity = tier["capacity_bytes"]
+        size = "auto (detected when the run opens the tier)" if capacity == "auto" else format_bytes(capacity)
+        entries = "" if tier["capacity_entries"] is None else f" = {tier['capacity_entries']:,.1f} entries"
+        lines.append(f"    {tier['name']:<12} {tier['backend']:<6} {size}{entries}")
+    if offered["requests_per_s"] is None:
+        lines.append("  offered load: unknown (no think time, generation pacing or arrival times to bound it)")
+    else:
+        moved, written = (format_bytes(offered[k] or 0) for k in ("bytes_per_s", "write_bytes_per_s"))
+        lines.append(f"  offered load: {offered['requests_per_s']:,.1f} requests/s = {moved}/s moved ({written}/s "
+                     f"written) at most ({offered['basis']})")
+    return "\n".join(lines)
+
+
+def tier_percentiles(result: dict[str, Any]) -> str:
+    """-v: every tier's total, host and device percentiles, per operation."""
+    lines = []
+    for name, tier in ((result.get("metrics") or {}).get("tiers") or {}).items():
+        for op in ("read", "write"):
+            stats = tier[op]
+            for layer, summary in (stats.get("latency_ms") or {}).items():
+                values = "  ".join(f"{p} {_fmt(summary.get(p))}" for p in ("p50", "p95", "p99", "p99.9", "max"))
+                lines.append(f"  {name:<10} {op:<5} {layer:<6} ms: {values}")
     return "\n".join(lines)
 
 

@@ -379,6 +379,8 @@ class Runner:
             telemetry.close_window()
             now = telemetry.window_close or now
             state.measure_end, state.measure_end_wall = now, time.time()
+            if self.on_progress:  # the drain has no intervals of its own: say that it started
+                self.on_progress({"phase": "drain"})
         window.close(now)
         pool.drop_waiting()  # never started: unfinished (issued - finished, in the result)
         pool.close()
