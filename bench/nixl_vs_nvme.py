@@ -36,7 +36,8 @@ def make(kind: str, directory: str, args: argparse.Namespace) -> StorageBackend:
     context = BackendContext(tier_name=kind, run_id=f"bench-{kind}", concurrency=args.threads)
     if kind == "nvme":
         return NVMeBackend(common, context)
-    return NixlBackend({**common, "nixl_backend": "POSIX", "params": json.loads(args.params)}, context)
+    return NixlBackend({**common, "nixl_backend": "POSIX", "params": json.loads(args.params),
+                        "agents": args.agents}, context)
 
 
 def phase(backend: StorageBackend, pool: NoisePool, args: argparse.Namespace, writing: bool) -> dict[str, float]:
@@ -78,6 +79,8 @@ def main() -> None:
     parser.add_argument("--transfer-kib", type=int, default=1024)
     parser.add_argument("--queue-depth", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--agents", choices=["separate", "shared"], default="separate",
+                        help="one NIXL agent per thread (the tier's default) or one shared by all")
     parser.add_argument("--params", default="{}", help='NIXL POSIX plugin parameters, e.g. \'{"use_uring": true}\'')
     args = parser.parse_args()
     pool = NoisePool(seed=5, pool_bytes=32 << 20, max_piece=args.transfer_kib << 10)
@@ -104,7 +107,7 @@ def main() -> None:
               for op in ("write", "read")}
     print(json.dumps({"entry_mib": args.entry_mib, "entries_per_thread": args.entries, "threads": args.threads,
                       "transfer_kib": args.transfer_kib, "queue_depth": args.queue_depth, "repeats": args.repeats,
-                      "nixl": nixl, "nixl_params": json.loads(args.params), "median": medians, "ratios": ratios,
+                      "nixl": nixl, "nixl_params": json.loads(args.params), "agents": args.agents, "median": medians, "ratios": ratios,
                       "samples": samples},
                      indent=2))
 

@@ -4,10 +4,11 @@ NIXL moves bytes only between *registered* memory and storage, and registering
 costs (pinning, and for GDS a cuFile buffer registration), so an engine
 registers its KV pool once.  The tier does the same: ``slots x pieces``
 buffers of ``piece_bytes`` each (4 KiB-aligned), registered once, handed to
-one operation at a time.  An operation holds one slot, so the memory is
-bounded by the operations in flight (``concurrency`` slots), never by entry
-sizes; a thread beyond that waits for a slot (the wait is in the operation's
-total, never in its device time).
+one operation at a time through a ``Lane`` (an agent, its arena, one slot).
+An operation holds one lane, so the memory is bounded by the operations in
+flight (``concurrency`` lanes), never by entry sizes; a thread beyond that
+waits for a lane (the wait is in the operation's total, never in its device
+time).
 
 ``DRAM``: the region is an anonymous ``mmap`` (page-aligned); sources fill and
 sinks read it directly, so a byte is touched once on the host.
@@ -21,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import queue
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +58,6 @@ class Arena:
         self.slot_bytes = self.piece_bytes * pieces
         self.nbytes = self.slot_bytes * slots
         self.dev_id = 0
-        self._free: queue.SimpleQueue[Slot] = queue.SimpleQueue()
         if memory == "DRAM":
             self._region = mmap.mmap(-1, self.nbytes)
             self._keep: Any = np.frombuffer(self._region, dtype=np.uint8)
@@ -76,17 +76,7 @@ class Arena:
             slot_list = [Slot(i, base + i * self.slot_bytes, host[i * self.slot_bytes:(i + 1) * self.slot_bytes],
                               tensor[i * self.slot_bytes:(i + 1) * self.slot_bytes]) for i in range(slots)]
         self.registration = agent.register([(base, self.nbytes, self.dev_id, "")], memory)
-        for slot in slot_list:
-            self._free.put(slot)
-
-    @contextlib.contextmanager
-    def slot(self) -> Iterator[Slot]:
-        """A free slot for the duration of one operation (waits while all are in use)."""
-        slot = self._free.get()
-        try:
-            yield slot
-        finally:
-            self._free.put(slot)
+        self.slots = slot_list
 
     def piece(self, slot: Slot, index: int, n: int) -> tuple[int, int, int]:
         """The local NIXL descriptor ``(address, length, dev_id)`` of piece ``index`` of ``slot``."""
@@ -120,7 +110,66 @@ class Arena:
         torch.cuda.synchronize(device.device)
 
     def close(self) -> None:
-        """Deregister the region and drop it (every slot must be back)."""
+        """Deregister the region and drop it (no operation may be using a slot)."""
         self.agent.deregister(self.registration)
-        self._free = queue.SimpleQueue()
+        self.slots = []
         self._keep = None  # the mmap or tensors go with their last reference
+
+
+@dataclass
+class Lane:
+    """What one operation holds: an agent, the arena registered with it, and one slot of that arena."""
+
+    agent: Agent
+    arena: Arena
+    slot: Slot
+
+
+class Lanes:
+    """``count`` lanes for concurrent operations: one agent each (``shared=False``), or one agent whose
+    arena has ``count`` slots (``shared=True``).
+
+    Why an agent per lane by default: an agent's POSIX plugin has one io queue behind one lock, and
+    NIXL's STRICT thread-sync mode serialises the agent's calls, so operations of different threads
+    on one agent wait for each other (measured: reads of two threads at 0.73 of the nvme tier with
+    one shared agent, 1.00 with one agent each; docs/PERFORMANCE.md).  An inference engine likewise
+    runs one agent per worker.
+    """
+
+    def __init__(self, make_agent: Callable[[int], Agent], *, count: int, shared: bool, memory: str, pieces: int,
+                 piece_bytes: int, device: str) -> None:
+        self.agents: list[Agent] = []
+        self.arenas: list[Arena] = []
+        self._free: queue.SimpleQueue[Lane] = queue.SimpleQueue()
+        try:
+            for index in range(1 if shared else count):
+                agent = make_agent(index)
+                self.agents.append(agent)
+                arena = Arena(agent, memory=memory, slots=count if shared else 1, pieces=pieces,
+                              piece_bytes=piece_bytes, device=device)
+                self.arenas.append(arena)
+                for slot in arena.slots:
+                    self._free.put(Lane(agent, arena, slot))
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def nbytes(self) -> int:
+        """Registered payload memory, all lanes together."""
+        return sum(arena.nbytes for arena in self.arenas)
+
+    @contextlib.contextmanager
+    def lane(self) -> Iterator[Lane]:
+        """A free lane for the duration of one operation (waits while all are in use)."""
+        lane = self._free.get()
+        try:
+            yield lane
+        finally:
+            self._free.put(lane)
+
+    def close(self) -> None:
+        for arena in self.arenas:
+            arena.close()
+        self.arenas, self.agents = [], []
+        self._free = queue.SimpleQueue()

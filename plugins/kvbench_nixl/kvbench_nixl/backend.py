@@ -6,10 +6,11 @@ through aws-sdk-cpp), ``GDS`` / ``GDS_MT`` (cuFile; a GPU host only).  It is
 the transfer path Dynamo, LMCache and vLLM use, measured on kvbench's workload
 next to kvbench's own tiers.
 
-Data path.  The payload memory is one region registered with NIXL at ``open``
-(``kvbench_nixl.arena``): ``concurrency`` slots of ``queue_depth`` pieces of
-``transfer_size`` bytes.  A write fills up to ``queue_depth`` pieces of a slot
-from the source, then posts them as one NIXL request (one descriptor per
+Data path.  ``concurrency`` lanes (``kvbench_nixl.arena``), each a NIXL agent
+with a region of ``queue_depth`` pieces of ``transfer_size`` bytes registered
+at ``open`` (``agents: shared``: one agent, one region of ``concurrency``
+slots).  An operation holds one lane.  A write fills up to ``queue_depth``
+pieces of its slot from the source, then posts them as one NIXL request (one descriptor per
 piece, so ``queue_depth`` commands in flight) and waits for it; then the next
 batch.  A read posts a batch, waits, and hands the pieces to the sink.  No
 memory is registered or allocated per operation.  What NIXL needs per entry is
@@ -59,7 +60,7 @@ from kvbench_s3.backend import S3Backend
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, DiscardSink, IOTiming, check_key
 from kvbench_core.contracts.errors import BackendUnavailable, SpecError
 from kvbench_core.spec.units import SIZE_PATTERN, parse_size
-from kvbench_nixl.arena import ALIGN, Arena, Slot
+from kvbench_nixl.arena import ALIGN, Lane, Lanes
 from kvbench_nixl.library import Agent, Library, NixlRequirements, load
 from kvbench_nixl.objects import ObjectPieces
 
@@ -118,6 +119,9 @@ class NixlBackend(EntryFilesBackend):
                        "description": "where the registered payload memory lives; VRAM needs GDS/GDS_MT and a GPU"},
             "device": {"type": "string", "pattern": "^cuda(:[0-9]+)?$", "default": "cuda",
                        "description": "the GPU of a VRAM arena"},
+            "agents": {"enum": ["separate", "shared"], "default": "separate",
+                       "description": "one NIXL agent per concurrent operation (as one per engine worker), "
+                                      "or one agent all operations share"},
             "params": {"type": "object",
                        "propertyNames": {"not": {"pattern": _SECRET_NAMES},
                                          "description": "credentials come from the boto3 chain, never the spec"},
@@ -154,6 +158,7 @@ class NixlBackend(EntryFilesBackend):
         self.queue_depth: int = resolved["queue_depth"]
         self.memory: str = resolved["memory"]
         self.device: str = resolved["device"]
+        self.shared_agent = resolved["agents"] == "shared"
         if self.memory == "VRAM" and self.nixl_backend not in GPU_BACKENDS:
             raise SpecError(f"{self.where}.memory: VRAM needs nixl_backend GDS or GDS_MT "
                             f"(NIXL's {self.nixl_backend} plugin moves DRAM only)")
@@ -169,8 +174,7 @@ class NixlBackend(EntryFilesBackend):
             self.directory = TierDirectory(resolved["path"], check_key(context.run_id),
                                            allow_nonempty=resolved["allow_nonempty"], label=self.label)
         self.library: Library | None = None
-        self.agent: Agent | None = None
-        self.arena: Arena | None = None
+        self.lanes: Lanes | None = None
         self.objects: ObjectPieces | None = None
         self._control: S3Backend | None = None
         self._described_params: dict[str, str] = {}
@@ -208,14 +212,14 @@ class NixlBackend(EntryFilesBackend):
                 self.directory.open()
             else:
                 params.update(self._open_bucket())
-            self.agent = self._start_agent(params)
-            self._check_params()
+            self.lanes = Lanes(lambda index: self._start_agent(params, index), count=max(1, self.context.concurrency),
+                               shared=self.shared_agent, memory=self.memory, pieces=self.queue_depth,
+                               piece_bytes=self.transfer_size, device=self.device)
+            self._check_params(self.lanes.agents[0])
             self._described_params = {key: value for key, value in params.items()
                                       if key not in ("access_key", "secret_key", "session_token")}
-            self.arena = Arena(self.agent, memory=self.memory, slots=max(1, self.context.concurrency),
-                               pieces=self.queue_depth, piece_bytes=self.transfer_size, device=self.device)
             if not self.files:
-                self.objects = ObjectPieces(self.agent, self._control, self.transfer_size)
+                self.objects = ObjectPieces(self._control, self.transfer_size)
             self._probe()
         except BaseException:
             self._release()
@@ -264,21 +268,20 @@ class NixlBackend(EntryFilesBackend):
             params["scheme"] = urlsplit(self.options["endpoint_url"]).scheme
         return params
 
-    def _start_agent(self, params: dict[str, str]) -> Agent:
+    def _start_agent(self, params: dict[str, str], index: int) -> Agent:
         assert self.library is not None
         errors = (*self.library.errors, LookupError)
         try:
-            return Agent(self.library, f"kvbench-{self.context.run_id}-{self.context.tier_name}", self.nixl_backend,
-                         params)
+            return Agent(self.library, f"kvbench-{self.context.run_id}-{self.context.tier_name}-{index}",
+                         self.nixl_backend, params)
         except errors as error:
             hint = " (NIXL's GDS plugins need libcufile and an NVIDIA GPU)" if self.nixl_backend in GPU_BACKENDS else ""
             raise BackendUnavailable(f"{self.label}: NIXL {self.library.version} could not start its "
                                      f"{self.nixl_backend} plugin: {type(error).__name__}: {error}{hint}") from None
 
-    def _check_params(self) -> None:
+    def _check_params(self, agent: Agent) -> None:
         """``params`` a plugin does not declare are refused by name (NIXL itself only says INVALID_PARAM)."""
-        assert self.agent is not None
-        declared = self.agent.plugin_params()
+        declared = agent.plugin_params()
         for key in self.params:
             if declared and key not in declared:
                 raise SpecError(f"{self.where}.params.{key}: NIXL's {self.nixl_backend} plugin has no such "
@@ -316,13 +319,10 @@ class NixlBackend(EntryFilesBackend):
 
     def _release(self) -> None:
         """Deregister and drop NIXL state, then close the bucket's control plane (which cleans up)."""
-        if self.objects is not None:
-            self.objects.close()
-            self.objects = None
-        if self.arena is not None:
-            self.arena.close()
-            self.arena = None
-        self.agent = None
+        self.objects = None
+        if self.lanes is not None:
+            self.lanes.close()
+            self.lanes = None
         if self._control is not None:
             control, self._control = self._control, None
             control.close()
@@ -344,22 +344,22 @@ class NixlBackend(EntryFilesBackend):
         if batch:
             yield batch
 
-    def _move(self, operation: str, key: str, slot: Slot, batch: list[Piece],
+    def _move(self, operation: str, key: str, lane: Lane, batch: list[Piece],
               remote: Callable[[int, int], Descriptor], split: Split) -> None:
-        """One NIXL request: ``batch`` between the slot's pieces and the remote side, waited for."""
-        assert self.agent is not None and self.arena is not None
+        """One NIXL request: ``batch`` between the lane's pieces and the remote side, waited for."""
         remote_memory = "FILE" if self.files else "OBJ"
+        local = [lane.arena.piece(lane.slot, i, n) for i, (_, n) in enumerate(batch)]
         with split.charge("host"):
-            request = self.agent.prepare(operation, [self.arena.piece(slot, i, n) for i, (_, n) in enumerate(batch)],
-                                         self.memory, [remote(offset, n) for offset, n in batch], remote_memory)
+            request = lane.agent.prepare(operation, local, self.memory, [remote(offset, n) for offset, n in batch],
+                                         remote_memory)
         try:
             started = time.perf_counter()
-            self.agent.run(request)
+            lane.agent.run(request)
             ended = time.perf_counter()
             split.device += ended - started
         finally:
             with split.charge("host"):
-                self.agent.release(request)
+                lane.agent.release(request)
         with self._count_lock:
             self._commands += len(batch)
         log = self.context.io_log
@@ -367,70 +367,63 @@ class NixlBackend(EntryFilesBackend):
             for offset, n in batch:
                 log.record(key, operation.lower(), offset, n, started, ended)
 
-    def _nixl(self, what: str, key: str) -> contextlib.AbstractContextManager[None]:
-        """Turn NIXL's exceptions inside the block into an ``OSError`` naming the operation and key."""
-        return _translate(self.library.errors if self.library else (), f"NIXL {self.nixl_backend} {what} of {key!r}")
+    @contextlib.contextmanager
+    def _operation(self, what: str, key: str) -> Iterator[Lane]:
+        """A lane for one operation, with NIXL's exceptions inside turned into an ``OSError`` naming it."""
+        assert self.lanes is not None and self.library is not None, "open() the tier first"
+        with self.lanes.lane() as lane, _translate(self.library.errors, f"NIXL {self.nixl_backend} {what} of {key!r}"):
+            yield lane
 
     def write(self, key: str, source: ByteSource) -> IOTiming:
-        assert self.arena is not None
         size, split, start = source.size, Split(), time.perf_counter()
         commands = 0
-        with self.arena.slot() as slot, self._nixl("write", key), self._remote_for_write(key, size, split) as remote:
+        with self._operation("write", key) as lane, self._remote_for_write(lane, key, size, split) as remote:
             for batch in self._batches(0, size):
                 with split.charge("host"):
                     for index, (offset, n) in enumerate(batch):
-                        source.fill(offset, self.arena.host_piece(slot, index, n))
-                        self.arena.to_device(slot, index, n)
-                self._move("WRITE", key, slot, batch, remote, split)
+                        source.fill(offset, lane.arena.host_piece(lane.slot, index, n))
+                        lane.arena.to_device(lane.slot, index, n)
+                self._move("WRITE", key, lane, batch, remote, split)
                 commands += len(batch)
         return IOTiming(time.perf_counter() - start, split.host, split.device, size, commands)
 
     def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
-        assert self.arena is not None
         inspect = not isinstance(sink, DiscardSink)  # a VRAM arena copies to the host only for such a sink
         split, start = Split(), time.perf_counter()
         commands = 0
-        with self.arena.slot() as slot, self._nixl("read", key), self._remote_for_read(key, split) as remote:
+        with self._operation("read", key) as lane, self._remote_for_read(lane, key, split) as remote:
             for batch in self._batches(0, size):
-                self._move("READ", key, slot, batch, remote, split)
+                self._move("READ", key, lane, batch, remote, split)
                 commands += len(batch)
                 if inspect:
                     with split.charge("host"):
                         for index, (offset, n) in enumerate(batch):
-                            self.arena.from_device(slot, index, n)
-                            sink.consume(offset, self.arena.host_piece(slot, index, n))
+                            lane.arena.from_device(lane.slot, index, n)
+                            sink.consume(offset, lane.arena.host_piece(lane.slot, index, n))
         return IOTiming(time.perf_counter() - start, split.host, split.device, size, commands)
 
     def read_range(self, key: str, offset: int, out: memoryview) -> None:
-        """Read through the arena and copy into the caller's buffer (a demotion's source side)."""
-        assert self.arena is not None
+        """Read through the lane's arena and copy into the caller's buffer (a demotion's source side)."""
         split = Split()
-        with self.arena.slot() as slot, self._nixl("read", key), self._remote_for_read(key, split) as remote:
+        with self._operation("read", key) as lane, self._remote_for_read(lane, key, split) as remote:
             for batch in self._batches(offset, offset + len(out)):
-                self._move("READ", key, slot, batch, remote, split)
+                self._move("READ", key, lane, batch, remote, split)
                 for index, (at, n) in enumerate(batch):
-                    self.arena.from_device(slot, index, n)
-                    out[at - offset:at - offset + n] = self.arena.host_piece(slot, index, n)
+                    lane.arena.from_device(lane.slot, index, n)
+                    out[at - offset:at - offset + n] = lane.arena.host_piece(lane.slot, index, n)
 
     @contextlib.contextmanager
-    def _remote_for_write(self, key: str, size: int, split: Split) -> Iterator[Callable[[int, int], Descriptor]]:
+    def _remote_for_write(self, lane: Lane, key: str, size: int,
+                          split: Split) -> Iterator[Callable[[int, int], Descriptor]]:
         if not self.files:
             assert self.objects is not None
-            with split.charge("host"):
-                writing = self.objects.writing(key, size)
-                remote = writing.__enter__()
-            try:
+            with self._charged(split, self.objects.writing(lane.agent, key, size)) as remote:
                 yield remote
-            except BaseException as error:
-                writing.__exit__(type(error), error, error.__traceback__)
-                raise
-            with split.charge("host"):
-                writing.__exit__(None, None, None)
             return
         path = self.path_of(key)
         self._created(path)
         try:
-            with self._file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, split) as fd:
+            with self._file(lane.agent, path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, split) as fd:
                 yield lambda offset, n: (offset, n, fd)
                 if self.fsync:
                     with split.charge("device"):
@@ -440,32 +433,47 @@ class NixlBackend(EntryFilesBackend):
             raise
 
     @contextlib.contextmanager
-    def _remote_for_read(self, key: str, split: Split) -> Iterator[Callable[[int, int], Descriptor]]:
+    def _remote_for_read(self, lane: Lane, key: str, split: Split) -> Iterator[Callable[[int, int], Descriptor]]:
         if not self.files:
             assert self.objects is not None
-            yield self.objects.read_descriptor(key)
+            with self._charged(split, self.objects.reading(lane.agent, key)) as remote:
+                yield remote
             return
-        with self._file(self.path_of(key), os.O_RDONLY, split) as fd:
+        with self._file(lane.agent, self.path_of(key), os.O_RDONLY, split) as fd:
             with split.charge("host"):
                 if self.drop_cache:
                     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)  # read whole, front to back, as nvme says
             yield lambda offset, n: (offset, n, fd)
 
+    @staticmethod
     @contextlib.contextmanager
-    def _file(self, path: str, flags: int, split: Split) -> Iterator[int]:
-        """An entry file opened and registered with NIXL as a FILE segment for one operation."""
-        assert self.agent is not None
+    def _charged(split: Split, registration: contextlib.AbstractContextManager[Any]) -> Iterator[Any]:
+        """Enter and leave a NIXL registration as host time, and nothing in between."""
+        with split.charge("host"):
+            remote = registration.__enter__()
+        try:
+            yield remote
+        except BaseException as error:
+            if not registration.__exit__(type(error), error, error.__traceback__):
+                raise
+            return
+        with split.charge("host"):
+            registration.__exit__(None, None, None)
+
+    @contextlib.contextmanager
+    def _file(self, agent: Agent, path: str, flags: int, split: Split) -> Iterator[int]:
+        """An entry file opened and registered with ``agent`` as a FILE segment for one operation."""
         with split.charge("device"):
             fd = os.open(path, flags | os.O_CLOEXEC, 0o644)
         try:
             with split.charge("host"):
-                registration = self.agent.register([(0, 0, fd, "")], "FILE")
+                registration = agent.register([(0, 0, fd, "")], "FILE")
             try:
                 yield fd
             finally:
                 with split.charge("host"):
-                    self.agent.deregister(registration)
+                    agent.deregister(registration)
         finally:
             with split.charge("device"):
                 os.close(fd)
@@ -505,7 +513,8 @@ class NixlBackend(EntryFilesBackend):
             "nixl_backend": self.nixl_backend,
             "nixl_params": dict(sorted(self._described_params.items())),
             "memory": self.memory,
-            "registered_bytes": self.arena.nbytes if self.arena else 0,
+            "registered_bytes": self.lanes.nbytes if self.lanes else 0,
+            "agents": len(self.lanes.agents) if self.lanes else 0,
             "queue_depth": self.queue_depth,
             "commands_in_flight": self.queue_depth,
             "transfer_size": self.transfer_size,

@@ -10,10 +10,11 @@ run's prefix) is the s3 tier's ``S3Backend`` on the same bucket and endpoint.
 The suffix ``.p<i>`` makes names unambiguous: keys cannot contain ``/`` and a
 key's pieces always end in ``.p`` and digits.
 
-Each object is registered with NIXL as an ``OBJ`` segment (device id -> object
-key) when its entry is written and deregistered when it is deleted: that is
-NIXL's bookkeeping of where bytes go, not memory registration (the payload
-memory is the tier's arena, registered once).
+For the duration of one operation the entry's objects are registered with the
+operation's agent as ``OBJ`` segments (device id -> object key): NIXL's
+bookkeeping of where the bytes go, not memory registration (the payload memory
+is the lane's arena, registered once).  Per operation, because every lane has
+an agent of its own and any of them may read an entry another one wrote.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import contextlib
 import itertools
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from kvbench_core.contracts.backend import check_key
@@ -31,22 +31,13 @@ from kvbench_nixl.library import Agent
 Descriptor = tuple[int, int, int]
 
 
-@dataclass
-class StoredEntry:
-    """An entry's objects as NIXL knows them: their device ids and the registration that maps them."""
-
-    dev_ids: list[int]
-    registration: Any
-
-
 class ObjectPieces:
-    """The entries of this run as objects: names, NIXL registrations, deletes through the control plane."""
+    """The entries of this run as objects: names, sizes, per-operation NIXL registration, deletes."""
 
-    def __init__(self, agent: Agent, control: Any, piece_bytes: int) -> None:
-        self.agent = agent
+    def __init__(self, control: Any, piece_bytes: int) -> None:
         self.control = control  # an opened kvbench_s3 S3Backend: bucket, prefix, deletes, cleanup
         self.piece_bytes = piece_bytes
-        self._entries: dict[str, StoredEntry] = {}
+        self._sizes: dict[str, int] = {}
         self._lock = threading.Lock()
         self._dev_ids = itertools.count(1)
 
@@ -54,66 +45,59 @@ class ObjectPieces:
     def piece_name(key: str, index: int) -> str:
         return f"{check_key(key)}.p{index}"
 
-    def object_name(self, key: str, index: int) -> str:
-        """The full object key of piece ``index`` (what the bucket listing shows)."""
-        return self.control.key_prefix + self.piece_name(key, index)
+    def _count(self, size: int) -> int:
+        return max(1, -(-size // self.piece_bytes))
 
     @contextlib.contextmanager
-    def writing(self, key: str, size: int) -> Iterator[Callable[[int, int], Descriptor]]:
-        """Register the objects ``key`` is written to and yield ``descriptor(offset, n)``, the remote
-        side of the piece at ``offset``.  When the write succeeds they become the entry's objects
-        (and an overwritten entry's surplus objects are deleted); when it fails, the entry is gone."""
-        count = max(1, -(-size // self.piece_bytes))
+    def _registered(self, agent: Agent, key: str, size: int) -> Iterator[Callable[[int, int], Descriptor]]:
+        """The entry's objects registered with ``agent``; yields ``descriptor(offset, n)``, the remote side
+        of the ``n`` bytes at ``offset`` (which lie within one piece)."""
+        count = self._count(size)
         with self._lock:
             dev_ids = [next(self._dev_ids) for _ in range(count)]
-        # A zero-byte entry is still one (empty) object; NIXL refuses zero-length registrations.
-        pieces = [(0, max(1, min(self.piece_bytes, size - i * self.piece_bytes)), dev_id, self.object_name(key, i))
-                  for i, dev_id in enumerate(dev_ids)]
-        entry = StoredEntry(dev_ids, self.agent.register(pieces, "OBJ"))
-
-        def descriptor(offset: int, n: int) -> Descriptor:
-            return (0, n, dev_ids[offset // self.piece_bytes])
-
+        # NIXL refuses zero-length registrations; an empty entry is still one (empty) object.
+        pieces = [(0, max(1, min(self.piece_bytes, size - i * self.piece_bytes)), dev_id,
+                   self.control.key_prefix + self.piece_name(key, i)) for i, dev_id in enumerate(dev_ids)]
+        registration = agent.register(pieces, "OBJ")
         try:
-            yield descriptor
+            yield lambda offset, n: (offset % self.piece_bytes, n, dev_ids[offset // self.piece_bytes])
+        finally:
+            agent.deregister(registration)
+
+    @contextlib.contextmanager
+    def writing(self, agent: Agent, key: str, size: int) -> Iterator[Callable[[int, int], Descriptor]]:
+        """Registered objects to write ``key`` to.  When the write succeeds they are the entry (and an
+        overwritten entry's surplus objects are deleted); when it fails, the entry is gone."""
+        try:
+            with self._registered(agent, key, size) as descriptor:
+                yield descriptor
         except BaseException:
-            self.agent.deregister(entry.registration)
-            self.delete(key)  # an overwrite that failed half way leaves no usable old entry either
-            self._delete_objects(key, range(count))
+            with contextlib.suppress(Exception):  # best effort: the run's prefix is cleaned up at close anyway
+                self.delete(key)  # an overwrite that failed half way leaves no usable old entry either
+                self._delete_objects(key, range(self._count(size)))
             raise
         with self._lock:
-            old = self._entries.get(key)
-            self._entries[key] = entry
+            old = self._sizes.get(key)
+            self._sizes[key] = size
         if old is not None:
-            self.agent.deregister(old.registration)
-            self._delete_objects(key, range(count, len(old.dev_ids)))
+            self._delete_objects(key, range(self._count(size), self._count(old)))
 
-    def read_descriptor(self, key: str) -> Callable[[int, int], Descriptor]:
-        """The remote side of reading ``n`` bytes at ``offset`` of ``key`` (within one piece)."""
+    @contextlib.contextmanager
+    def reading(self, agent: Agent, key: str) -> Iterator[Callable[[int, int], Descriptor]]:
+        """Registered objects of ``key`` to read from; ``FileNotFoundError`` when there is no such entry."""
         with self._lock:
-            entry = self._entries.get(key)
-        if entry is None:
+            size = self._sizes.get(key)
+        if size is None:
             raise FileNotFoundError(f"no entry {key!r} in this tier")
-
-        def descriptor(offset: int, n: int) -> Descriptor:
-            return (offset % self.piece_bytes, n, entry.dev_ids[offset // self.piece_bytes])
-
-        return descriptor
+        with self._registered(agent, key, size) as descriptor:
+            yield descriptor
 
     def delete(self, key: str) -> None:
         with self._lock:
-            entry = self._entries.pop(key, None)
-        if entry is not None:
-            self.agent.deregister(entry.registration)
-            self._delete_objects(key, range(len(entry.dev_ids)))
+            size = self._sizes.pop(key, None)
+        if size is not None:
+            self._delete_objects(key, range(self._count(size)))
 
     def _delete_objects(self, key: str, indices: range) -> None:
         for index in indices:
             self.control.delete(self.piece_name(key, index))
-
-    def close(self) -> None:
-        """Deregister every entry (the objects themselves go with the control plane's cleanup)."""
-        with self._lock:
-            entries, self._entries = list(self._entries.values()), {}
-        for entry in entries:
-            self.agent.deregister(entry.registration)

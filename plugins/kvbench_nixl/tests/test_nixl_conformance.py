@@ -36,6 +36,10 @@ class TestPosixTierQueueDepth4NoFsync(TestPosixTier):
     backend_options: ClassVar = {**POSIX, "queue_depth": 4, "fsync": False, "drop_cache": False}
 
 
+class TestPosixTierSharedAgent(TestPosixTier):
+    backend_options: ClassVar = {**POSIX, "agents": "shared", "queue_depth": 2}
+
+
 @pytest.mark.s3
 class TestObjTier(BackendConformance):
     """Each test gets its own bucket on the session's moto server."""

@@ -52,8 +52,10 @@ def test_read_range_crosses_piece_boundaries(open_backend: OpenBackend, pool: No
         assert out == expected[offset:offset + length]
 
 
+@pytest.mark.parametrize("agents", ["separate", "shared"])
 def test_payload_memory_is_registered_once_at_open(open_backend: OpenBackend, pool: NoisePool,
-                                                   options: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+                                                   options: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+                                                   agents: str) -> None:
     registered: list[str] = []
     real = Agent.register
 
@@ -62,15 +64,17 @@ def test_payload_memory_is_registered_once_at_open(open_backend: OpenBackend, po
         return real(self, descriptors, memory)
 
     monkeypatch.setattr(Agent, "register", spy)
-    backend = open_backend(options, concurrency=3)
-    assert registered.count("DRAM") == 1
-    assert backend.arena.nbytes == 3 * 4 * KIB64  # concurrency slots x queue_depth pieces, whatever the entries
+    backend = open_backend({**options, "agents": agents}, concurrency=3)
+    lanes = backend.lanes
+    assert len(lanes.agents) == (3 if agents == "separate" else 1)
+    assert registered.count("DRAM") == len(lanes.agents)  # one region per agent
+    assert lanes.nbytes == 3 * 4 * KIB64  # concurrency slots x queue_depth pieces, whatever the entries
     for n in range(6):
         backend.write(f"k{n}", pool.payload(f"k{n}", 3 * KIB64 + n))
         backend.read(f"k{n}", 3 * KIB64 + n, DISCARD)
-    assert registered.count("DRAM") == 1  # no per-operation registration of payload memory
+    assert registered.count("DRAM") == len(lanes.agents)  # no per-operation registration of payload memory
     storage = "FILE" if options["nixl_backend"] == "POSIX" else "OBJ"
-    assert registered.count(storage) >= 6  # where the bytes go is NIXL bookkeeping per entry
+    assert registered.count(storage) >= 12  # where the bytes go is NIXL bookkeeping per operation
 
 
 def test_io_log_records_every_piece(open_backend: OpenBackend, pool: NoisePool, tmp_path: Path,
@@ -162,7 +166,7 @@ def test_obj_describe_says_nixl_obj_and_holds_no_credentials(open_backend: OpenB
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDNIXLTESTMARKER")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "nixl-secret-marker-0123456789")
     backend = open_backend(obj_options)
-    assert backend.agent.agent.get_backend_params("OBJ")["secret_key"] == "nixl-secret-marker-0123456789"
+    assert backend.lanes.agents[0].agent.get_backend_params("OBJ")["secret_key"] == "nixl-secret-marker-0123456789"
     info = backend.describe()
     assert info["access_mechanism"].startswith("NIXL OBJ")
     assert info["nixl_params"]["endpoint_override"] == obj_options["endpoint_url"]
