@@ -107,8 +107,8 @@ def main() -> None:
               for op in ("write", "read")}
     print(json.dumps({"entry_mib": args.entry_mib, "entries_per_thread": args.entries, "threads": args.threads,
                       "transfer_kib": args.transfer_kib, "queue_depth": args.queue_depth, "repeats": args.repeats,
-                      "nixl": nixl, "nixl_params": json.loads(args.params), "agents": args.agents, "median": medians, "ratios": ratios,
-                      "samples": samples},
+                      "nixl": nixl, "nixl_params": json.loads(args.params), "agents": args.agents,
+                      "median": medians, "ratios": ratios, "samples": samples},
                      indent=2))
 
 
