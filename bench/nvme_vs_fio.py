@@ -26,7 +26,14 @@ Matching the two (each kvbench row names the fio job it is compared with):
   every I/O) and ``randrepeat=0`` (a new seed every run), kvbench's stamped
   payload under a new key every repeat;
 * fresh files for every write (fio ``fallocate=none``, files unlinked
-  first; kvbench's entries deleted, untimed), so both pay block allocation.
+  first; kvbench's entries deleted, untimed), so both pay block allocation;
+* physically contiguous buffers on both sides: kvbench's are huge-page backed
+  (``kvbench_nvme/buffers.py``); fio's ``malloc``'d ones are scattered 4 KiB
+  pages, which on a virtual disk cost per segment (a 1 MiB command even split
+  in two on virtio_blk), so give fio huge pages with ``--fio-hugetlbfs DIR``
+  (a mounted hugetlbfs with a few free huge pages: fio ``mem=mmaphuge``):
+
+      echo 32 > /proc/sys/vm/nr_hugepages; mkdir -p /mnt/huge; mount -t hugetlbfs none /mnt/huge
 
 Reads are of the files the same repeat just wrote, the guest page cache
 dropped, by each tool alike.  A virtual disk's host may still serve them from
@@ -35,9 +42,15 @@ hidden either: every sample records the block device's request count and
 bytes (``/proc/diskstats`` deltas, which other processes on the same disk
 disturb) next to its bandwidth.
 
-CPU cost is CPU time (user + system) per GiB moved: ``RUSAGE_SELF`` around
-kvbench's phase, fio's own per-job ``usr_cpu``/``sys_cpu`` for fio.  The host share is
-kvbench's L4 host time over its per-operation total.
+CPU cost is CPU time (user + system) per GiB moved, of the whole process on
+both sides: ``RUSAGE_SELF`` around kvbench's phase (every thread, the kernel's
+io-wq workers of its rings included), ``RUSAGE_CHILDREN`` around fio less
+fio's start-up and tear-down (the same job moving one transfer, median of
+three, per configuration).  fio's own per-job ``usr_cpu``/``sys_cpu`` come from
+``getrusage(RUSAGE_THREAD)`` of the job thread alone, so they leave out the
+io-wq workers that do io_uring's buffered copies; they are kept in the JSON as
+``self_cpu_per_gib``.  The host share is kvbench's L4 host time over its
+per-operation total.
 
     .venv/bin/python bench/nvme_vs_fio.py --dir /mnt/nvme/kvbench-bench --entry-size 256MiB
 """
@@ -75,6 +88,7 @@ class Sample:
 
     bandwidth: float  # bytes per second
     cpu_per_gib: float
+    self_cpu_per_gib: float | None = None  # fio's own figure: the job thread only (RUSAGE_THREAD)
     device_requests: int | None = None  # block-layer requests completed on the device during the phase
     device_bytes: int | None = None
     host_share: float | None = None
@@ -106,9 +120,37 @@ def tools(mode: str, queue_depth: int) -> list[str]:
     return [f"fio {job}" for job in fio_jobs] + [f"kvbench {engine}" for engine in engines]
 
 
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)  # every thread of this process
+def cpu_seconds(who: int = resource.RUSAGE_SELF) -> float:
+    """CPU seconds so far of this process (every thread) or of its waited-for children."""
+    usage = resource.getrusage(who)
     return usage.ru_utime + usage.ru_stime
+
+
+#: fio's fixed CPU cost per (command without size) : start-up, file set-up, tear-down
+_FIO_FIXED: dict[tuple[str, ...], float] = {}
+
+
+def fio_fixed_cpu(command: list[str], directory: str, transfer: int) -> float:
+    """CPU seconds fio spends around the I/O: the same job moving one transfer, median of three.  A read
+    reads the first transfer of the files just read; a write writes fresh files in a scratch directory
+    beside ``directory`` (so the files the next read job reads stay whole)."""
+    key = tuple(part for part in command if not part.startswith("--size="))
+    if key not in _FIO_FIXED:
+        writes = "--rw=write" in command
+        scratch = f"{directory}-fixed" if writes else directory
+        small = [f"--size={transfer}" if part.startswith("--size=") else
+                 f"--directory={scratch}" if part.startswith("--directory=") else part for part in command]
+        costs = []
+        for _ in range(3):
+            if writes:
+                os.makedirs(scratch)
+            before = cpu_seconds(resource.RUSAGE_CHILDREN)
+            subprocess.run(small, capture_output=True, check=True)
+            costs.append(cpu_seconds(resource.RUSAGE_CHILDREN) - before)
+            if writes:
+                shutil.rmtree(scratch)
+        _FIO_FIXED[key] = statistics.median(costs)
+    return _FIO_FIXED[key]
 
 
 class DeviceRequests:
@@ -147,6 +189,8 @@ def fio_command(directory: str, op: str, mode: str, args: argparse.Namespace, qu
         f"--rw={op}", f"--direct={int(mode == 'direct')}", f"--ioengine={engine}", f"--iodepth={queue_depth}",
     ]
     command.append("--end_fsync=1" if op == "write" else "--invalidate=1")
+    if args.fio_hugetlbfs:
+        command.append(f"--mem=mmaphuge:{os.path.join(args.fio_hugetlbfs, 'kvbench-fio-buffers')}")
     return command
 
 
@@ -155,16 +199,17 @@ def run_fio(directory: str, op: str, mode: str, args: argparse.Namespace, queue_
     if op == "write":
         for name in os.listdir(directory):  # fresh files, as kvbench's entries are
             os.unlink(os.path.join(directory, name))
-    before = device.snapshot()
-    done = subprocess.run(fio_command(directory, op, mode, args, queue_depth, engine), capture_output=True,
-                          text=True, check=True)
+    command = fio_command(directory, op, mode, args, queue_depth, engine)
+    before, cpu_before = device.snapshot(), cpu_seconds(resource.RUSAGE_CHILDREN)
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    cpu = cpu_seconds(resource.RUSAGE_CHILDREN) - cpu_before
     requests, nbytes = device.delta(before, device.snapshot(), op)
     job = json.loads(done.stdout[done.stdout.index("{"):])["jobs"][0]  # group_reporting: all jobs summed
-    # fio's own CPU accounting of its jobs (job_runtime is summed over jobs), without its ~0.4 s start-up
-    cpu = (job["usr_cpu"] + job["sys_cpu"]) / 100 * job["job_runtime"] / 1000
-    moved = job[op]["io_bytes"]
-    return Sample(bandwidth=job[op]["bw_bytes"], cpu_per_gib=cpu / (moved / GIB), device_requests=requests,
-                  device_bytes=nbytes)
+    own = (job["usr_cpu"] + job["sys_cpu"]) / 100 * job["job_runtime"] / 1000  # job_runtime: summed over jobs
+    gib = job[op]["io_bytes"] / GIB
+    fixed = fio_fixed_cpu(command, directory, args.transfer_bytes)
+    return Sample(bandwidth=job[op]["bw_bytes"], cpu_per_gib=max(cpu - fixed, 0.0) / gib,
+                  self_cpu_per_gib=own / gib, device_requests=requests, device_bytes=nbytes)
 
 
 def run_kvbench(backend: NVMeBackend, workers: ThreadPoolExecutor, pool: NoisePool, op: str,
@@ -267,6 +312,7 @@ def rows(cells: list[Cell]) -> list[dict[str, Any]]:
                                            zip(cell.samples[tool], cell.samples[fio], strict=True)),
                 "ratio_of_medians": cell.median(tool, "bandwidth") / cell.median(fio, "bandwidth"),
                 "fio_cpu_s_per_gib": cell.median(fio, "cpu_per_gib"),
+                "fio_self_cpu_s_per_gib": cell.median(fio, "self_cpu_per_gib"),
                 "kvbench_cpu_s_per_gib": cell.median(tool, "cpu_per_gib"),
                 "fio_device_requests": cell.median(fio, "device_requests") if requests is not None else None,
                 "kvbench_device_requests": requests,
@@ -300,6 +346,8 @@ def main() -> None:
     parser.add_argument("--queue-depths", default="1,4", help="comma-separated queue depths per entry")
     parser.add_argument("--modes", default="buffered,direct", help="buffered and/or direct")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--fio-hugetlbfs", metavar="DIR",
+                        help="a mounted hugetlbfs: fio's buffers in huge pages, contiguous like kvbench's")
     parser.add_argument("--json", help="also write the samples and machine description here")
     args = parser.parse_args()
     if shutil.which("fio") is None:
