@@ -88,15 +88,25 @@ class QoSAutoscaler(Autoscaler):
         return {"final_users": self.users, "max_users_within_sla": self._best_within_sla}
 
 
+#: The seed samples every 5 s; a capacity stage shorter than that measures noise, not the storage.
+MIN_STAGE_S = 5.0
+#: A stage with fewer completed requests than this is extended, not judged (a dip of a few requests
+#: would otherwise end the search at its first stages).
+MIN_STAGE_REQUESTS = 10
+
+
 class CapacityAutoscaler(Autoscaler):
-    """Peak throughput regardless of latency: double users while throughput grows fast, then x1.5,
-    stop when throughput falls below the previous stage and report the best stage."""
+    """Peak throughput regardless of latency (the seed's capacity mode): double users while throughput
+    grows fast, then x1.5, stop when throughput falls below the previous stage and report the best stage.
+    A stage lasts ``interval_s`` (at least 5 s, the seed's sampling period) and is only judged once it has
+    ``min_stage_requests`` completed requests; throughput is generated tokens per second."""
 
     name = "capacity"
     options_schema: ClassVar[dict[str, Any]] = {
         "type": "object", "additionalProperties": False,
-        "properties": {"interval_s": _POSITIVE, "fast_growth": _RATIO, "fine_factor": _POSITIVE,
-                       "ramp_factor": _POSITIVE},
+        "properties": {"interval_s": {"type": "number", "minimum": MIN_STAGE_S},
+                       "fast_growth": _RATIO, "fine_factor": _POSITIVE, "ramp_factor": _POSITIVE,
+                       "min_stage_requests": {"type": "integer", "minimum": 1}},
     }
 
     def __init__(self, options: dict[str, Any], *, initial_users: int, max_users: int) -> None:
@@ -104,6 +114,7 @@ class CapacityAutoscaler(Autoscaler):
         self.fast_growth = float(options.get("fast_growth", 0.2))
         self.ramp_factor = float(options.get("ramp_factor", 2.0))
         self.fine_factor = float(options.get("fine_factor", 1.5))
+        self.min_stage_requests = int(options.get("min_stage_requests", MIN_STAGE_REQUESTS))
         self.users = initial_users
         self._previous: float | None = None
         self._best = (0.0, initial_users)
@@ -117,6 +128,9 @@ class CapacityAutoscaler(Autoscaler):
         throughput = sample.generated_tokens_per_s
         if self._done:
             return Decision(self.users, "peak_found", converged=True, reason="Peak capacity found")
+        if sample.requests < self.min_stage_requests:
+            return Decision(self.users, "hold", reason=f"stage extended: {sample.requests} requests "
+                                                      f"< {self.min_stage_requests} to judge it by")
         if throughput > self._best[0]:
             self._best = (throughput, self.users)
         previous, self._previous = self._previous, throughput

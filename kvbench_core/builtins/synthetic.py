@@ -40,6 +40,10 @@ SYSTEM_PROMPTS = (
     "You are a professional writing assistant.",
 )
 DECODE_ONLY_ENTRIES_PER_USER = 10
+#: The seed's ConversationManager defaults (config.yaml: max_turns_per_conv 50, max_conversations 1000):
+#: conversation metadata beyond the limit is forgotten (its cache entries stay until evicted).
+MAX_TURNS = 50
+MAX_LIVE_CONVERSATIONS = 1000
 
 _RANGE = {"type": "array", "items": {"type": "number", "minimum": 0}, "minItems": 2, "maxItems": 2}
 _PROB = {"type": "number", "minimum": 0, "maximum": 1}
@@ -110,8 +114,8 @@ class SyntheticSource(WorkloadSource):
         self.qos_weights = qos_weights / qos_weights.sum()
         prefill_only = context.mode == "prefill-only"
         no_reads = prefill_only and options.get("no_reads", False)
-        self.multi_turn = {"enabled": not no_reads, "max_turns": 10, "end_probability": 0.2,
-                           "max_live_conversations": 100_000, "turn_tokens": [64, 1024],
+        self.multi_turn = {"enabled": not no_reads, "max_turns": MAX_TURNS, "end_probability": 0.2,
+                           "max_live_conversations": MAX_LIVE_CONVERSATIONS, "turn_tokens": [64, 1024],
                            **options.get("multi_turn", {})}
         self.prefix = {"enabled": not no_reads, "probability": 0.5, "prompts": len(SYSTEM_PROMPTS),
                        "prefix_tokens": [128, 1024], **options.get("prefix_caching", {})}

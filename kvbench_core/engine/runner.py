@@ -165,24 +165,23 @@ class Runner:
 
         bpt = self.state.bytes_per_token
         budget = sum(t.capacity for t in cache.tiers) * cache.policy.target_usage_ratio
-        writes, skipped, planned = [], 0, 0
-        for write in source.preload():
+        writes, planned, complete = [], 0, True
+        for write in source.preload():  # a generator: stopping early costs nothing for the entries left
             size = max(1, write.tokens) * bpt
             if planned + size > budget:
-                skipped += 1
-                continue
+                complete = False
+                break
             planned += size
             writes.append((write.key, size))
-        if not writes and not skipped:
+        if not writes and complete:
             return
-        if skipped:
-            print(f"kvbench: warning: the tiers hold {len(writes)} of the {len(writes) + skipped} pre-populated "
-                  f"entries below their eviction targets; {skipped} were not stored, and reads of them will miss",
-                  file=sys.stderr)
+        if not complete:
+            print(f"kvbench: warning: the tiers hold {len(writes)} pre-populated entries below their eviction "
+                  "targets; the rest of the population was not stored, and reads of it will miss", file=sys.stderr)
         start = time.perf_counter()
         with ThreadPoolExecutor(max_workers=max(1, min(workers, 16))) as threads:
             stored = sum(tier is not None for tier in threads.map(lambda w: cache.put(*w), writes))
-        self.state.preload = {"entries": stored, "bytes": planned, "skipped": skipped + len(writes) - stored,
+        self.state.preload = {"entries": stored, "bytes": planned, "complete": complete and stored == len(writes),
                               "seconds": time.perf_counter() - start}
 
     def _drive(self, source: WorkloadSource, executor: RequestExecutor, autoscaler: Autoscaler | None,

@@ -1,0 +1,162 @@
+"""The measurement window (#16): duration bounds the run, the drain is bounded and reported apart, a signal
+stops within seconds with status interrupted, and nothing of warm-up leaks into the window."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import pytest
+from conftest import small_spec
+
+from kvbench_core.builtins.memory import CPUMemoryBackend
+from kvbench_core.contracts.backend import ByteSource, IOTiming
+from kvbench_core.contracts.plugins import get_plugin_manager, hookimpl, registry
+from kvbench_core.engine.runner import Runner
+from kvbench_core.engine.window import default_drain_timeout
+from kvbench_core.results.result import build_result
+from kvbench_core.spec.loader import _deep_merge, resolve, validate
+
+PIECE = 64 << 10
+
+
+class SlowPieces(CPUMemoryBackend):
+    """A DRAM tier whose writes issue 64 KiB commands of ``piece_s`` each, reported through ``io_log``:
+    an entry of a few hundred KiB takes seconds, and every command is a boundary to cancel at."""
+
+    name = "slowpieces"
+    options_schema: ClassVar[dict[str, Any]] = {"type": "object", "additionalProperties": False,
+                                                "properties": {"piece_s": {"type": "number"}}}
+
+    def write(self, key: str, source: ByteSource) -> IOTiming:
+        start = time.perf_counter()
+        for offset in range(0, source.size, PIECE):
+            t0 = time.perf_counter()
+            time.sleep(self.options.get("piece_s", 0.0))
+            n = min(PIECE, source.size - offset)
+            source.fill(offset, memoryview(bytearray(n)))
+            self.context.io_log.record(key, "write", offset, n, t0, time.perf_counter())
+        self._entries[key] = []
+        elapsed = time.perf_counter() - start
+        return IOTiming(elapsed, elapsed, 0.0, source.size, -(-source.size // PIECE))
+
+
+class SlowPlugin:
+    @hookimpl
+    def kvbench_storage_backends(self) -> dict[str, type]:
+        return {"slowpieces": SlowPieces}
+
+
+@pytest.fixture
+def slow_tier() -> Iterator[None]:
+    manager = get_plugin_manager()
+    manager.register(SlowPlugin(), name="test-slow-pieces")
+    registry.cache_clear()
+    yield
+    manager.unregister(name="test-slow-pieces")
+    registry.cache_clear()
+
+
+def slow_spec(tmp_path: Any, *, piece_s: float, **extra: Any) -> dict[str, Any]:
+    spec = small_spec(cache={"tiers": [{"name": "slow", "backend": "slowpieces", "capacity": "64MiB",
+                                        "options": {"piece_s": piece_s}}]},
+                      workload={"users": 2, "max_inflight": 2, "options": {"no_reads": True}, "mode": "prefill-only"},
+                      output={"directory": str(tmp_path)})
+    spec = _deep_merge(spec, extra)
+    del spec["requests"]
+    return spec
+
+
+def start(spec: dict[str, Any], tmp_path: Any) -> tuple[Runner, threading.Thread, list[Any]]:
+    validate(spec)
+    runner = Runner(resolve(spec, str(tmp_path)))
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(runner.run()), daemon=True)
+    thread.start()
+    return runner, thread, out
+
+
+def test_the_default_drain_limit_is_ten_percent_of_the_duration_within_bounds() -> None:
+    assert default_drain_timeout(300) == 30.0
+    assert default_drain_timeout(60) == pytest.approx(6.0)
+    assert default_drain_timeout(2) == 1.0
+    assert default_drain_timeout(None) == 30.0
+
+
+def test_duration_bounds_the_run_and_the_drain_is_cancelled_at_its_limit(slow_tier: None, tmp_path: Any) -> None:
+    """Each entry takes >= 1.6 s (16+ commands of 0.1 s); duration 0.3 s + drain limit 0.3 s: the run
+    ends long before its in-flight writes would have, and says it cancelled them."""
+    spec = slow_spec(tmp_path, piece_s=0.1, duration=0.3, drain_timeout=0.3)
+    began = time.perf_counter()
+    _, thread, out = start(spec, tmp_path)
+    thread.join(30)
+    wall = time.perf_counter() - began
+    assert not thread.is_alive()
+    state = out[0]
+    assert wall < 0.3 + 0.3 + 1.0  # start-up and the cancel's last command boundary
+    result = build_result(state, spec)
+    drain = result["metrics"]["drain"]
+    assert drain["cancelled_in_flight"] is True and drain["requests_cancelled"] >= 1
+    assert drain["limit_s"] == 0.3 and drain["seconds"] <= 0.3 + 0.3
+    assert result["metrics"]["window"]["measured_s"] == pytest.approx(0.3, abs=0.1)
+    assert state.status == "completed" and state.stop_reason == "duration reached"
+    assert state.telemetry.requests == 0  # nothing could finish: no throughput made of unfinished work
+    assert result["metrics"]["headline"]["avg_throughput_tokens_per_sec"] is None
+
+
+def test_a_signal_during_the_drain_stops_within_a_second_and_says_interrupted(slow_tier: None,
+                                                                              tmp_path: Any) -> None:
+    spec = slow_spec(tmp_path, piece_s=0.1, duration=0.3, drain_timeout=60)
+    runner, thread, out = start(spec, tmp_path)
+    deadline = time.perf_counter() + 10
+    while runner.state.measure_end is None and time.perf_counter() < deadline:  # the window closed: draining
+        time.sleep(0.02)
+    asked = time.perf_counter()
+    runner.request_stop("signal SIGTERM", status="interrupted")
+    thread.join(10)
+    assert not thread.is_alive() and time.perf_counter() - asked < 1.0
+    assert out[0].status == "interrupted"
+    assert out[0].stop_reason == "duration reached; then signal SIGTERM during the drain"
+
+
+def test_requests_that_finish_in_the_drain_are_reported_apart(slow_tier: None, tmp_path: Any) -> None:
+    """Entries of one command of 0.25 s: the ones in flight at the end of the window finish in the drain."""
+    spec = slow_spec(tmp_path, piece_s=0.25, duration=0.6, drain_timeout=5,
+                     workload={"options": {"profiles": {"chatbot": {"context": [1, 2], "generate": [1, 1],
+                                                                    "think_s": [0, 0]}}}})
+    _, thread, out = start(spec, tmp_path)
+    thread.join(30)
+    result = build_result(out[0], spec)
+    requests, drain = result["metrics"]["requests"], result["metrics"]["drain"]
+    assert drain["requests_completed"] >= 1 and drain["write_bytes"] > 0
+    assert drain["cancelled_in_flight"] is False
+    window_bytes = sum(p["write_bytes"] for p in result["timeseries"])
+    assert window_bytes == result["metrics"]["tiers"]["slow"]["write"]["command_bytes"]  # the drain is not in it
+    assert result["workload"]["stats"]["requests_issued"] == (requests["completed"] + requests["failed"]
+                                                              + requests["write_failed"] + requests["unfinished"])
+
+
+def test_nothing_that_started_in_warm_up_is_counted_and_every_ratio_adds_up(run_spec: Any) -> None:
+    """Multi-turn, shared prefixes and RAG across a warm-up boundary: per kind hits + misses = reads,
+    the tiers' reads are the cache's reads (plus demotion reads), every operation started in the window."""
+    workload = {"users": 6, "max_inflight": 3,
+                "options": {"rag": {"enabled": True, "probability": 0.5, "documents": 4, "chunks_per_document": 2,
+                                    "chunk_tokens": 8, "top_k": 2}}}
+    _, result = run_spec(small_spec(warmup=0.4, duration=0.8, workload=workload,
+                                    cache={"tiers": [{"name": "dram", "backend": "cpu", "capacity": "8MiB"},
+                                                     {"name": "dram2", "backend": "cpu", "capacity": "64MiB"}]}))
+    metrics = result["metrics"]
+    counters = metrics["cache"]["counters"]
+    for kind in ("prefix", "turn", "rag"):
+        assert counters.get(f"{kind}_hits", 0) + counters.get(f"{kind}_misses", 0) == counters.get(f"{kind}_reads", 0)
+    for rate in ("prefix_hit_rate", "multi_turn_hit_rate"):
+        assert metrics["cache"][rate] is None or 0 <= metrics["cache"][rate] <= 1
+    assert 0 <= metrics["headline"]["cache_hit_rate"] <= 1
+    tier_reads = sum(t["read"]["ops"] for t in metrics["tiers"].values())
+    demotion_reads = sum(metrics["cache"]["demotions_count"].values())
+    assert sum(metrics["cache"]["reads_served_by_tier"].values()) == tier_reads - demotion_reads
+    opened = metrics["window"]["monotonic_start"]
+    assert all(t[op]["first_start"] is None or t[op]["first_start"] >= opened
+               for t in metrics["tiers"].values() for op in ("read", "write"))
