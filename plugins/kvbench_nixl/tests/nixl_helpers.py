@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable
 
 import pytest
@@ -26,3 +27,12 @@ def bucket_keys(endpoint: str, bucket: str) -> list[str]:
     finally:
         client.close()
     return [item["Key"] for item in listing.get("Contents", [])]
+
+
+def has_nvidia_driver() -> bool:
+    """Whether ``libcuda.so.1`` loads (a host where the GDS backends can start)."""
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True

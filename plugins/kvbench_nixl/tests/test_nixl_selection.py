@@ -3,7 +3,6 @@ named before the run, one clear line and exit 2 (selection) or the tier's Backen
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import sys
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 import pytest
 from kvbench_nixl import library
 from kvbench_nixl.backend import NixlBackend
-from nixl_helpers import needs_nixl
+from nixl_helpers import has_nvidia_driver, needs_nixl
 from tiny_spec import history_spec, run_cli
 
 from kvbench_core.contracts.backend import BackendContext
@@ -84,15 +83,7 @@ def test_a_wheel_that_does_not_import_fails_open_naming_the_extra(tmp_path: Path
     assert not (tmp_path / "tier").exists()
 
 
-def _has_driver() -> bool:
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(_has_driver(), reason="this host has the NVIDIA driver")
+@pytest.mark.skipif(has_nvidia_driver(), reason="this host has the NVIDIA driver")
 @pytest.mark.parametrize("backend", ["GDS", "GDS_MT"])
 def test_gds_without_a_gpu_fails_before_the_run(tmp_path: Path, backend: str) -> None:
     code, _, stderr = run_cli(tmp_path, spec_with(tmp_path, {"nixl_backend": backend, "path": str(tmp_path / "t")}))

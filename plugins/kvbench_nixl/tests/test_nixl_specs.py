@@ -3,13 +3,12 @@ before the run, clearly, on a host without a GPU."""
 
 from __future__ import annotations
 
-import ctypes
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from nixl_helpers import needs_nixl
+from nixl_helpers import has_nvidia_driver, needs_nixl
 from s3_servers import MotoServer
 from tiny_spec import run_cli
 
@@ -51,15 +50,7 @@ def test_obj_spec_runs(tmp_path: Path, moto_server: MotoServer) -> None:
     assert code == 0, stderr
 
 
-def _has_driver() -> bool:
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(_has_driver(), reason="a GPU host runs the GDS spec for real (test_nixl_gpu.py)")
+@pytest.mark.skipif(has_nvidia_driver(), reason="a GPU host runs the GDS spec for real (test_nixl_gpu.py)")
 def test_gds_spec_stops_before_the_run_without_a_gpu(tmp_path: Path) -> None:
     spec = shortened(tmp_path, "nixl-gds", path=str(tmp_path / "kv"))
     spec["cache"]["tiers"][0] = {"name": "dram", "backend": "cpu", "capacity": "4MiB"}  # past the HBM tier's own stop
