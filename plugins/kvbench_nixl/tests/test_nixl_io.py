@@ -173,3 +173,25 @@ def test_obj_describe_says_nixl_obj_and_holds_no_credentials(open_backend: OpenB
     assert info["nixl_params"]["use_virtual_addressing"] == "false"
     text = json.dumps(info)
     assert "nixl-secret-marker" not in text and "AKIDNIXLTESTMARKER" not in text
+
+
+def test_descriptor_counter_is_the_sum_of_the_operations_commands(open_backend: OpenBackend, pool: NoisePool,
+                                                                  options: dict[str, Any]) -> None:
+    backend = open_backend(options)
+    before = backend.counters()["nixl_descriptors"]
+    assert before > 0  # the open probe went through NIXL too
+    written = backend.write("c", pool.payload("c", 6 * KIB64 + 1))
+    read = backend.read("c", 6 * KIB64 + 1, DISCARD)
+    backend.read_range("c", KIB64 - 1, memoryview(bytearray(2)))  # crosses a piece boundary: 2 descriptors
+    assert backend.counters()["nixl_descriptors"] - before == written.commands + read.commands + 2
+
+
+def test_plugins_check_passes_on_real_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kvbench_core.cli import main
+
+    options = json.dumps({"nixl_backend": "POSIX", "path": str(tmp_path / "tier"), "transfer_size": "64KiB"})
+    code = main(["plugins", "--check", "nixl", "--options", options, "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0, report
+    assert {check["status"] for check in report["checks"]} <= {"pass", "skip"}
+    assert not (tmp_path / "tier").exists()
