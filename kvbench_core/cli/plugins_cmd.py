@@ -1,9 +1,13 @@
 """``kvbench plugins``: what is installed and what each plugin provides.
 
-``kvbench plugins --check NAME --options '{...}'`` runs the quick subset of the
-backend conformance suite (``kvbench_core.contracts.conformance``) against one configured
-tier, so a vendor or an operator can vet a tier on the target machine without
-pytest.  It writes and deletes a few small entries under a unique run id.
+``kvbench plugins --check NAME --options '{...}'`` runs every check of the
+backend conformance suite (``kvbench_core.contracts.conformance``), with quick
+sizes, against one configured tier, so a vendor or an operator can vet a tier on
+the target machine without pytest.  It writes and deletes a few small entries
+under a unique run id.  The cleanup check reopens the tier's namespace to see
+that nothing survived ``close()`` (``reopen_probe``); the dead-endpoint check
+needs ``--dead-options`` (the same tier pointed at an endpoint that is down) and
+says so when they are not given, as every skipped check says why.
 """
 
 from __future__ import annotations
@@ -28,12 +32,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="run the quick conformance checks against this storage backend")
     parser.add_argument("--options", metavar="JSON|YAML|FILE", default="{}",
                         help="the tier's options for --check, inline JSON/YAML or a file holding them")
+    parser.add_argument("--dead-options", metavar="JSON|YAML|FILE",
+                        help="for --check's dead-endpoint check: the tier's options pointed at an endpoint that "
+                             "is down (a closed port, a missing mount); open() must fail with BackendUnavailable")
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     if args.check:
-        return check_backend(args.check, parse_options(args.options), as_json=args.json)
+        dead = parse_options(args.dead_options, "--dead-options") if args.dead_options else None
+        return check_backend(args.check, parse_options(args.options), as_json=args.json, dead_options=dead)
     infos = installed_plugins()
     if args.json:
         print(json.dumps([info.__dict__ for info in infos], indent=2))
@@ -44,9 +52,8 @@ def handle(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_options(text: str) -> dict[str, Any]:
+def parse_options(text: str, source: str = "--options") -> dict[str, Any]:
     """Options from inline JSON/YAML (JSON is YAML) or from a file of either."""
-    source = "--options"
     path = Path(text)
     if not text.lstrip().startswith(("{", "[")) and path.is_file():
         text, source = path.read_text(), str(path)
@@ -61,17 +68,25 @@ def parse_options(text: str) -> dict[str, Any]:
     return options
 
 
-def check_backend(name: str, options: dict[str, Any], *, as_json: bool) -> int:
-    """Select and open the tier once (errors there are one clear line), then run the quick checks."""
-    from kvbench_core.contracts.conformance import BackendHarness, run_checks
+def check_backend(name: str, options: dict[str, Any], *, as_json: bool,
+                  dead_options: dict[str, Any] | None = None) -> int:
+    """Select and open the tier once (errors there are one clear line), then run every check."""
+    from kvbench_core.contracts.conformance import BackendHarness, CheckSkipped, reopen_probe, run_checks
     from kvbench_core.engine.factory import create_backend
 
-    tier = {"name": "check", "backend": name, "options": options}
+    def factory_for(tier_options: dict[str, Any], where: str) -> Any:
+        tier = {"name": "check", "backend": name, "options": tier_options}
+        return lambda context: create_backend(tier, context, path=where)
 
-    def factory(context: BackendContext) -> StorageBackend:
-        return create_backend(tier, context, path="--check")
+    factory = factory_for(options, "--check")
 
-    harness = BackendHarness(factory=factory, quick=True)
+    def dead(context: BackendContext) -> StorageBackend:
+        if dead_options is None:
+            raise CheckSkipped("no --dead-options given: pass this tier's options pointed at an endpoint that is "
+                               "down to check that open() fails with BackendUnavailable")
+        return factory_for(dead_options, "--dead-options")(context)
+
+    harness = BackendHarness(factory=factory, remaining_entries=reopen_probe(factory), dead_factory=dead, quick=True)
     with harness.opened():  # selection and open errors surface here as UserError, before any check
         pass
     results = run_checks(harness)
