@@ -16,7 +16,7 @@ from kvbench_core.engine.telemetry import OpStats
 from kvbench_core.reports.aggregate import summarize_trials
 from kvbench_core.reports.rules import RULESETS, check
 from kvbench_core.results.checks import attention_lines, run_checks
-from kvbench_core.results.result import headline
+from kvbench_core.results.metrics import headline
 from kvbench_core.spec.loader import spec_sha256
 
 GIB = 1 << 30

@@ -25,8 +25,14 @@ DETECTED_AT_RUN = {
     "access.scheduler_integration", "access.preloading", "tensor.kv_dtype", "tensor.codec", "tensor.lossless",
     "workload.input_length_mean", "workload.input_length_p99", "workload.prefix_reuse_rate",
     "workload.prefix_length_distribution",
-    "workload.concurrency", "workload.arrival_process", "workload.warmup",
+    "workload.concurrency", "workload.arrival_process", "workload.warmup", "access.request_concurrency",
+    # from /proc and /sys (results/environment.py); the storage ones for tiers on a block device
+    "storage.mount_options", "storage.read_ahead_kb", "storage.logical_block_size", "storage.physical_block_size",
+    "storage.volatile_write_cache", "host.transparent_hugepages", "host.dirty_ratios", "host.numa_nodes",
+    "host.kernel_cmdline",
 }
+#: ... and on a machine with an NVIDIA GPU, its PCIe link.
+DETECTED_WITH_GPU = {"host.gpu_pcie_link"}
 #: ... and those it fills in too when a tier runs through a codec (docs/codecs.md).
 DETECTED_WITH_CODEC = {"tensor.codec_version", "tensor.compression_ratio", "tensor.integration_point",
                        "tensor.overlapped"}

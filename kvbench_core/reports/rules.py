@@ -22,7 +22,7 @@ from typing import Any
 
 from kvbench_core.reports.metrics import HEADLINE
 from kvbench_core.results.checks import run_checks
-from kvbench_core.results.result import headline
+from kvbench_core.results.metrics import headline
 from kvbench_core.spec.loader import spec_sha256
 from kvbench_core.spec.units import format_bytes
 

@@ -68,7 +68,8 @@ def _tier_bytes(metrics: dict[str, Any], series: list[dict[str, Any]]) -> Iterat
     for name, tier in metrics["tiers"].items():
         for op in ("read", "write"):
             counted = sum((p["tiers"].get(name) or {}).get(f"{op}_bytes", 0) for p in series)
-            yield _check(f"tier_bytes.{name}.{op}", tier[op]["bytes"], counted,
+            moved = tier[op].get("physical_bytes", tier[op]["bytes"])  # the device's bytes (a codec's output)
+            yield _check(f"tier_bytes.{name}.{op}", moved, counted,
                          f"{name} {op} bytes = sum of the time series' {name} {op} bytes")
     if all("generated_tokens" in p for p in series):
         yield _check("series_tokens", metrics["requests"]["generated_tokens"],

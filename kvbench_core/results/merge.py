@@ -9,8 +9,8 @@ The rules (seed §11.6; docs/scale-out.md):
   on the wall clock (each client's monotonic times are converted with its own
   ``window.monotonic_start``), so N clients started together report N times
   the bytes over one common window;
-* the headline is recomputed from the merged sections by the single-client
-  formulas (``results.headline``);
+* the metrics are one ``results.metrics.Metrics`` per client, merged and
+  rendered by the same code as a single run's (no figure is spelled twice);
 * each client keeps its own section (headline, tiers, time series, errors,
   how it ended) under ``clients``.
 """
@@ -19,23 +19,14 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvbench_core.codecs.figures import tier_codec
-from kvbench_core.engine.histogram import LatencyHistogram
-from kvbench_core.engine.telemetry import SERIES_COUNTS, OpStats, series_rates
+from kvbench_core.engine.setup import qos_classes
+from kvbench_core.engine.telemetry import SERIES_COUNTS, series_rates
 from kvbench_core.results.checks import run_checks
-from kvbench_core.results.result import (
-    GB,
-    headline,
-    hit_rates,
-    host_share,
-    qos_section,
-    rerun_section,
-    spec_section,
-)
+from kvbench_core.results.metrics import Metrics, sum_dicts
+from kvbench_core.results.result import rerun_section, spec_section
 from kvbench_core.spec.declaration import contradictions
 
 MAX_LISTED_ERRORS = 100
@@ -78,7 +69,9 @@ def merge_results(clients: list[ClientReport], *, mode: str, label: str, run_id:
         raise ValueError("no client reported a result")
     measured = [c.result for c in reported if c.result["metrics"]]
     base = measured[0] if measured else reported[0].result  # a client that got furthest describes the run
-    metrics = _merge_metrics(measured, base["model"]["bytes_per_token_all_ranks"]) if measured else {}
+    per_token = base["model"]["bytes_per_token_all_ranks"] if base["model"] else 0
+    metrics = Metrics.merge([Metrics.from_json(r["metrics"], bytes_per_token=per_token, qos=qos_classes(spec))
+                             for r in measured]).to_json() if measured else {}
     failures = [c.describe_failure(label) for c in clients if c.failed]
     statuses = {c.result["run"]["status"] for c in reported}
     status = "failed" if failures else "interrupted" if "interrupted" in statuses else "completed"
@@ -129,111 +122,6 @@ def merge_results(clients: list[ClientReport], *, mode: str, label: str, run_id:
     return merged
 
 
-# -- metrics -------------------------------------------------------------------------------------------
-def _merge_metrics(results: list[dict[str, Any]], bytes_per_token: int) -> dict[str, Any]:
-    sections = [r["metrics"] for r in results]
-    tiers = _merge_tiers(results)
-    hists = {name: _merge_hists(s["histograms"][name] for s in sections)
-             for name in ("end_to_end", "queue_wait", "storage")}
-    by_qos, service_by_qos = ({q: _merge_hists(s["histograms"][name][q] for s in sections)
-                               for q in sections[0]["histograms"][name]}
-                              for name in ("end_to_end_by_qos", "service_by_qos"))
-    starts = [s["window"]["started_at"] for s in sections if s["window"]["started_at"] is not None]
-    ends = [s["window"]["ended_at"] for s in sections if s["window"]["ended_at"] is not None]
-    io_starts = [t[op]["first_start"] for t in tiers.values() for op in ("read", "write") if t[op]["first_start"]]
-    io_ends = [t[op]["last_end"] for t in tiers.values() for op in ("read", "write") if t[op]["last_end"]]
-    cache = _sum_dicts(s["cache"] for s in sections)
-    cache.update(hit_rates(cache["counters"]))
-    cpu_s = sum(s["cpu"]["process_cpu_s"] for s in sections)
-    moved = sum(t[op]["bytes"] for t in tiers.values() for op in ("read", "write"))
-    verify = _sum_dicts({k: v for k, v in s["verify"].items() if k not in ("enabled", "mismatches")}
-                        for s in sections)
-    metrics = {
-        "window": {"measured_s": round(max(ends) - min(starts), 6) if starts and ends else 0.0,
-                   "io_active_s": round(max(io_ends) - min(io_starts), 6) if io_starts and io_ends else None,
-                   "started_at": min(starts) if starts else None, "ended_at": max(ends) if ends else None,
-                   "monotonic_start": None},
-        "requests": _sum_dicts(s["requests"] for s in sections),
-        "latency_ms": {name: hist.summary() for name, hist in hists.items()},
-        "histograms": {**{name: hist.to_dict() for name, hist in hists.items()},
-                       "end_to_end_by_qos": {q: h.to_dict() for q, h in by_qos.items()},
-                       "service_by_qos": {q: h.to_dict() for q, h in service_by_qos.items()}},
-        "qos": qos_section(by_qos, service_by_qos),
-        "tiers": tiers,
-        "cache": cache,
-        "verify": {"enabled": sections[0]["verify"]["enabled"], **verify,
-                   "mismatches": [m for s in sections for m in s["verify"]["mismatches"]][:MAX_LISTED_ERRORS]},
-        "cpu": {"process_cpu_s": round(cpu_s, 3),
-                "peak_rss_bytes": sum(s["cpu"]["peak_rss_bytes"] for s in sections),
-                "cpu_s_per_gb_moved": round(cpu_s / (moved / GB), 4) if moved else None,
-                "host_share_of_tier_time": host_share(tiers)},
-    }
-    return {"headline": headline(metrics, bytes_per_token), **metrics}
-
-
-def _merge_hists(dicts: Iterable[dict[str, Any]]) -> LatencyHistogram:
-    merged: LatencyHistogram | None = None
-    for data in dicts:
-        hist = LatencyHistogram.from_dict(data)
-        if merged is None:
-            merged = hist
-        else:
-            merged.merge(hist)
-    return merged if merged is not None else LatencyHistogram()
-
-
-def _to_wall(result: dict[str, Any], monotonic: float | None) -> float | None:
-    """A client's perf_counter reading on the wall clock, via its own measurement start."""
-    window = result["metrics"]["window"]
-    if monotonic is None or window.get("monotonic_start") is None or window["started_at"] is None:
-        return monotonic
-    return window["started_at"] + (monotonic - window["monotonic_start"])
-
-
-def _merge_tiers(results: list[dict[str, Any]]) -> dict[str, Any]:
-    names = list(dict.fromkeys(name for r in results for name in r["metrics"]["tiers"]))
-    out: dict[str, Any] = {}
-    for name in names:
-        parts = [(r, r["metrics"]["tiers"][name]) for r in results if name in r["metrics"]["tiers"]]
-        first = parts[0][1]
-        capacities = [t["capacity_bytes"] for _, t in parts]
-        merged = {"backend": first["backend"],
-                  "capacity_bytes": None if None in capacities else sum(capacities),
-                  "volatile": first["volatile"], "describe": first["describe"]}
-        for op in ("read", "write"):
-            stats = OpStats()
-            for result, tier in parts:
-                one = OpStats.from_dict(tier[op])
-                one.first_start = _to_wall(result, one.first_start)
-                one.last_end = _to_wall(result, one.last_end)
-                stats.merge(one)
-            merged[op] = stats.to_dict()
-        merged["reads_served"] = sum(t["reads_served"] for _, t in parts)
-        merged["codec"] = tier_codec(merged)
-        if "counters" in first:
-            merged["counters"] = _sum_dicts(t.get("counters", {}) for _, t in parts)
-        out[name] = merged
-    return out
-
-
-def _sum_dicts(dicts: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """Numbers add up (nested dicts too); anything else keeps the first client's value."""
-    out: dict[str, Any] = {}
-    for data in dicts:
-        for key, value in data.items():
-            if key not in out:
-                out[key] = copy.deepcopy(value)
-            elif isinstance(value, dict) and isinstance(out[key], dict):
-                out[key] = _sum_dicts([out[key], value])
-            elif _is_number(value) and _is_number(out[key]):
-                out[key] += value
-    return out
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def _merge_series(series: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Aggregate points by interval index (clients start measuring together and share the interval).
 
@@ -249,7 +137,7 @@ def _merge_series(series: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
             "t_s": max(p["t_s"] for p in points), "interval_s": span, "clients": len(points),
             "users": sum(p.get("users", 0) for p in points), "queue": sum(p.get("queue", 0) for p in points),
             **counts, **series_rates(counts, span),
-            "occupancy": _sum_dicts(p.get("occupancy", {}) for p in points),
+            "occupancy": sum_dicts(p.get("occupancy", {}) for p in points),
             "tiers": _merge_tier_points(points, span),
         })
     return merged
@@ -283,7 +171,7 @@ def _merge_workload(sections: list[dict[str, Any]], source: dict[str, Any]) -> d
         "stats": {"input_length": _merge_length_stats([s["input_length"] for s in stats]),
                   "generation_length": _merge_length_stats([s["generation_length"] for s in stats]),
                   "requests_issued": sum(s["requests_issued"] for s in stats)},
-        "preload": _sum_dicts(s["preload"] for s in sections),
+        "preload": sum_dicts(s["preload"] for s in sections),
         "precondition": None,
         "users_final": sum(s["users_final"] for s in sections),
         "workers": sum(s["workers"] for s in sections),

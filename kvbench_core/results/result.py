@@ -4,6 +4,8 @@ A result restates the experiment: versions, the spec as written and fully
 resolved (secrets redacted) with its sha256, the detected environment, the
 infrastructure declaration (declared + detected), and the metrics, including
 the MLPerf KV-cache v3.0 headline names so published numbers can be compared.
+The metrics come from the one model in ``results/metrics.py``, which merged
+multi-client and MPI results use too.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import contextlib
 import json
 import math
 import os
-import resource
 import time
 from pathlib import Path
 from typing import Any
@@ -20,16 +21,14 @@ from typing import Any
 import numpy as np
 
 from kvbench_core import __version__
-from kvbench_core.codecs.figures import tensor_declaration, tier_codec
+from kvbench_core.codecs.figures import tensor_declaration
 from kvbench_core.contracts.plugins import plugin_versions
-from kvbench_core.contracts.workload import DEFAULT_QOS, QoSClass
 from kvbench_core.engine.cache_figures import reuse_rate
-from kvbench_core.engine.histogram import LatencyHistogram
 from kvbench_core.engine.opstats import measured_queue_depth
 from kvbench_core.engine.runner import RunState
-from kvbench_core.engine.setup import qos_classes
 from kvbench_core.results.checks import run_checks
 from kvbench_core.results.environment import detect_environment
+from kvbench_core.results.metrics import Metrics
 from kvbench_core.results.schema import VALIDATE_ENV, assert_conforms
 from kvbench_core.spec.declaration import contradictions, detected_system, merge_declaration
 from kvbench_core.spec.loader import spec_sha256
@@ -37,7 +36,6 @@ from kvbench_core.spec.redact import environment_secrets, redact
 
 #: The result format; bumped whenever the schema (kvbench_core/schemas/result.schema.json) changes.
 RESULT_FORMAT = 2
-GB = 1e9
 
 
 def _stats(values: list[int]) -> dict[str, float | int | None]:
@@ -47,118 +45,6 @@ def _stats(values: list[int]) -> dict[str, float | int | None]:
     return {"count": len(values), "mean": round(float(array.mean()), 2),
             "p50": float(np.percentile(array, 50)), "p90": float(np.percentile(array, 90)),
             "p99": float(np.percentile(array, 99)), "max": float(array.max())}
-
-
-def _tier_metrics(state: RunState) -> dict[str, Any]:
-    telemetry = state.telemetry
-    out: dict[str, Any] = {}
-    for tier in state.tiers:
-        ops = telemetry.tiers[tier.name]
-        out[tier.name] = {
-            "backend": tier.backend.name,
-            "capacity_bytes": None if math.isinf(tier.capacity) else int(tier.capacity),
-            "volatile": tier.backend.volatile,
-            "describe": redact(tier.description or {"backend": tier.backend.name}, environment_secrets()),
-            "read": ops["read"].to_dict(),
-            "write": ops["write"].to_dict(),
-            "reads_served": telemetry.read_hits.get(tier.name, 0),
-        }
-        out[tier.name]["codec"] = tier_codec(out[tier.name])
-        counters = getattr(tier.backend, "counters", None)
-        if callable(counters):
-            out[tier.name]["counters"] = counters()
-    return out
-
-
-def persistent_tier(tiers: dict[str, Any]) -> str | None:
-    """The first non-volatile tier: what MLPerf's ``nvme_*`` metrics refer to."""
-    for name, tier in tiers.items():
-        if not tier["volatile"]:
-            return name
-    return None
-
-
-def headline(metrics: dict[str, Any], bytes_per_token: int) -> dict[str, Any]:
-    """The MLPerf KV-cache v3.0 headline, computed from the other metric sections.
-
-    Works on dicts, not on live telemetry, so a merged multi-client result gets
-    its headline from the merged sections by the very same formulas.
-    """
-    requests, tiers, cache = metrics["requests"], metrics["tiers"], metrics["cache"]
-    window_s = metrics["window"]["measured_s"]
-    storage_s = metrics["histograms"]["storage"]["total"]
-    generated = requests["generated_tokens"]
-    served = cache["reads_served_by_tier"]
-    reads_total = sum(served.values()) + cache["read_misses"]
-    fast_reads = sum(n for name, n in served.items() if tiers.get(name, {}).get("volatile"))
-    persistent = persistent_tier(tiers)
-
-    def device_p95(op: str) -> float | None:
-        return tiers[persistent][op]["latency_ms"]["device"]["p95"] if persistent else None
-
-    moved = sum(tier[op]["bytes"] for tier in tiers.values() for op in ("read", "write"))
-    if not moved:  # a run that moved no bytes has no storage throughput, whatever its requests said
-        window_s = storage_s = 0.0
-    return {
-        "decode_bytes_read_gb": round(requests["decode_tokens_read"] * bytes_per_token / GB, 6),
-        "avg_throughput_tokens_per_sec": round(generated / window_s, 3) if window_s > 0 else None,
-        "storage_throughput_tokens_per_sec": round(generated / storage_s, 3) if storage_s > 0 else None,
-        "nvme_read_device_p95_ms": device_p95("read"),
-        "nvme_write_device_p95_ms": device_p95("write"),
-        "end_to_end_latency_p95_ms": metrics["latency_ms"]["end_to_end"]["p95"],
-        "cache_hit_rate": round(fast_reads / reads_total, 6) if reads_total else None,
-        "requests_completed": requests["completed"],
-        "persistent_tier": persistent,
-    }
-
-
-def qos_section(e2e: dict[str, LatencyHistogram], service: dict[str, LatencyHistogram],
-                classes: dict[str, QoSClass] | None = None) -> dict[str, Any]:
-    """Per QoS class: end-to-end and service latency, the SLA judged on service latency (enqueued until the
-    storage work is done; generation pacing is simulated GPU time no storage can shorten).  From
-    histograms, so merged results reuse it.  ``classes``: the run's targets (the spec's ``qos``)."""
-    out = {}
-    classes = classes or DEFAULT_QOS
-    for name, hist in e2e.items():
-        summary = service[name].summary()
-        target = classes[name]
-        p95, p99 = summary["p95"], summary["p99"]
-        out[name] = {
-            "requests": hist.count, "latency_ms": hist.summary(), "service_latency_ms": summary,
-            "sla_p95_ms": target.p95_target_s * 1000, "sla_p99_ms": target.p99_target_s * 1000,
-            "priority": target.priority,
-            "sla_met": None if p95 is None else bool(p95 <= target.p95_target_s * 1000
-                                                     and p99 <= target.p99_target_s * 1000),
-        }
-    return out
-
-
-def hit_rates(counters: dict[str, int]) -> dict[str, float | None]:
-    """Prefix and multi-turn hit rates from the cache counters."""
-    prefix_reads = counters.get("prefix_reads", 0)
-    turn_reads = counters.get("turn_reads", 0)
-    return {"prefix_hit_rate": round(counters.get("prefix_hits", 0) / prefix_reads, 6) if prefix_reads else None,
-            "multi_turn_hit_rate": round(counters.get("turn_hits", 0) / turn_reads, 6) if turn_reads else None}
-
-
-def _cache_stats(state: RunState) -> dict[str, Any]:
-    telemetry = state.telemetry
-    counters = dict(telemetry.counters)
-    return {
-        "reads_served_by_tier": dict(telemetry.read_hits),
-        "read_misses": telemetry.read_misses,
-        "demotions_bytes": dict(telemetry.demotions),
-        "demotions_count": dict(telemetry.demotion_count),
-        "evictions_deleted": telemetry.evictions_deleted,
-        "promotions": telemetry.promotions,
-        "system_prompt_reuse": counters.get("prefix_reads", 0),
-        "system_prompt_hits": counters.get("prefix_hits", 0),
-        **hit_rates(counters),
-        "rag_chunk_reads": counters.get("rag_reads", 0),
-        "counters": counters,
-        "occupancy_at_end": {name: {"entries": o["entries"], "bytes": o["bytes"]}  # read before cleanup
-                             for name, o in state.occupancy_at_end.items()},
-    }
 
 
 def _workload_stats(state: RunState) -> dict[str, Any]:
@@ -250,46 +136,11 @@ def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,
     spec = state.spec
     telemetry = state.telemetry
     secrets = environment_secrets()
-    window_s = ((state.measure_end or 0) - (state.measure_start or 0)) if state.measure_start else 0.0
-    io_window = telemetry.io_window() if telemetry else None
-    tiers = _tier_metrics(state) if telemetry else {}
+    metrics = Metrics.from_telemetry(state).to_json() if telemetry else {}
+    tiers = metrics.get("tiers", {})
     workload = _workload_stats(state) if telemetry else {}
     describe = redact(state.source.describe(), secrets) if state.source else {}
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    moved = sum(t["read"]["bytes"] + t["write"]["bytes"] for t in tiers.values())
-    cpu_s = usage.ru_utime + usage.ru_stime
     paths = {t.name: t.backend.options["path"] for t in state.tiers if isinstance(t.backend.options.get("path"), str)}
-    metrics: dict[str, Any] = {}
-    if telemetry:
-        metrics = {
-            "window": {"measured_s": round(window_s, 6),
-                       "io_active_s": round(io_window[1] - io_window[0], 6) if io_window else None,
-                       "started_at": state.measure_start_wall, "ended_at": state.measure_end_wall,
-                       "monotonic_start": state.measure_start},
-            "requests": {"completed": telemetry.requests, "failed": telemetry.requests_failed,
-                         "write_failed": telemetry.requests_write_failed,
-                         "unfinished": state.unfinished_requests, "context_tokens": telemetry.context_tokens,
-                         "generated_tokens": telemetry.generated_tokens,
-                         "decode_tokens_read": telemetry.decode_tokens_read},
-            "latency_ms": {"end_to_end": telemetry.e2e_all.summary(), "queue_wait": telemetry.queue_wait.summary(),
-                           "storage": telemetry.storage.summary()},
-            "histograms": {"end_to_end": telemetry.e2e_all.to_dict(), "queue_wait": telemetry.queue_wait.to_dict(),
-                           "storage": telemetry.storage.to_dict(),
-                           "end_to_end_by_qos": {q: h.to_dict() for q, h in telemetry.e2e.items()},
-                           "service_by_qos": {q: h.to_dict() for q, h in telemetry.service.items()}},
-            "qos": qos_section(telemetry.e2e, telemetry.service, qos_classes(spec)),
-            "tiers": tiers,
-            "cache": _cache_stats(state),
-            "drain": state.drain,
-            "verify": {"enabled": spec["verify"], "bytes_verified": telemetry.verified_bytes,
-                       "seconds": round(telemetry.verify_seconds, 6),
-                       "integrity_errors": telemetry.counters.get("integrity_errors", 0),
-                       "mismatches": telemetry.integrity_errors},
-            "cpu": {"process_cpu_s": round(cpu_s, 3), "peak_rss_bytes": usage.ru_maxrss * 1024,
-                    "cpu_s_per_gb_moved": round(cpu_s / (moved / GB), 4) if moved else None,
-                    "host_share_of_tier_time": host_share(tiers)},
-        }
-        metrics = {"headline": headline(metrics, state.bytes_per_token), **metrics}
     # Declared free text (fabric, notes) may quote a dashboard URL with its token: masked like the spec.
     environment = redact(detect_environment(paths), secrets)  # tier paths come from the spec
     detected = {**(_detected_declaration(state, spec, tiers, workload, describe) if telemetry else {}),
@@ -323,15 +174,6 @@ def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,
     }
     result["checks"] = run_checks(result)
     return result
-
-
-def host_share(tiers: dict[str, Any]) -> dict[str, float | None]:
-    shares = {}
-    for name, info in tiers.items():
-        host = sum(info[op]["histograms"]["host"]["total"] for op in ("read", "write"))
-        total = sum(info[op]["histograms"]["total"]["total"] for op in ("read", "write"))
-        shares[name] = round(host / total, 4) if total > 0 else None
-    return shares
 
 
 def write_result(result: dict[str, Any], path: str | os.PathLike[str]) -> Path:
