@@ -212,6 +212,10 @@ class NixlBackend(EntryFilesBackend):
                 self.directory.open()
             else:
                 params.update(self._open_bucket())
+                # NIXL's OBJ plugin starts half the host's cores as request threads per agent; an agent
+                # here has at most queue_depth requests (x concurrency when shared) in flight.
+                lanes_per_agent = max(1, self.context.concurrency) if self.shared_agent else 1
+                params.setdefault("num_threads", str(self.queue_depth * lanes_per_agent))
             self.lanes = Lanes(lambda index: self._start_agent(params, index), count=max(1, self.context.concurrency),
                                shared=self.shared_agent, memory=self.memory, pieces=self.queue_depth,
                                piece_bytes=self.transfer_size, device=self.device)

@@ -171,6 +171,7 @@ def test_obj_describe_says_nixl_obj_and_holds_no_credentials(open_backend: OpenB
     assert info["access_mechanism"].startswith("NIXL OBJ")
     assert info["nixl_params"]["endpoint_override"] == obj_options["endpoint_url"]
     assert info["nixl_params"]["use_virtual_addressing"] == "false"
+    assert info["nixl_params"]["num_threads"] == "4"  # queue_depth requests per agent, not half the cores
     text = json.dumps(info)
     assert "nixl-secret-marker" not in text and "AKIDNIXLTESTMARKER" not in text
 
