@@ -137,7 +137,7 @@ def assert_consistent(cache: MultiTierCache) -> None:
         assert guard.stored == sizes, tier.name
         assert all(cache.location(key) == tier.name for key in tier.lru)
     assert cache.occupancy() == {t.name: {"entries": len(t.lru), "bytes": t.usage,
-                                          "capacity": t.capacity} for t in cache.tiers}
+                                          "capacity_bytes": t.capacity} for t in cache.tiers}
 
 
 def stored_bytes_are_the_payload(cache: MultiTierCache, key: str, size: int) -> bool:

@@ -193,10 +193,12 @@ class MultiTierCache:
         with entry.lock:
             self._remove(entry)
 
-    def occupancy(self) -> dict[str, dict[str, float]]:
+    def occupancy(self) -> dict[str, dict[str, int | None]]:
+        """Per tier: entries, bytes held and ``capacity_bytes`` (None when unbounded), the result's one name."""
         with self._lock:
             return {t.name: {"entries": len(t.lru), "bytes": t.usage,
-                             "capacity": None if math.isinf(t.capacity) else t.capacity} for t in self.tiers}
+                             "capacity_bytes": None if math.isinf(t.capacity) else int(t.capacity)}
+                    for t in self.tiers}
 
     def entry_size(self, key: str) -> int | None:
         """Bytes of the entry stored under ``key``, or None when it is not cached."""

@@ -298,7 +298,7 @@ def _occupancy(result: dict[str, Any]) -> Any:
         shares = []
         for point in series:
             entry = point["occupancy"].get(tier) or {}
-            capacity = entry.get("capacity")
+            capacity = entry.get("capacity_bytes")
             shares.append(100.0 * entry.get("bytes", 0) / capacity if capacity else np.nan)
         axes.plot(t, shares, label=tier)
     _shade_drain(axes, drain)
