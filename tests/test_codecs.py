@@ -395,3 +395,23 @@ def test_codec_plugins_are_listed_with_what_they_provide(vendor_codecs: None) ->
     with pytest.raises(SpecError):
         from kvbench_core.contracts.plugins import lookup
         lookup("codec", "nope", path="cache.codec")
+
+
+def test_the_stage_holds_one_segment_per_worker_not_the_entry(tmp_path: Path) -> None:
+    """A 96 MiB entry through an 8 MiB segment: Python-side memory peaks near one encoded segment."""
+    import tracemalloc
+
+    tier = codec_tier("lz4", backend="nvme", segment="8MiB",
+                      options={"path": str(tmp_path / "cache"), "fsync": False, "drop_cache": False})
+    try:
+        tracemalloc.start()
+        try:
+            tier.write("big", POOLS["random"].payload("big", 96 << 20))
+            tier.read("big", 96 << 20, ChecksumSink())
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 3 * (8 << 20)  # one encoded segment, one chunk, the inner tier's own buffers
+        assert len(list((tmp_path / "cache").rglob("*kvc*"))) == 11  # segments 1..11 beside segment 0
+    finally:
+        tier.close()
