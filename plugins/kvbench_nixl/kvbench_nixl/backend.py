@@ -50,7 +50,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
 
 from kvbench_nvme.directory import TierDirectory
 from kvbench_nvme.entry_files import EntryFilesBackend
@@ -59,22 +58,18 @@ from kvbench_s3.backend import S3Backend
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, DiscardSink, IOTiming, check_key
 from kvbench_core.contracts.errors import BackendUnavailable, SpecError
-from kvbench_core.spec.units import SIZE_PATTERN, parse_size
 from kvbench_nixl.arena import ALIGN, Lane, Lanes
 from kvbench_nixl.library import Agent, Library, NixlRequirements, load
-from kvbench_nixl.objects import ObjectPieces
-
-MAX_TRANSFER = 1 << 30
-FILE_BACKENDS = ("POSIX", "GDS", "GDS_MT")
-GPU_BACKENDS = ("GDS", "GDS_MT")
-#: Options that apply only to file backends, and only to OBJ.
-FILE_OPTIONS = ("path", "allow_nonempty", "fsync", "drop_cache")
-OBJ_OPTIONS = ("bucket", "endpoint_url", "region", "profile", "create_bucket", "prefix", "virtual_addressing")
-#: OBJ plugin parameters the tier sets from its own options and the credentials chain.
-MANAGED_OBJ_PARAMS = frozenset({"bucket", "endpoint_override", "scheme", "region", "use_virtual_addressing",
-                                "access_key", "secret_key", "session_token"})
-_SECRET_NAMES = "(?i)(secret|access_key|session_token|password|credential|token)"
-_S3 = S3Backend.options_schema["properties"]
+from kvbench_nixl.objects import ObjectPieces, open_bucket
+from kvbench_nixl.options import (
+    FILE_BACKENDS,
+    GPU_BACKENDS,
+    OPTIONS_SCHEMA,
+    check_combinations,
+    plugin_params,
+    posix_io_queue,
+    transfer_size,
+)
 
 Descriptor = tuple[int, int, int]
 Piece = tuple[int, int]  # (offset in the entry, length)
@@ -103,49 +98,7 @@ class NixlBackend(EntryFilesBackend):
 
     name = "nixl"
     requires = NixlRequirements()  # evaluated at selection: any NIXL wheel satisfies it
-    options_schema: ClassVar[dict[str, Any]] = {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["nixl_backend"],
-        "properties": {
-            "nixl_backend": {"enum": ["POSIX", "OBJ", "GDS", "GDS_MT"],
-                             "description": "NIXL backend plugin: POSIX files, OBJ (S3), GDS / GDS_MT (cuFile, GPU)"},
-            "transfer_size": {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_PATTERN}],
-                              "default": "1MiB",
-                              "description": "bytes per NIXL descriptor (per object for OBJ), 4 KiB to 1 GiB"},
-            "queue_depth": {"type": "integer", "minimum": 1, "maximum": 256, "default": 1,
-                            "description": "descriptors per NIXL request: pieces of one entry in flight at once"},
-            "memory": {"enum": ["DRAM", "VRAM"], "default": "DRAM",
-                       "description": "where the registered payload memory lives; VRAM needs GDS/GDS_MT and a GPU"},
-            "device": {"type": "string", "pattern": "^cuda(:[0-9]+)?$", "default": "cuda",
-                       "description": "the GPU of a VRAM arena"},
-            "agents": {"enum": ["separate", "shared"], "default": "separate",
-                       "description": "one NIXL agent per concurrent operation (as one per engine worker), "
-                                      "or one agent all operations share"},
-            "params": {"type": "object",
-                       "propertyNames": {"not": {"pattern": _SECRET_NAMES},
-                                         "description": "credentials come from the boto3 chain, never the spec"},
-                       "additionalProperties": {"type": ["string", "integer", "boolean"]},
-                       "description": "more init parameters of the NIXL plugin, e.g. {use_uring: true}"},
-            "path": {"type": "string", "minLength": 1,
-                     "description": "POSIX/GDS: directory for the entry files (created and marked if missing)"},
-            "allow_nonempty": {"type": "boolean", "default": False,
-                               "description": "use an existing non-empty directory kvbench did not create"},
-            "fsync": {"type": "boolean", "default": True, "description": "fsync each entry file before write returns"},
-            "drop_cache": {"type": "boolean", "default": True,
-                           "description": "posix_fadvise(DONTNEED) each entry file before it is read"},
-            "bucket": _S3["bucket"],
-            "endpoint_url": _S3["endpoint_url"],
-            "region": _S3["region"],
-            "profile": _S3["profile"],
-            "create_bucket": _S3["create_bucket"],
-            "prefix": _S3["prefix"],
-            "virtual_addressing": {"type": "boolean", "default": False,
-                                   "description": "OBJ: virtual-hosted-style addressing (path style when false)"},
-        },
-        "allOf": [{"if": {"properties": {"nixl_backend": {"const": "OBJ"}}, "required": ["nixl_backend"]},
-                   "then": {"required": ["bucket"]}, "else": {"required": ["path"]}}],
-    }
+    options_schema: ClassVar[dict[str, Any]] = OPTIONS_SCHEMA
 
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)
@@ -154,20 +107,13 @@ class NixlBackend(EntryFilesBackend):
         self.where = f"tiers.{context.tier_name}.options"
         self.nixl_backend: str = resolved["nixl_backend"]
         self.files = self.nixl_backend in FILE_BACKENDS
-        self._refuse_foreign_options()
+        check_combinations(self.options, self.where)
         self.queue_depth: int = resolved["queue_depth"]
         self.memory: str = resolved["memory"]
         self.device: str = resolved["device"]
         self.shared_agent = resolved["agents"] == "shared"
-        if self.memory == "VRAM" and self.nixl_backend not in GPU_BACKENDS:
-            raise SpecError(f"{self.where}.memory: VRAM needs nixl_backend GDS or GDS_MT "
-                            f"(NIXL's {self.nixl_backend} plugin moves DRAM only)")
-        self.transfer_size = self._transfer_size(resolved["transfer_size"])
-        self.params = {key: _param_text(value) for key, value in resolved.get("params", {}).items()}
-        if self.nixl_backend == "OBJ" and MANAGED_OBJ_PARAMS & set(self.params):
-            first = sorted(MANAGED_OBJ_PARAMS & set(self.params))[0]
-            raise SpecError(f"{self.where}.params.{first}: set by the tier (bucket, endpoint_url, region, "
-                            "virtual_addressing options; credentials from the boto3 chain), not in params")
+        self.transfer_size = transfer_size(resolved["transfer_size"], self.where)
+        self.params = plugin_params(resolved.get("params", {}))
         self.fsync: bool = resolved["fsync"]
         self.drop_cache: bool = resolved["drop_cache"]
         if self.files:
@@ -180,20 +126,6 @@ class NixlBackend(EntryFilesBackend):
         self._described_params: dict[str, str] = {}
         self._commands = 0
         self._count_lock = threading.Lock()
-
-    def _refuse_foreign_options(self) -> None:
-        foreign = OBJ_OPTIONS if self.files else FILE_OPTIONS
-        for option in foreign:
-            if option in self.options:
-                needs = "OBJ" if self.files else "POSIX, GDS or GDS_MT"
-                raise SpecError(f"{self.where}.{option}: applies to nixl_backend {needs}, "
-                                f"not {self.nixl_backend}")
-
-    def _transfer_size(self, value: int | str) -> int:
-        size = parse_size(value)
-        if not ALIGN <= size <= MAX_TRANSFER:
-            raise SpecError(f"{self.where}.transfer_size: expected a size between 4 KiB and 1 GiB, got {value!r}")
-        return size
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -211,7 +143,8 @@ class NixlBackend(EntryFilesBackend):
             if self.files:
                 self.directory.open()
             else:
-                params.update(self._open_bucket())
+                self._control, bucket_params = open_bucket(self.options, self.context)
+                params.update(bucket_params)
                 # NIXL's OBJ plugin starts half the host's cores as request threads per agent; an agent
                 # here has at most queue_depth requests (x concurrency when shared) in flight.
                 lanes_per_agent = max(1, self.context.concurrency) if self.shared_agent else 1
@@ -248,29 +181,6 @@ class NixlBackend(EntryFilesBackend):
             if not torch.cuda.is_available():
                 raise BackendUnavailable(f"{self.label}: memory: VRAM but torch {torch.__version__} sees no CUDA "
                                          "device; check nvidia-smi and CUDA_VISIBLE_DEVICES")
-
-    def _open_bucket(self) -> dict[str, str]:
-        """Open the control plane on the bucket; return the OBJ plugin's parameters, credentials included."""
-        import boto3
-
-        options = {key: self.options[key] for key in ("bucket", "endpoint_url", "region", "profile",
-                                                      "create_bucket", "prefix") if key in self.options}
-        options["addressing_style"] = "virtual" if self.options.get("virtual_addressing") else "path"
-        self._control = S3Backend(options, self.context)
-        self._control.open()
-        session = boto3.session.Session(profile_name=self.options.get("profile"),
-                                        region_name=self.options.get("region"))
-        frozen = session.get_credentials().get_frozen_credentials()  # the chain S3Backend.open just vetted
-        params = {"bucket": self.options["bucket"], "access_key": frozen.access_key,
-                  "secret_key": frozen.secret_key,
-                  "use_virtual_addressing": "true" if self.options.get("virtual_addressing") else "false",
-                  "region": self.options.get("region") or session.region_name or "us-east-1"}
-        if frozen.token:
-            params["session_token"] = frozen.token
-        if "endpoint_url" in self.options:
-            params["endpoint_override"] = self.options["endpoint_url"]
-            params["scheme"] = urlsplit(self.options["endpoint_url"]).scheme
-        return params
 
     def _start_agent(self, params: dict[str, str], index: int) -> Agent:
         assert self.library is not None
@@ -502,7 +412,7 @@ class NixlBackend(EntryFilesBackend):
         library = self.library
         version = library.version if library else "not loaded"
         what = {
-            "POSIX": f"file I/O by NIXL's POSIX plugin (io queue: {_posix_io_queue(self.params)})",
+            "POSIX": f"file I/O by NIXL's POSIX plugin (io queue: {posix_io_queue(self.params)})",
             "OBJ": "S3 PutObject / ranged GetObject by NIXL's OBJ plugin (aws-sdk-cpp)",
             "GDS": "cuFile by NIXL's GDS plugin",
             "GDS_MT": "cuFile by NIXL's multi-threaded GDS plugin",
@@ -524,7 +434,7 @@ class NixlBackend(EntryFilesBackend):
             "transfer_size": self.transfer_size,
         }
         if self.nixl_backend == "POSIX":
-            info["io_queue"] = _posix_io_queue(self.params)
+            info["io_queue"] = posix_io_queue(self.params)
         if self.files:
             location = describe_location(self.directory.path)
             filesystem = location["filesystem"]
@@ -536,22 +446,6 @@ class NixlBackend(EntryFilesBackend):
                 "endpoint": self.options.get("endpoint_url", "AWS S3"),
                 "key_prefix": control.key_prefix if control else None,
                 "identity_source": control.identity_source if control else None}
-
-
-def _posix_io_queue(params: dict[str, str]) -> str:
-    """The io queue NIXL's POSIX plugin picks from its parameters (its own order: aio, uring, posix_aio);
-    NIXL does not report it back, so this is what was asked for."""
-    for key, queue in (("use_aio", "libaio"), ("use_uring", "io_uring"), ("use_posix_aio", "POSIX AIO")):
-        if params.get(key) == "true":
-            return queue
-    return "NIXL's default (libaio where available)"
-
-
-def _param_text(value: str | int | bool) -> str:
-    """NIXL's init parameters are strings; booleans as NIXL spells them."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 @contextlib.contextmanager

@@ -24,8 +24,11 @@ import itertools
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
-from kvbench_core.contracts.backend import check_key
+from kvbench_s3.backend import S3Backend
+
+from kvbench_core.contracts.backend import BackendContext, check_key
 from kvbench_nixl.library import Agent
 
 Descriptor = tuple[int, int, int]
@@ -101,3 +104,26 @@ class ObjectPieces:
     def _delete_objects(self, key: str, indices: range) -> None:
         for index in indices:
             self.control.delete(self.piece_name(key, index))
+
+
+def open_bucket(options: dict[str, Any], context: BackendContext) -> tuple[S3Backend, dict[str, str]]:
+    """Open the control plane on the tier's bucket (credentials chain, bucket check or creation) and return
+    it with the OBJ plugin's parameters, credentials included: they go to NIXL in memory, nowhere else."""
+    import boto3
+
+    control_options = {key: options[key] for key in ("bucket", "endpoint_url", "region", "profile",
+                                                      "create_bucket", "prefix") if key in options}
+    control_options["addressing_style"] = "virtual" if options.get("virtual_addressing") else "path"
+    control = S3Backend(control_options, context)
+    control.open()
+    session = boto3.session.Session(profile_name=options.get("profile"), region_name=options.get("region"))
+    frozen = session.get_credentials().get_frozen_credentials()  # the chain control.open() just vetted
+    params = {"bucket": options["bucket"], "access_key": frozen.access_key, "secret_key": frozen.secret_key,
+              "use_virtual_addressing": "true" if options.get("virtual_addressing") else "false",
+              "region": options.get("region") or session.region_name or "us-east-1"}
+    if frozen.token:
+        params["session_token"] = frozen.token
+    if "endpoint_url" in options:
+        params["endpoint_override"] = options["endpoint_url"]
+        params["scheme"] = urlsplit(options["endpoint_url"]).scheme
+    return control, params
