@@ -23,7 +23,7 @@ STEADY_FILL = 0.9
 
 def cache_state_at_open(tiers: list[Tier], target_usage_ratio: float) -> str:
     """``cold`` / ``warm`` / ``steady`` from the tiers when the window opened (see above)."""
-    if not any(tier.lru for tier in tiers):
+    if not any(tier.usage for tier in tiers):  # stored or being stored
         return "cold"
     bounded = [tier for tier in tiers if not math.isinf(tier.capacity)]
     if bounded and all(tier.usage >= STEADY_FILL * target_usage_ratio * tier.capacity
