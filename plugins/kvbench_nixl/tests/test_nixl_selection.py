@@ -83,6 +83,7 @@ def test_a_wheel_that_does_not_import_fails_open_naming_the_extra(tmp_path: Path
     assert not (tmp_path / "tier").exists()
 
 
+@needs_nixl  # without the wheel, selection stops first, naming the extra (tested above)
 @pytest.mark.skipif(has_nvidia_driver(), reason="this host has the NVIDIA driver")
 @pytest.mark.parametrize("backend", ["GDS", "GDS_MT"])
 def test_gds_without_a_gpu_fails_before_the_run(tmp_path: Path, backend: str) -> None:

@@ -50,6 +50,7 @@ def test_obj_spec_runs(tmp_path: Path, moto_server: MotoServer) -> None:
     assert code == 0, stderr
 
 
+@needs_nixl
 @pytest.mark.skipif(has_nvidia_driver(), reason="a GPU host runs the GDS spec for real (test_nixl_gpu.py)")
 def test_gds_spec_stops_before_the_run_without_a_gpu(tmp_path: Path) -> None:
     spec = shortened(tmp_path, "nixl-gds", path=str(tmp_path / "kv"))
