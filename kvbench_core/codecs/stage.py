@@ -74,11 +74,16 @@ def check_codec_choices(raw: dict[str, Any]) -> None:
 
 
 def resolve_codecs(spec: dict[str, Any]) -> None:
-    """Give every tier of a resolved spec its effective ``codec`` (resolved form, or None)."""
+    """Give every tier of a resolved spec that runs through a codec its effective ``codec`` (resolved form);
+    a spec without codecs resolves exactly as it did before codecs existed."""
     cache = spec["cache"]
-    cache["codec"] = codec_choice(cache.get("codec"))
-    for tier in spec["cache"]["tiers"]:
-        tier["codec"] = codec_choice(tier["codec"]) if "codec" in tier else cache["codec"]
+    default = codec_choice(cache.pop("codec", None))
+    if default is not None:
+        cache["codec"] = default
+    for tier in cache["tiers"]:
+        choice = codec_choice(tier.pop("codec")) if "codec" in tier else default
+        if choice is not None:
+            tier["codec"] = choice
 
 
 def with_codec(backend: StorageBackend, choice: dict[str, Any] | None, *, path: str) -> StorageBackend:
