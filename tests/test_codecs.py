@@ -415,3 +415,21 @@ def test_the_stage_holds_one_segment_per_worker_not_the_entry(tmp_path: Path) ->
         assert len(list((tmp_path / "cache").rglob("*kvc*"))) == 11  # segments 1..11 beside segment 0
     finally:
         tier.close()
+
+
+def test_a_tier_codec_wins_over_the_cache_codec_and_sizes_resolve(tmp_path: Path) -> None:
+    import yaml
+
+    from kvbench_core.spec.loader import load_spec
+
+    spec = codec_run_spec(tmp_path, {"name": "zstd", "chunk": "256KiB", "segment": "1MiB"})
+    spec["cache"]["tiers"][0]["codec"] = "none"
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    _, resolved = load_spec(path)
+    dram, nvme = resolved["cache"]["tiers"]
+    assert dram["codec"]["name"] == "none"
+    assert nvme["codec"] == {"name": "zstd", "options": {}, "chunk": 256 << 10, "segment": 1 << 20}
+    _, overridden = load_spec(path, ["cache.codec=lz4"])
+    assert overridden["cache"]["tiers"][1]["codec"]["name"] == "lz4"
+    assert overridden["payload"] == "synthetic_kv"
