@@ -4,6 +4,7 @@ registered through the ``kvbench_codecs`` hook."""
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import zlib
@@ -251,6 +252,20 @@ class TestBytePlaneStageOverDirectoryTier(BackendConformance):
                 "options": {"path": str(tmp_path / "cache"), "fsync": False, "drop_cache": False},
                 "codec": codec_choice("bf16_planes")}
         return create_backend(tier, context, path="tier")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed (kvbench-core[gpu])")
+class TestZstdStageOverGPUTierOnCPUDevice(BackendConformance):
+    """The gpu tier's logic (torch's CPU device) behind a codec: the stage hides its tensor path."""
+
+    backend_name = "gpu"
+
+    def make_backend(self, context: BackendContext, tmp_path: Path) -> StorageBackend:
+        tier = {"name": f"conformance-gpu{next(_tier_numbers)}", "backend": "gpu", "options": {"device": "cpu"},
+                "codec": codec_choice({"name": "zstd", "chunk": 512 << 10})}
+        backend = create_backend(tier, context, path="tier")
+        assert not hasattr(backend, "tensor")  # a demotion must not copy encoded bytes as if they were KV
+        return backend
 
 
 # -- a vendor's codec, registered from outside the core --------------------------------------------------
