@@ -336,6 +336,23 @@ def table(summary: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def markdown(summary: list[dict[str, Any]]) -> str:
+    """The table for docs/PERFORMANCE.md, from the same medians."""
+    lines = ["| mode | qd | op | kvbench | vs fio | fio MiB/s | kvbench MiB/s | kv / fio paired | kv / fio medians | "
+             "CPU s/GiB fio | "
+             "CPU s/GiB kvbench | requests fio | requests kvbench | kv host % |",
+             "| --- | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for row in summary:
+        requests = " | ".join(f"{row[key]:.0f}" if row[key] is not None else "–"
+                              for key in ("fio_device_requests", "kvbench_device_requests"))
+        lines.append(f"| {row['mode']} | {row['queue_depth']} | {row['op']} | {row['kvbench'].split()[1]} | "
+                     f"{row['fio'].split()[1]} | {row['fio_mib_s']:.0f} | {row['kvbench_mib_s']:.0f} | "
+                     f"{row['ratio']:.2f} | {row['ratio_of_medians']:.2f} | "
+                     f"{row['fio_cpu_s_per_gib']:.2f} | {row['kvbench_cpu_s_per_gib']:.2f} | "
+                     f"{requests} | {100 * row['host_share']:.1f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", default="kvcache/nvme-vs-fio", help="scratch directory on the filesystem under test")
@@ -349,6 +366,7 @@ def main() -> None:
     parser.add_argument("--fio-hugetlbfs", metavar="DIR",
                         help="a mounted hugetlbfs: fio's buffers in huge pages, contiguous like kvbench's")
     parser.add_argument("--json", help="also write the samples and machine description here")
+    parser.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
     args = parser.parse_args()
     if shutil.which("fio") is None:
         parser.error("fio is not installed (apt-get install fio)")
@@ -367,6 +385,8 @@ def main() -> None:
     summary = rows(cells)
     about["load_average_after"] = os.getloadavg()
     print(table(summary))
+    if args.markdown:
+        print(markdown(summary))
     print(f"load average before {about['load_average']}, after {about['load_average_after']}")
     if args.json:
         with open(args.json, "w") as out:
