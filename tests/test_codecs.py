@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from tiny_spec import assert_valid_result, history_spec, run_cli
 
+from kvbench_core.cli.run_cmd import summarize
 from kvbench_core.cli.spec_cmd import DETECTED_AT_RUN, DETECTED_WITH_CODEC, declaration_status, uses_codec
 from kvbench_core.codecs.contract import Codec
 from kvbench_core.codecs.stage import codec_choice
@@ -361,6 +362,9 @@ def test_verify_through_the_built_in_codecs_finds_nothing_wrong_and_fills_the_de
     assert tensor["compression_ratio"] > 1
     detected = {f"{section}.{name}" for section, fields in result["declaration"].items()
                 for name, field in fields.items() if field["source"] == "detected"}
+    summary = summarize(result)  # the printed summary says the same as the JSON
+    assert f"codec bf16_planes: ratio {tiers['nvme']['codec']['ratio']:.3f}" in summary
+    assert f"codec zstd: ratio {tiers['dram']['codec']['ratio']:.3f}" in summary
     promised = {name for name, state in declaration_status({}, coded=uses_codec(spec)).items()
                 if state == "detected at run"}  # what `kvbench spec declare` tells the user
     tensor = {name for name in detected | promised if name.startswith("tensor.")}
@@ -377,6 +381,7 @@ def test_without_a_codec_every_tier_reports_logical_equal_to_physical(tmp_path: 
         assert tier["write"]["physical_bytes"] == tier["write"]["bytes"]
     assert result["declaration"]["tensor"]["codec"]["value"] == "none"
     assert not uses_codec(spec)
+    assert "codec " not in summarize(result)
     assert not uses_codec({"cache": {"codec": "zstd", "tiers": [{"name": "a", "codec": "none"}]}})
     assert uses_codec({"cache": {"codec": "zstd", "tiers": [{"name": "a", "codec": "none"}, {"name": "b"}]}})
 

@@ -12,6 +12,7 @@ import argparse
 import sys
 from typing import Any
 
+from kvbench_core.codecs.figures import codec_line
 from kvbench_core.engine.dryrun import build_plan
 from kvbench_core.reports.verdicts import explain
 from kvbench_core.results.checks import attention_lines
@@ -101,6 +102,9 @@ def summarize(result: dict[str, Any]) -> str:
                 f"(device {_fmt(read['latency_ms']['device']['p95'])})  "
                 f"write p95 {_fmt(write['latency_ms']['total']['p95'])} ms "
                 f"(device {_fmt(write['latency_ms']['device']['p95'])})")
+            coded = codec_line(tier["codec"]) if "codec" in tier else None
+            if coded:
+                lines.append(f"  {'':<10} {coded}")
     return "\n".join(lines)
 
 

@@ -53,3 +53,16 @@ def tensor_declaration(tiers: dict[str, dict[str, Any]], kv_dtype: str | None) -
         "integration_point": f"CPU, kvbench codec stage in front of {', '.join(coded)}",
         "overlapped": False,  # a segment is decoded after its device read completes
     }
+
+
+def codec_line(codec: dict[str, Any]) -> str | None:
+    """One summary line for a coded tier's codec section; None for a tier without a codec."""
+    if codec["name"] == "none":
+        return None
+    rates = [f"{op} {rate / 1e9:.2f} GB/s per core" for op, rate in
+             (("encode", codec["encode_bytes_per_s_per_core"]), ("decode", codec["decode_bytes_per_s_per_core"]))
+             if rate]
+    ratio = f"{codec['ratio']:.3f}" if codec["ratio"] else "-"
+    return (f"codec {codec['name']}: ratio {ratio} ({codec['physical_bytes_written'] / 1e9:.3f} GB reached the "
+            f"device for {codec['logical_bytes_written'] / 1e9:.3f} GB of KV written)"
+            + (f", {', '.join(rates)}" if rates else ""))
