@@ -453,3 +453,14 @@ def test_a_tier_codec_wins_over_the_cache_codec_and_sizes_resolve(tmp_path: Path
     _, overridden = load_spec(path, ["cache.codec=lz4"])
     assert overridden["cache"]["tiers"][1]["codec"]["name"] == "lz4"
     assert overridden["payload"] == "synthetic_kv"
+
+
+def test_a_multi_client_result_merges_physical_bytes_and_recomputes_the_codec_figures(tmp_path: Path) -> None:
+    spec = codec_run_spec(tmp_path, "zstd", clients=2, verify=False)
+    result = run_result(tmp_path, spec)
+    assert len(result["clients"]) == 2
+    for tier in result["metrics"]["tiers"].values():
+        codec, write = tier["codec"], tier["write"]
+        assert codec["physical_bytes_written"] == write["physical_bytes"] < write["bytes"]
+        assert codec["ratio"] == round(write["bytes"] / write["physical_bytes"], 4)
+    assert result["declaration"]["tensor"]["compression_ratio"]["value"] > 1
