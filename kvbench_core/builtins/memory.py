@@ -263,8 +263,11 @@ class GPUMemoryBackend(StorageBackend):
         tensor = self._entry(key)
         n = len(out)
         host = self._torch.frombuffer(out, dtype=self._torch.uint8)
+        t0 = time.perf_counter()
         host.copy_(tensor[offset:offset + n])
         self._sync()
+        if self.context.io_log is not None:
+            self.context.io_log.record(key, "read", offset, n, t0, time.perf_counter())
 
     def tensor(self, key: str) -> Any:
         """The entry's device tensor, for GPU-native demotion (e.g. straight into the gds tier)."""

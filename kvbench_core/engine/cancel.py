@@ -92,17 +92,31 @@ def cancellable_source(source: ByteSource, token: CancelToken | None) -> ByteSou
 
 
 class CommandRecorder:
-    """One tier's ``io_log``: per-command latency and bytes to the telemetry, the JSONL log if any."""
+    """One tier's ``io_log``: collects each operation's device commands for the cache to book with the
+    operation (``take``), forwards them to the JSONL I/O log if any, and is a cancellation point.
 
-    __slots__ = ("io_log", "telemetry", "tier", "token")
+    The cache never runs two operations on one key of one tier at once, so commands are kept per key.
+    Outside the measured window they only feed the live progress line."""
+
+    __slots__ = ("_lock", "_pending", "io_log", "telemetry", "tier", "token")
 
     def __init__(self, tier: str, telemetry: Any, *, io_log: Any = None, token: CancelToken | None = None) -> None:
         self.tier, self.telemetry, self.io_log, self.token = tier, telemetry, io_log, token
+        self._lock = threading.Lock()
+        self._pending: dict[tuple[str, str], list[tuple[int, float, float]]] = {}
 
-    def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float,
-               requested: int | None = None, align: int | None = None) -> None:
-        self.telemetry.record_command(self.tier, op, nbytes, start_s, end_s)
+    def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float) -> None:
+        if self.telemetry.measuring:
+            with self._lock:
+                self._pending.setdefault((key, op), []).append((nbytes, start_s, end_s))
+        else:
+            self.telemetry.record_progress_bytes(self.tier, op, nbytes)
         if self.io_log is not None:
-            self.io_log.record(key, op, offset, nbytes, start_s, end_s, requested, align)
+            self.io_log.record(key, op, offset, nbytes, start_s, end_s)
         if self.token is not None:
             self.token.check()
+
+    def take(self, key: str, op: str) -> list[tuple[int, float, float]]:
+        """The commands ``op`` on ``key`` issued since the last take (the operation just ended)."""
+        with self._lock:
+            return self._pending.pop((key, op), [])

@@ -322,10 +322,10 @@ class Runner:
             self._next_scale = now + self.autoscaler.interval_s
             self._scale(now)
 
-    def _close_interval(self) -> dict[str, Any]:
+    def _close_interval(self, end: float | None = None) -> dict[str, Any]:
         assert self.cache is not None and self.state.telemetry is not None
         return self.state.telemetry.close_interval(len(self.users), {"occupancy": self.cache.occupancy(),
-                                                                     "queue": self.pool.waiting})
+                                                                     "queue": self.pool.waiting}, end=end)
 
     def _scale(self, now: float) -> None:
         """One autoscaler decision; the seed's autoscaling_stats entry: users, throughput, saturation, action."""
@@ -374,7 +374,6 @@ class Runner:
         assert telemetry is not None and self.cache is not None
         now = time.perf_counter()
         if window.is_open:
-            self._close_interval()  # the last, partial interval: the series covers the window to its end
             telemetry.close_window()
             now = telemetry.window_close or now
             state.measure_end, state.measure_end_wall = now, time.time()
@@ -397,6 +396,9 @@ class Runner:
         if window.opened_at is None:
             state.stop_reason = state.stop_reason or "stopped during warm-up"
             return
+        # The last, partial interval ends with the window; closed only now, once every request that
+        # finished inside the window has been booked (some are booked during the drain).
+        self._close_interval(end=telemetry.window_close)
         telemetry.stop_measuring()
         state.drain = {**telemetry.drain.to_dict(), "limit_s": window.drain_timeout_s,
                        "cancelled_in_flight": cancelled, "workers_abandoned": abandoned}

@@ -9,6 +9,7 @@ completion, drain included), never over the nominal duration.
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections import defaultdict
@@ -22,6 +23,22 @@ from kvbench_core.engine.opstats import OpStats
 __all__ = ["OpStats", "RequestTally", "Telemetry"]
 
 
+#: A device command: (bytes, start, end) on the monotonic clock.
+Command = tuple[int, float, float]
+
+
+@dataclass(slots=True)
+class OpRecord:
+    """One per-entry operation with the device commands it issued (booked together, in one window)."""
+
+    tier: str
+    op: str
+    timing: IOTiming
+    start: float
+    end: float
+    commands: list[Command] = field(default_factory=list)
+
+
 @dataclass
 class RequestTally:
     """What one request did, held back until the request ends, then booked whole in one window.
@@ -33,7 +50,7 @@ class RequestTally:
 
     counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     outcomes: list[str | None] = field(default_factory=list)  # tier name per read, None for a miss
-    ops: list[tuple[str, str, IOTiming, float, float]] = field(default_factory=list)
+    ops: list[OpRecord] = field(default_factory=list)
     verified_bytes: int = 0
     verify_seconds: float = 0.0
     demotions: list[tuple[str, int]] = field(default_factory=list)  # ("src->dst", bytes)
@@ -57,7 +74,6 @@ class Telemetry:
         self._local = threading.local()
         self.qos_classes = qos_classes
         self.measuring = False
-        self._reporting: set[tuple[str, str]] = set()  # (tier, op) pairs whose tier reports device commands
         self.reset()
 
     def reset(self) -> None:
@@ -90,6 +106,7 @@ class Telemetry:
             self.window_end: float | None = None
             self.drain = DrainStats()
             self.series: list[dict[str, Any]] = []
+            self._interval_ends: list[float] = []  # each point's end, for booking into a closed point
             self._interval = self._new_interval()
 
     def _new_interval(self) -> dict[str, Any]:
@@ -145,8 +162,11 @@ class Telemetry:
             return
         with self._lock:
             if where == "drain":
-                for tier, op, timing, _start, _end in tally.ops:
-                    self.drain.tiers[tier][op].add(timing, _start, _end)
+                for record in tally.ops:
+                    stats = self.drain.tiers[record.tier][record.op]
+                    stats.add(record.timing, record.start, record.end)
+                    for nbytes, start, end in record.commands:
+                        stats.add_command(nbytes, start, end)
                 return
             for name, n in tally.counts.items():
                 self.counters[name] += n
@@ -162,10 +182,8 @@ class Telemetry:
                     self.read_misses += 1
                 else:
                     self.read_hits[tier] += 1
-            for tier, op, timing, start, end in tally.ops:
-                self.tiers[tier][op].add(timing, start, end)
-                if not self._commands_reported(tier, op):
-                    self._book_interval_bytes(tier, op, timing.nbytes, timing.total)
+            for record in tally.ops:
+                self._book_op(record)
 
     def record_request(self, qos: str, e2e_s: float, service_s: float, queue_s: float, storage_s: float,
                        context_tokens: int, generated_tokens: int, decode_tokens_read: int,
@@ -220,50 +238,54 @@ class Telemetry:
             self.drain.requests_cancelled += 1
 
     # -- operations and commands ---------------------------------------------------------------------
-    def record_op(self, tier: str, op: str, timing: IOTiming, start: float, end: float) -> None:
-        """One per-entry operation.  Inside a request it waits in the request's tally; outside (preload,
-        cold demotion) it belongs to the window it started in.  The interval's per-tier bytes and latency
-        are kept during warm-up too, so the live progress shows the tiers working before the window opens
-        (``start_measuring`` resets the interval, so nothing of warm-up reaches the series)."""
+    def record_op(self, tier: str, op: str, timing: IOTiming, start: float, end: float,
+                  commands: list[Command] | None = None) -> None:
+        """One per-entry operation and the device commands it issued (``commands``: none for a tier that
+        reports none).  Inside a request it waits in the request's tally; outside (preload, cold
+        demotion) it belongs to the window it started in."""
+        record = OpRecord(tier, op, timing, start, end, commands or [])
         with self._lock:
-            per_tier = self._interval["tiers"][tier][op]
-            if not self._commands_reported(tier, op):
-                per_tier[0] += timing.nbytes
-            per_tier[1].add(timing.total)
+            self._interval["tiers"][tier][op][1].add(timing.total)
         tally = self._tally()
         if tally is not None:
-            tally.ops.append((tier, op, timing, start, end))
+            tally.ops.append(record)
             return
-        self.book(RequestTally(ops=[(tier, op, timing, start, end)]), self.bucket(start, end))
+        self.book(RequestTally(ops=[record]), self.bucket(start, end))
 
-    def record_command(self, tier: str, op: str, nbytes: int, start: float, end: float) -> None:
-        """One device command (pread, pwrite, HTTP part, redis command, memcpy block) of ``tier``: its
-        latency, and its bytes booked in the interval in which it completed (bandwidth, not completions)."""
-        with self._lock:
-            self._reporting.add((tier, op))
-            if not self.measuring:
-                self._interval["tiers"][tier][op][0] += nbytes
-                return
-            where = self.bucket(start, end)
-            if where == "drain":
-                self.drain.tiers[tier][op].add_command(nbytes, start, end)
-            elif where == "window":
-                self.tiers[tier][op].add_command(nbytes, start, end)
-            if where is not None or start >= self.window_start:
-                self._book_interval_bytes(tier, op, nbytes, end - start)
-            elif end >= self.window_start:  # a warm-up command ending inside the window: the progress sees it
+    def record_progress_bytes(self, tier: str, op: str, nbytes: int) -> None:
+        """Bytes a tier moved outside the measured window (warm-up), for the live progress line only
+        (``start_measuring`` resets the interval, so nothing of warm-up reaches the series)."""
+        if not self.measuring:
+            with self._lock:
                 self._interval["tiers"][tier][op][0] += nbytes
 
-    def _commands_reported(self, tier: str, op: str) -> bool:
-        return (tier, op) in self._reporting
+    def _book_op(self, record: OpRecord) -> None:
+        """A window's operation (lock held): its stats, its commands' latency, and its bytes in the
+        series, per device command in the interval in which the command completed (bandwidth, not
+        completions); a tier that reports no commands books the whole operation at its end."""
+        stats = self.tiers[record.tier][record.op]
+        stats.add(record.timing, record.start, record.end)
+        for nbytes, start, end in record.commands:
+            stats.add_command(nbytes, start, end)
+            self._book_bytes(record.tier, record.op, nbytes, end)
+        if not record.commands:
+            self._book_bytes(record.tier, record.op, record.timing.nbytes, record.end)
 
-    def _book_interval_bytes(self, tier: str, op: str, nbytes: int, _seconds: float) -> None:
-        """Bytes in the current interval (lock held); per command where the tier reports commands."""
-        if self.window_close is not None:  # the drain has its own section, the series ends with the window
-            return
-        self._interval["read_bytes" if op == "read" else "write_bytes"] += nbytes
-        if self._commands_reported(tier, op):
+    def _book_bytes(self, tier: str, op: str, nbytes: int, at: float) -> None:
+        """``nbytes`` into the series point covering instant ``at`` (lock held): the open interval, or an
+        earlier point already closed (an operation is booked when its request ends, its commands may have
+        completed intervals before)."""
+        name = "read_bytes" if op == "read" else "write_bytes"
+        if at >= self._interval["start"] or not self.series:
+            self._interval[name] += nbytes
             self._interval["tiers"][tier][op][0] += nbytes
+            return
+        point = self.series[min(bisect.bisect_left(self._interval_ends, at), len(self.series) - 1)]
+        point[name] += nbytes
+        point[f"{name}_per_s"] = point[name] / max(point["interval_s"], 1e-9)
+        row = point.setdefault("tiers", {}).setdefault(tier, {})
+        row[f"{op}_bytes"] = row.get(f"{op}_bytes", 0) + nbytes
+        row[f"{op}_bytes_per_s"] = row[f"{op}_bytes"] / max(point["interval_s"], 1e-9)
 
     def record_op_error(self, tier: str, op: str, key: str, error: BaseException) -> None:
         with self._lock:
@@ -335,13 +357,14 @@ class Telemetry:
             self.counters["integrity_errors"] += 1
 
     # -- intervals ---------------------------------------------------------------------------------
-    def close_interval(self, users: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Finish the current interval, append it to the series and return it (for autoscalers).
+    def close_interval(self, users: int, extra: dict[str, Any] | None = None,
+                       *, end: float | None = None) -> dict[str, Any]:
+        """Finish the current interval (at ``end``, default now), append it to the series and return it.
 
         A point carries its counts (requests, tokens, bytes) and the rates over its own length, so a
         merge adds counts and divides once, never adds rates measured over different lengths."""
         with self._lock:
-            now = self._clock()
+            now = self._clock() if end is None else end
             interval, self._interval = self._interval, self._new_interval()
             span = max(now - interval["start"], 1e-9)
             counts = {name: interval[name] for name in SERIES_COUNTS}
@@ -364,6 +387,7 @@ class Telemetry:
             }
             if self.measuring:
                 self.series.append(point)
+                self._interval_ends.append(now)
             return point
 
     def io_window(self) -> tuple[float, float] | None:

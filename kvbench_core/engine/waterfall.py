@@ -359,7 +359,7 @@ class MultiTierCache:
                 upper.lru[entry.key] = entry
                 upper.lru.move_to_end(entry.key, last=False)
             raise
-        self._record_demotion_read(upper, entry, source.read_seconds)
+        self._record_source_read(upper, entry, source.read_seconds)
         self._delete_from(upper, entry)
         with self._lock:
             if upper.lru.get(entry.key) is entry:  # a cold demotion takes it from the middle of the LRU
@@ -369,15 +369,15 @@ class MultiTierCache:
             lower.lru[entry.key] = entry
         self.telemetry.record_demotion(upper.name, lower.name, entry.size)
 
-    def _record_demotion_read(self, upper: Tier, entry: Entry, seconds: float) -> None:
-        """The demotion's read of the upper tier is real traffic on that tier: count it.  A memory
+    def _record_source_read(self, upper: Tier, entry: Entry, seconds: float) -> None:
+        """A demotion's (or promotion's) read of the tier it moves from is real traffic there: count it.  A memory
         tier has no device to wait for, so its time is host time; a persistent tier's is device time."""
         end = time.perf_counter()
         host, device = (seconds, 0.0) if upper.backend.volatile else (0.0, seconds)
         stored_bytes = getattr(upper.backend, "stored_bytes", None)  # a codec tier stores fewer bytes than it holds
         timing = IOTiming(total=seconds, host=host, device=device, nbytes=entry.size, commands=1,
                           physical_bytes=stored_bytes(entry.key) if stored_bytes else None)
-        self.telemetry.record_op(upper.name, "read", timing, end - seconds, end)
+        self.telemetry.record_op(upper.name, "read", timing, end - seconds, end, _commands(upper, entry.key, "read"))
 
     def _promote(self, entry: Entry) -> None:
         top = self.tiers[0]
@@ -394,6 +394,7 @@ class MultiTierCache:
             with self._lock:
                 top.usage -= entry.size
             raise
+        self._record_source_read(lower, entry, source.read_seconds)
         with self._lock:
             lower.lru.pop(entry.key, None)
         self._delete_from(lower, entry)
@@ -435,18 +436,26 @@ class MultiTierCache:
         try:
             timing = action()
         except (StorageError, Cancelled):
+            _commands(tier, key, op)  # a failed or cancelled operation is booked nowhere, nor its commands
             raise
         except Exception as error:
+            _commands(tier, key, op)
             self.telemetry.record_op_error(tier.name, op, key, error)
             raise StorageError(tier.name, op, key, _describe(error)) from error
         end = time.perf_counter()
-        self.telemetry.record_op(tier.name, op, timing, start, end)
+        self.telemetry.record_op(tier.name, op, timing, start, end, _commands(tier, key, op))
         return timing
 
     def describe(self) -> dict[str, Any]:
         return {"promotion": self.promotion, "policy": self.policy.__dict__,
                 "tiers": [{"name": t.name, "capacity": None if math.isinf(t.capacity) else t.capacity,
                            "cold_after": t.cold_after} for t in self.tiers]}
+
+
+def _commands(tier: Tier, key: str, op: str) -> list[tuple[int, float, float]]:
+    """The device commands ``op`` on ``key`` issued on ``tier``, from its recorder (none without one)."""
+    take = getattr(tier.backend.context.io_log, "take", None)
+    return take(key, op) if take is not None else []
 
 
 def _describe(error: BaseException) -> str:

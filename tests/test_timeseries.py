@@ -1,0 +1,91 @@
+"""Time series and throughput names (#16): one meaning per name, bytes booked per device command when it
+completes, merged series add counts (never rates over different lengths), per-command latency per tier."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import small_spec
+
+from kvbench_core.contracts.backend import IOTiming
+from kvbench_core.contracts.workload import DEFAULT_QOS
+from kvbench_core.engine.telemetry import Telemetry
+from kvbench_core.results.merge import _merge_series
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_bytes_are_booked_per_command_in_the_interval_it_completed() -> None:
+    """A 4 GiB entry read as four 1 GiB commands over four seconds is 1 GiB/s in each second, not 4 GiB/s
+    in the last one, even though the operation is booked after all four intervals closed."""
+    clock = Clock()
+    telemetry = Telemetry(list(DEFAULT_QOS), clock=clock)
+    telemetry.start_measuring()
+    for second in range(1, 5):
+        clock.now = float(second)
+        telemetry.close_interval(1)
+    commands = [(1 << 30, float(second), second + 0.9) for second in range(4)]
+    telemetry.record_op("nvme", "read", IOTiming(3.9, 0.0, 3.9, 4 << 30, 4), 0.0, 3.9, commands)
+    assert [p["read_bytes_per_s"] for p in telemetry.series] == [1 << 30] * 4
+    assert [p["tiers"]["nvme"]["read_bytes"] for p in telemetry.series] == [1 << 30] * 4
+    stats = telemetry.tiers["nvme"]["read"]
+    assert (stats.ops, stats.command.count, stats.command_bytes) == (1, 4, 4 << 30)
+
+
+def test_an_operation_that_started_in_warm_up_is_not_in_the_window() -> None:
+    clock = Clock()
+    telemetry = Telemetry(list(DEFAULT_QOS), clock=clock)
+    clock.now = 10.0
+    telemetry.start_measuring()
+    telemetry.record_op("nvme", "write", IOTiming(1.0, 0.0, 1.0, 4096), 9.5, 10.5, [(4096, 9.5, 10.5)])
+    telemetry.record_op("nvme", "write", IOTiming(0.5, 0.0, 0.5, 4096), 10.1, 10.6, [(4096, 10.1, 10.6)])
+    stats = telemetry.tiers["nvme"]["write"]
+    assert (stats.ops, stats.command.count, stats.bytes) == (1, 1, 4096)
+
+
+def test_merged_points_add_counts_and_divide_once() -> None:
+    """Client a's last interval lasted 5 s, b's 2.5 s: summing b's rate (over 2.5 s) with a's over-counts."""
+    a = {"t_s": 10.0, "interval_s": 5.0, "users": 1, "requests": 5, "generated_tokens": 500, "context_tokens": 5000,
+         "read_bytes": 5e9, "write_bytes": 1e9, "tiers": {"nvme": {"read_bytes": 5e9, "write_bytes": 1e9}}}
+    b = {"t_s": 7.5, "interval_s": 2.5, "users": 1, "requests": 5, "generated_tokens": 500, "context_tokens": 5000,
+         "read_bytes": 5e9, "write_bytes": 1e9, "tiers": {"nvme": {"read_bytes": 5e9, "write_bytes": 1e9}}}
+    [merged] = _merge_series([[a], [b]])
+    assert merged["read_bytes"] == 10e9 and merged["interval_s"] == 5.0
+    assert merged["read_bytes_per_s"] == pytest.approx(2e9)  # 10 GB over the 5 s interval, not 1 + 2 GB/s
+    assert merged["generated_tokens_per_s"] == pytest.approx(200.0)
+    assert merged["tiers"]["nvme"]["read_bytes_per_s"] == pytest.approx(2e9)
+
+
+def test_tokens_per_second_means_one_thing_everywhere(run_spec: Any) -> None:
+    spec = small_spec(duration=1.0, output={"interval": 0.25})
+    del spec["requests"]
+    _, result = run_spec(spec)
+    metrics, series = result["metrics"], result["timeseries"]
+    assert all("tokens_per_s" not in point for point in series)
+    for point in series:
+        assert point["generated_tokens_per_s"] == pytest.approx(point["generated_tokens"] / point["interval_s"],
+                                                                rel=0.01)
+        assert point["context_tokens_per_s"] == pytest.approx(point["context_tokens"] / point["interval_s"],
+                                                              rel=0.01)
+    assert sum(p["generated_tokens"] for p in series) == metrics["requests"]["generated_tokens"]
+    assert sum(p["context_tokens"] for p in series) == metrics["requests"]["context_tokens"]
+    headline = metrics["headline"]["avg_throughput_tokens_per_sec"]
+    assert headline == pytest.approx(metrics["requests"]["generated_tokens"] / metrics["window"]["measured_s"],
+                                     rel=1e-3)
+
+
+def test_per_command_latency_per_tier_to_p99_99(run_spec: Any) -> None:
+    _, result = run_spec(small_spec())
+    read = result["metrics"]["tiers"]["dram"]["read"]
+    commands = read["command_latency_ms"]
+    assert commands["count"] >= read["ops"] > 0  # one memcpy block at least per entry read
+    assert {"p50", "p95", "p99", "p99.9", "p99.99"} <= commands.keys()
+    assert read["command_bytes"] == read["bytes"]  # every byte of every read is in one of its commands
+    assert read["mean_entry_bytes"] == round(read["bytes"] / read["ops"])
