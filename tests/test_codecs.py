@@ -455,6 +455,7 @@ def test_a_tier_codec_wins_over_the_cache_codec_and_sizes_resolve(tmp_path: Path
     assert overridden["payload"] == "synthetic_kv"
 
 
+@pytest.mark.slow
 def test_a_multi_client_result_merges_physical_bytes_and_recomputes_the_codec_figures(tmp_path: Path) -> None:
     spec = codec_run_spec(tmp_path, "zstd", clients=2, verify=False)
     result = run_result(tmp_path, spec)
