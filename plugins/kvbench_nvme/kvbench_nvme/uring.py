@@ -124,6 +124,15 @@ def _read_sysctl(path: str) -> str | None:
         return None
 
 
+def unavailable_reason() -> str | None:
+    """Why io_uring cannot be used by this process (a ring with one registered buffer fails), or None."""
+    try:
+        Ring(entries=2, buffer_count=1, buffer_size=ALIGN).close()
+    except OSError as error:
+        return str(error)
+    return None
+
+
 class Ring:
     """One io_uring instance with ``buffer_count`` registered buffers of ``buffer_size`` bytes each.
 

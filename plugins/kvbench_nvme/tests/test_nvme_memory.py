@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from kvbench_nvme.uring import unavailable_reason
 
 ENTRY = 256 << 20
 
@@ -19,7 +20,8 @@ from kvbench_nvme.backend import NVMeBackend
 
 pool = NoisePool(seed=3, pool_bytes=16 << 20, max_piece=4 << 20)
 backend = NVMeBackend({"path": sys.argv[1], "fsync": False, "drop_cache": False, "queue_depth": 4,
-                       "transfer_size": "1MiB"}, BackendContext(tier_name="nvme0", run_id="mem"))
+                       "transfer_size": "1MiB", "engine": sys.argv[3]},
+                      BackendContext(tier_name="nvme0", run_id="mem"))
 backend.open()
 backend.write("warm", pool.payload("warm", 8 << 20))  # pool threads and their buffers exist now
 backend.read("warm", 8 << 20, ChecksumSink())
@@ -34,8 +36,11 @@ print(json.dumps({"growth_kib": after - before, "read": sink.nbytes}))
 
 
 @pytest.mark.slow
-def test_peak_rss_growth_stays_far_below_the_entry_size(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "tier"), str(ENTRY)],
+@pytest.mark.parametrize("engine", ["psync", "io_uring"])
+def test_peak_rss_growth_stays_far_below_the_entry_size(tmp_path: Path, engine: str) -> None:
+    if engine == "io_uring" and (reason := unavailable_reason()) is not None:
+        pytest.skip(f"io_uring unavailable here: {reason}")
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "tier"), str(ENTRY), engine],
                           capture_output=True, text=True, timeout=120, check=True)
     result = json.loads(done.stdout)
     assert result["read"] == ENTRY

@@ -23,16 +23,7 @@ from kvbench_core.contracts.errors import BackendUnavailable
 from kvbench_core.engine.factory import create_backend
 from kvbench_core.engine.payload import NoisePool
 
-
-def _uring_reason() -> str | None:
-    try:
-        uring.Ring(entries=2, buffer_count=1, buffer_size=4096).close()
-    except OSError as error:
-        return str(error)
-    return None
-
-
-UNAVAILABLE = _uring_reason()
+UNAVAILABLE = uring.unavailable_reason()
 pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"io_uring unavailable here: {UNAVAILABLE}")
 
 TS = 64 << 10
