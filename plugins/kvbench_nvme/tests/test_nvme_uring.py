@@ -242,13 +242,19 @@ def test_an_old_kernel_on_x86_gets_the_plain_ring(monkeypatch: Any) -> None:
         ring.close()
 
 
-def test_a_run_with_verify_over_the_io_uring_tier_checks_every_byte(tmp_path: Path) -> None:
-    """``verify: true`` end to end: every read of the io_uring tier compared with what was written."""
+def _tiny_spec() -> tuple[Any, Any]:
+    """``history_spec`` and ``run_cli`` from the core tests' tiny_spec module."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))
     try:
         from tiny_spec import history_spec, run_cli
     finally:
         sys.path.pop(0)
+    return history_spec, run_cli
+
+
+def test_a_run_with_verify_over_the_io_uring_tier_checks_every_byte(tmp_path: Path) -> None:
+    """``verify: true`` end to end: every read of the io_uring tier compared with what was written."""
+    history_spec, run_cli = _tiny_spec()
     out = tmp_path / "out"
     tier = {"name": "nvme", "backend": "nvme", "capacity": "256MiB",
             "options": {"path": str(tmp_path / "tier"), "engine": "io_uring", "direct": True, "queue_depth": 4,
@@ -262,4 +268,17 @@ def test_a_run_with_verify_over_the_io_uring_tier_checks_every_byte(tmp_path: Pa
     assert verify["integrity_errors"] == 0
     assert verify["enabled"] is True and verify["bytes_verified"] > 0
     assert result["metrics"]["tiers"]["nvme"]["reads_served"] > 0
+    assert not (tmp_path / "tier").exists()
+
+
+def test_a_run_asking_for_io_uring_where_it_is_missing_exits_3_with_one_line(tmp_path: Path, monkeypatch: Any) -> None:
+    history_spec, run_cli = _tiny_spec()
+    refusing_setup(errno.ENOSYS, monkeypatch)
+    tier = {"name": "nvme", "backend": "nvme", "capacity": "64MiB",
+            "options": {"path": str(tmp_path / "tier"), "engine": "io_uring"}}
+    spec = history_spec([tier], output={"directory": str(tmp_path / "out"), "progress": "off"})
+    code, _stdout, stderr = run_cli(tmp_path, spec)
+    assert code == 3  # BackendUnavailable: the tier cannot be used here (docs/plugins.md)
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "engine: io_uring is unavailable here" in lines[0] and "seccomp" in lines[0], stderr
     assert not (tmp_path / "tier").exists()
