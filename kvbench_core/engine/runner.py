@@ -11,18 +11,18 @@ generation time is a timed event, not a sleeping worker.
 from __future__ import annotations
 
 import secrets
-import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from kvbench_core.contracts.autoscaler import Autoscaler, TelemetrySample
+from kvbench_core.contracts.autoscaler import Autoscaler
 from kvbench_core.contracts.errors import StorageError, UserError
 from kvbench_core.contracts.plugins import get_plugin_manager
-from kvbench_core.contracts.workload import DEFAULT_QOS, WorkloadSource
+from kvbench_core.contracts.workload import WorkloadSource
 from kvbench_core.engine import setup
 from kvbench_core.engine.arrivals import ClosedLoopArrivals, OpenLoopArrivals, UserPool, backlog_limit
+from kvbench_core.engine.autoscaling import telemetry_sample, trajectory_entry
 from kvbench_core.engine.cache_figures import cache_state_at_open
 from kvbench_core.engine.cancel import CancelToken, CommandRecorder
 from kvbench_core.engine.executor import RequestExecutor
@@ -120,7 +120,7 @@ class Runner:
             # The workload first: a malformed trace is reported before any tier is opened or written.
             state.source = source = self._build_source(state.bytes_per_token)
             executor = self._build_cache(workers)
-            self._preload(source, executor.cache, workers)
+            state.preload = setup.preload(source, executor.cache, workers, state.bytes_per_token)
             if spec.get("precondition") and not self.stopped:
                 state.precondition = precondition_bottom_tier(state.tiers[-1], executor.pool, spec["precondition"],
                                                               self._stop)
@@ -154,35 +154,6 @@ class Runner:
                                     promotion=spec["cache"]["promotion"], cancel=self._cancel)
         return RequestExecutor(self.cache, state.telemetry, state.bytes_per_token, spec["workload"]["decode_batch"],
                                pool=pool, verify=spec["verify"])
-
-    def _preload(self, source: WorkloadSource, cache: MultiTierCache, workers: int) -> None:
-        """Store the source's ahead-of-time entries (RAG ingestion, decode-only population); not measured.
-
-        Only as much as the tiers hold below their eviction targets: a population that overfilled them
-        would evict its own first entries, and the decode reads of those would miss.  The rest is skipped,
-        with a warning, and reported in ``workload.preload``."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        bpt = self.state.bytes_per_token
-        budget = sum(t.capacity for t in cache.tiers) * cache.policy.target_usage_ratio
-        writes, planned, complete = [], 0, True
-        for write in source.preload():  # a generator: stopping early costs nothing for the entries left
-            size = max(1, write.tokens) * bpt
-            if planned + size > budget:
-                complete = False
-                break
-            planned += size
-            writes.append((write.key, size))
-        if not writes and complete:
-            return
-        if not complete:
-            print(f"kvbench: warning: the tiers hold {len(writes)} pre-populated entries below their eviction "
-                  "targets; the rest of the population was not stored, and reads of it will miss", file=sys.stderr)
-        start = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=max(1, min(workers, 16))) as threads:
-            stored = sum(tier is not None for tier in threads.map(lambda w: cache.put(*w), writes))
-        self.state.preload = {"entries": stored, "bytes": planned, "complete": complete and stored == len(writes),
-                              "seconds": time.perf_counter() - start}
 
     def _drive(self, source: WorkloadSource, executor: RequestExecutor, autoscaler: Autoscaler | None,
                users: int, workers: int) -> None:
@@ -328,39 +299,15 @@ class Runner:
                                                                      "queue": self.pool.waiting}, end=end)
 
     def _scale(self, now: float) -> None:
-        """One autoscaler decision; the seed's autoscaling_stats entry: users, throughput, saturation, action."""
+        """One autoscaler decision, recorded in the trajectory; the user pool follows it."""
         assert self.autoscaler is not None and self.state.telemetry is not None
-        sample = self._sample(self.state.telemetry, now)
+        sample = telemetry_sample(self.state.telemetry.series, t_s=self.window.elapsed(now),
+                                  interval_s=self.autoscaler.interval_s, users=len(self.users), qos=self.qos)
         decision = self.autoscaler.decide(sample)
-        self.state.autoscaling.append({"t_s": round(self.window.elapsed(now), 3), "users_before": len(self.users),
-                                       "generated_tokens_per_s": round(sample.generated_tokens_per_s, 3),
-                                       "context_tokens_per_s": round(sample.context_tokens_per_s, 3),
-                                       **decision.as_dict()})
+        self.state.autoscaling.append(trajectory_entry(self.window.elapsed(now), len(self.users), sample, decision))
         self.users.resize(decision.users)
         if decision.converged and self.spec["autoscaler"].get("stop_when_converged"):
             self.request_stop(f"autoscaler converged: {decision.reason}")
-
-    def _sample(self, telemetry: Telemetry, now: float) -> TelemetrySample:
-        assert self.autoscaler is not None
-        since = (now - telemetry.window_start) - self.autoscaler.interval_s
-        window = [p for p in telemetry.series if p["t_s"] >= since]
-        point = window[-1] if window else self._close_interval()
-        span = sum(p["interval_s"] for p in window)
-
-        def rate(count: str) -> float:  # counts over the points' total length: never a mean of rates
-            return sum(p[count] for p in window) / span if span > 0 else 0.0
-
-        return TelemetrySample(
-            t_s=self.window.elapsed(now), users=len(self.users), requests=sum(p["requests"] for p in window),
-            generated_tokens_per_s=rate("generated_tokens"), context_tokens_per_s=rate("context_tokens"),
-            read_bytes_per_s=rate("read_bytes"), write_bytes_per_s=rate("write_bytes"),
-            e2e_p95_s=_worst_per_class(window, "e2e_p95_ms"), e2e_p99_s=_worst_per_class(window, "e2e_p99_ms"),
-            service_p95_s=_worst_per_class(window, "service_p95_ms"),
-            service_p99_s=_worst_per_class(window, "service_p99_ms"),
-            sla_p95_s={q: c.p95_target_s for q, c in self.qos.items()},
-            sla_p99_s={q: c.p99_target_s for q, c in self.qos.items()},
-            storage_p95_s=(point.get("storage_p95_ms") or 0.0) / 1000.0,
-        )
 
     def _progress(self, point: dict[str, Any], now: float) -> dict[str, Any]:
         window = self.window
@@ -429,12 +376,6 @@ class Runner:
                 self.state.plugin_sections.setdefault("cleanup_errors", []).append(f"{tier.name}: {error}")
         if self._log is not None:
             self._log.close()
-
-
-def _worst_per_class(window: list[dict[str, Any]], field: str) -> dict[str, float]:
-    """Per QoS class, the largest of the window's interval values of ``field`` (ms), in seconds."""
-    return {q: max(p[field][q] for p in window if q in p.get(field, {})) / 1000.0
-            for q in DEFAULT_QOS if any(q in p.get(field, {}) for p in window)}
 
 
 def new_run_id(spec: dict[str, Any]) -> str:

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import math
 import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kvbench_core.contracts.autoscaler import Autoscaler
@@ -18,7 +21,7 @@ from kvbench_core.contracts.plugins import lookup, require_dependencies
 from kvbench_core.contracts.validation import validate_or_raise
 from kvbench_core.contracts.workload import DEFAULT_QOS, QoSClass, WorkloadContext, WorkloadSource
 from kvbench_core.engine.factory import create_backend
-from kvbench_core.engine.waterfall import Tier
+from kvbench_core.engine.waterfall import MultiTierCache, Tier
 from kvbench_core.spec.geometry import resolve_model
 
 
@@ -110,3 +113,30 @@ def check_an_entry_fits(tiers: list[Tier], bytes_per_token: int, large_entry_lim
     raise SpecError(f"cache.tiers: no tier can hold one entry: a single token of this model is {smallest} bytes "
                     f"of KV, the largest tier ('{largest.name}') holds {capacity} "
                     f"(entries above {large_entry_limit_ratio:.0%} of a tier skip it); give a tier more capacity")
+
+
+def preload(source: WorkloadSource, cache: MultiTierCache, workers: int, bytes_per_token: int) -> dict[str, Any]:
+    """Store the source's ahead-of-time entries (RAG ingestion, decode-only population); not measured.
+
+    Only as much as the tiers hold below their eviction targets: a population that overfilled them
+    would evict its own first entries, and the decode reads of those would miss.  The rest is not
+    stored, with a warning, and ``complete`` is false in ``workload.preload``."""
+    budget = sum(t.capacity for t in cache.tiers) * cache.policy.target_usage_ratio
+    writes, planned, complete = [], 0, True
+    for write in source.preload():  # a generator: stopping early costs nothing for the entries left
+        size = max(1, write.tokens) * bytes_per_token
+        if planned + size > budget:
+            complete = False
+            break
+        planned += size
+        writes.append((write.key, size))
+    if not writes and complete:
+        return {}
+    if not complete:
+        print(f"kvbench: warning: the tiers hold {len(writes)} pre-populated entries below their eviction "
+              "targets; the rest of the population was not stored, and reads of it will miss", file=sys.stderr)
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, 16))) as threads:
+        stored = sum(tier is not None for tier in threads.map(lambda w: cache.put(*w), writes))
+    return {"entries": stored, "bytes": planned, "complete": complete and stored == len(writes),
+            "seconds": time.perf_counter() - start}
