@@ -31,7 +31,8 @@ its real size, and its last piece is read with the aligned-up length (the
 short read at end of file returns just the real bytes).  The device therefore
 moves up to 4 KiB - 1 more than the entry per O_DIRECT operation;
 ``IOTiming.nbytes`` stays the entry size, while the per-command ``io_log``
-records the aligned length the device moved (for writes and reads alike).
+records what each call returned and, on such a tail, the aligned length it
+asked for (``requested``, ``align``).
 
 L4 split (the seed's host vs device).  ``host`` = user-space preparation:
 ``source.fill``, ``sink.consume``, the ``posix_fadvise`` calls (page-cache
