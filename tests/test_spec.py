@@ -352,7 +352,7 @@ def test_capacity_auto_for_a_dram_tier_is_half_of_what_the_host_can_give() -> No
 
     limit = host_memory_limit()
     auto = CPUMemoryBackend({}, BackendContext(tier_name="dram", run_id="r")).capacity_bytes()
-    assert limit is None and auto is None or limit is not None and auto == limit.nbytes // 2
+    assert (limit is None and auto is None) or (limit is not None and auto == limit.nbytes // 2)
 
 
 def test_a_yaml_alias_bomb_is_refused_within_a_second(tmp_path: Path) -> None:
@@ -389,3 +389,29 @@ def test_too_many_tiers_is_a_count_not_a_dump_of_every_tier() -> None:
     raw = small_spec()
     raw["cache"]["tiers"] = [{"name": f"t{i}", "backend": "cpu", "capacity": "1MiB"} for i in range(20)]
     assert spec_error(raw) == "cache.tiers: expected at most 16 items, got 20"
+
+
+def test_a_gpu_tier_larger_than_the_devices_free_memory_is_refused_naming_both(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device's figure comes from torch.cuda.mem_get_info; faked here so the rule runs without a GPU."""
+    from kvbench_core.builtins import memlimit
+
+    seen: list[str] = []
+
+    def free_memory(device: str) -> memlimit.MemoryLimit:
+        seen.append(device)
+        return memlimit.MemoryLimit(8 << 30, "8.00 GiB free of 80.00 GiB on cuda:1")
+
+    monkeypatch.setattr(memlimit, "gpu_memory_limit", free_memory)
+    raw = small_spec()
+    raw["cache"]["tiers"].insert(0, {"name": "hbm", "backend": "gpu", "capacity": "16GiB",
+                                     "options": {"device": "cuda:1"}})
+    assert load_error(tmp_path, raw) == ("cache.tiers[0].capacity: 16.00 GiB is more than the GPU can give: "
+                                         "8.00 GiB free of 80.00 GiB on cuda:1; lower it or use capacity: auto")
+    assert seen == ["cuda:1"]
+
+
+def test_one_io_log_for_several_client_processes_is_refused(tmp_path: Path) -> None:
+    raw = small_spec(clients=2)
+    raw["output"]["io_log"] = str(tmp_path / "io.jsonl")
+    assert load_error(tmp_path, raw).startswith("output.io_log: one I/O log cannot take 2 client processes at once")
