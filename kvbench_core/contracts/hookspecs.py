@@ -47,7 +47,8 @@ def kvbench_cli_commands(subparsers: Any) -> None:
 
 @hookspec
 def kvbench_measurement_started(run: Any) -> None:
-    """Called right before the measured window opens (after warm-up and preconditioning)."""
+    """Called right before the measured window opens (after warm-up and preconditioning).
+    ``run`` is a frozen ``kvbench_core.engine.run_state.RunView``."""
 
 
 @hookspec
