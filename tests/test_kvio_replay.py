@@ -16,7 +16,7 @@ from kvbench_core.contracts.errors import InputFileError, SpecError
 from kvbench_core.contracts.plugins import registry
 from kvbench_core.kvio.commands import TransferGeometry
 from kvbench_core.kvio.diskcheck import DiskWindow, expected_requests, max_io_bytes, read_counters
-from kvbench_core.kvio.manifest import Manifest
+from kvbench_core.kvio.manifest import KVObject, Manifest
 from kvbench_core.kvio.plan import build_manifest
 from kvbench_core.kvio.replay import ReplaySettings, replay, tier_from_argument
 from kvbench_core.kvio.validate import read_trace, validate
@@ -204,3 +204,21 @@ def test_disk_window_explains_when_it_cannot_check():
     window = DiskWindow({"direct": False, "block_device": {"name": "x", "major_minor": "1:2"}}, "/nonexistent")
     window.start()
     assert "cannot read" in window.report(Counter(), Counter())["reason"]
+
+
+@needs_nvme
+def test_an_odd_sized_object_replayed_with_o_direct_logs_what_the_kernel_returned(tmp_path):
+    """Issue 17: the log used to hold a computed aligned length for the short tail read.  Now a tail logs
+    the bytes preadv returned, the length asked and the alignment; validation scores the command issued."""
+    odd = 128 * KiB + 23_552  # a tail that is 512-byte but not 4 KiB aligned
+    manifest = Manifest.from_objects([KVObject("odd-0", odd), KVObject("odd-1", odd)], model={"name": "test"},
+                                     geometry=TransferGeometry(store_header_bytes=0))
+    log = tmp_path / "io.jsonl"
+    tier = {"backend": "nvme", "options": {"path": str(tmp_path / "kv"), "direct": True}}
+    replay(manifest, tier, ReplaySettings(io_log=str(log)))
+    tails = [json.loads(line) for line in log.read_text().splitlines() if '"requested"' in line]
+    assert sorted((t["op"], t["bytes"], t["requested"], t["align"]) for t in tails) == [
+        ("read", 23_552, 24_576, 4096), ("read", 23_552, 24_576, 4096),
+        ("write", 24_576, 24_576, 4096), ("write", 24_576, 24_576, 4096)]
+    report = validate(manifest, read_trace(str(log)))
+    assert (report["exact_match"]["fraction"], report["wape"], report["tv_distance"]) == (1.0, 0.0, 0.0)

@@ -357,3 +357,16 @@ def test_the_io_log_records_what_the_syscall_returned_and_validates_the_length_a
     assert (first["bytes"], first["requested"], first["align"]) == (23552, 24576, 4096)
     assert "requested" not in second
     assert read_trace(str(tmp_path / "io.jsonl")).commands[(7, "load")] == Counter({24576: 1, 4096: 1})
+
+
+def test_a_runs_command_recorder_forwards_the_request_and_alignment(tmp_path):
+    """A run's tiers log through the engine's per-tier recorder: it must pass the request fields on."""
+    from types import SimpleNamespace
+
+    from kvbench_core.engine.cancel import CommandRecorder
+
+    telemetry = SimpleNamespace(measuring=False, record_progress_bytes=lambda *args: None)
+    with IOLog(str(tmp_path / "io.jsonl"), {"k": 7}) as log:
+        CommandRecorder("nvme", telemetry, io_log=log).record("k", "read", 0, 23552, 0.0, 0.001, 24576, 4096)
+    (line,) = (tmp_path / "io.jsonl").read_text().splitlines()
+    assert (json.loads(line)["bytes"], json.loads(line)["requested"]) == (23552, 24576)

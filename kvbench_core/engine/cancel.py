@@ -105,14 +105,17 @@ class CommandRecorder:
         self._lock = threading.Lock()
         self._pending: dict[tuple[str, str], list[tuple[int, float, float]]] = {}
 
-    def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float) -> None:
+    def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float,
+               requested: int | None = None, align: int | None = None) -> None:
+        """One command: ``nbytes`` as the syscall returned; ``requested``/``align`` where the tier asked for an
+        aligned length (an O_DIRECT tail), forwarded to the I/O log (docs/kvio.md, "the I/O log")."""
         if self.telemetry.measuring:
             with self._lock:
                 self._pending.setdefault((key, op), []).append((nbytes, start_s, end_s))
         else:
             self.telemetry.record_progress_bytes(self.tier, op, nbytes)
         if self.io_log is not None:
-            self.io_log.record(key, op, offset, nbytes, start_s, end_s)
+            self.io_log.record(key, op, offset, nbytes, start_s, end_s, requested, align)
         if self.token is not None:
             self.token.check()
 
