@@ -13,7 +13,8 @@ CPU per GiB is split by subtraction in one process, each phase measured with
 
 fio's O_DIRECT write of the same shape is run beside it, with and without
 ``refill_buffers`` (fresh random data per I/O, as kvbench's payload is fresh),
-from its own per-job CPU accounting.  Rounds alternate the engines; medians
+measured as ``bench/nvme_vs_fio.py`` measures it: the whole process
+(``RUSAGE_CHILDREN``) less its start-up, user and system apart.  Rounds alternate the engines; medians
 are printed.  Sampling profilers (py-spy, perf) were tried too and are not
 used here: the data path is a small part of a short process's samples next to
 start-up, and py-spy's sampling itself slowed the writes by a third.
@@ -24,7 +25,6 @@ start-up, and py-spy's sampling itself slowed the writes by a third.
 from __future__ import annotations
 
 import argparse
-import json
 import mmap
 import os
 import resource
@@ -95,21 +95,30 @@ def kvbench_phases(backend: NVMeBackend, workers: ThreadPoolExecutor, pool: Nois
             "I/O only": run(lambda _key: UnfilledSource(args.entry_bytes))}
 
 
+def children_cpu() -> tuple[float, float]:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime, usage.ru_stime
+
+
 def fio_phase(directory: str, args: argparse.Namespace, queue_depth: int, refill: bool) -> dict[str, float]:
-    shutil.rmtree(directory, ignore_errors=True)
-    os.makedirs(directory)
-    command = ["fio", "--name=kv", f"--directory={directory}", f"--size={args.entry_bytes}",
-               f"--bs={args.transfer_bytes}", f"--numjobs={args.concurrency}", "--group_reporting",
-               "--output-format=json", "--fallocate=none", "--rw=write", "--direct=1", "--end_fsync=1",
-               "--randrepeat=0", f"--iodepth={queue_depth}",
+    """CPU per GiB of one fio O_DIRECT write job, the whole process less the same job moving one transfer."""
+    command = ["fio", "--name=kv", f"--directory={directory}", f"--bs={args.transfer_bytes}",
+               f"--numjobs={args.concurrency}", "--group_reporting", "--output-format=json", "--fallocate=none",
+               "--rw=write", "--direct=1", "--end_fsync=1", "--randrepeat=0", f"--iodepth={queue_depth}",
                "--ioengine=psync" if queue_depth == 1 else "--ioengine=io_uring",
                *(["--refill_buffers=1"] if refill else [])]
-    done = subprocess.run(command, capture_output=True, text=True, check=True)
-    job = json.loads(done.stdout[done.stdout.index("{"):])["jobs"][0]
-    gib = job["write"]["io_bytes"] / GIB
-    seconds = job["job_runtime"] / 1000
+    costs = []
+    for size in (args.entry_bytes, args.transfer_bytes):  # the job, then its fixed cost
+        shutil.rmtree(directory, ignore_errors=True)
+        os.makedirs(directory)
+        before = children_cpu()
+        subprocess.run([*command, f"--size={size}"], capture_output=True, text=True, check=True)
+        after = children_cpu()
+        costs.append((after[0] - before[0], after[1] - before[1]))
     shutil.rmtree(directory, ignore_errors=True)
-    return {"user": job["usr_cpu"] / 100 * seconds / gib, "system": job["sys_cpu"] / 100 * seconds / gib}
+    gib = args.entry_bytes * args.concurrency / GIB
+    (user, system), (fixed_user, fixed_system) = costs
+    return {"user": (user - fixed_user) / gib, "system": (system - fixed_system) / gib}
 
 
 def main() -> None:
