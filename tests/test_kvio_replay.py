@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import time
 from collections import Counter
@@ -58,14 +60,16 @@ class _CommandLoggingTier(CPUMemoryBackend):
         "type": "object", "additionalProperties": False, "properties": {"transfer_size": {"type": "integer"}}}
 
     def __init__(self, options: dict[str, Any], context: Any) -> None:
-        super().__init__(options, context)
+        # The memory tier logs its own 4 MiB copies as commands: give it no log, log the planned pieces here.
+        super().__init__(options, dataclasses.replace(context, io_log=None))
+        self.log = context.io_log
         self.command_bytes = options["transfer_size"]  # the pieces it logs; the memory tier fills its own
 
     def _log_commands(self, key: str, op: str, size: int) -> None:
-        if self.context.io_log is not None:
+        if self.log is not None:
             for offset in range(0, size, self.command_bytes):
                 n = min(self.command_bytes, size - offset)
-                self.context.io_log.record(key, op, offset, n, 0.0, time.perf_counter())
+                self.log.record(key, op, offset, n, 0.0, time.perf_counter())
 
     def write(self, key: str, source: ByteSource) -> IOTiming:
         self._log_commands(key, "write", source.size)
