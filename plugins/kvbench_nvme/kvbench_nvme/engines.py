@@ -24,6 +24,7 @@ import itertools
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from typing import Protocol
 from kvbench_core.contracts.backend import ByteSink, ByteSource
 from kvbench_nvme.accounting import Phase
 from kvbench_nvme.buffers import Region
-from kvbench_nvme.uring import ALIGN, Ring
+from kvbench_nvme.uring import ALIGN, Ring, check_locked_memory
 
 FILL_AHEAD = 1  # write workers beyond queue_depth: one fills the next piece while queue_depth pwrites are in flight
 _ZEROS = memoryview(bytes(ALIGN))  # padding source for an unaligned O_DIRECT tail; never allocated per op
@@ -221,6 +222,15 @@ def _guarded(phase: Phase, worker: Callable[[], None]) -> None:
 # -- io_uring: one ring per thread ----------------------------------------------------------------------
 
 
+class _ThreadRing:
+    """Holds one thread's ring in its ``threading.local``; its finalizer closes the ring."""
+
+    __slots__ = ("__weakref__", "ring")
+
+    def __init__(self, ring: Ring) -> None:
+        self.ring = ring
+
+
 @dataclass(slots=True)
 class _Command:
     """One piece in flight in a registered buffer: ``done`` of ``length`` bytes moved so far."""
@@ -242,36 +252,46 @@ class UringEngine:
         self.settings = settings
         self.commands_in_flight = settings.queue_depth  # as fio's iodepth: buffered or not
         self._local = threading.local()
-        self._rings: list[Ring] = []
+        self._rings: set[Ring] = set()  # every live ring, for close()
         self._rings_lock = threading.Lock()
 
     def open(self) -> None:
+        depth, buffer = self.settings.queue_depth, align_up(self.settings.transfer_size)
+        rings = max(1, self.settings.concurrency) + 1  # one per worker thread, and this (opening) thread's
+        check_locked_memory(rings * (depth + 1) * buffer)  # fail now, not on a worker's first entry
         self._ring()  # this thread's ring: io_uring's absence shows at open, naming the cause
 
     def close(self) -> None:
         with self._rings_lock:
-            rings, self._rings = self._rings, []
+            rings, self._rings = self._rings, set()
         for ring in rings:
             ring.close()
 
     def _ring(self) -> Ring:
-        """This thread's ring (a SINGLE_ISSUER ring belongs to the thread that made it)."""
-        ring: Ring | None = getattr(self._local, "ring", None)
-        if ring is None:
+        """This thread's ring (a SINGLE_ISSUER ring belongs to the thread that made it).
+
+        The ring is held through a per-thread holder whose collection closes it: when the thread ends
+        (a set-up or preconditioning pool that is done), its ring and locked buffers go with it, so
+        rings never pile up beyond the threads alive at once."""
+        holder: _ThreadRing | None = getattr(self._local, "holder", None)
+        if holder is None:
             depth = self.settings.queue_depth
-            ring = Ring(entries=depth + 1, buffer_count=depth + 1, buffer_size=align_up(self.settings.transfer_size))
-            self._local.ring = ring
+            holder = _ThreadRing(Ring(entries=depth + 1, buffer_count=depth + 1,
+                                      buffer_size=align_up(self.settings.transfer_size)))
             with self._rings_lock:
-                self._rings.append(ring)
-        return ring
+                self._rings.add(holder.ring)
+            weakref.finalize(holder, self._release, holder.ring)
+            self._local.holder = holder
+        return holder.ring
+
+    def _release(self, ring: Ring) -> None:
+        with self._rings_lock:
+            self._rings.discard(ring)
+        ring.close()  # idempotent: close() may have closed it already
 
     def _discard(self, ring: Ring) -> None:
         """Drop a ring whose state is unknown (interrupted while commands were in flight)."""
-        self._local.ring = None
-        with self._rings_lock:
-            if ring in self._rings:
-                self._rings.remove(ring)
-        ring.close()
+        self._local.holder = None  # the holder's finalizer closes the ring
 
     def write(self, fd: int, key: str, source: ByteSource, size: int, phase: Phase, log: IOLogger | None) -> None:
         direct = self.settings.direct

@@ -36,6 +36,7 @@ import errno
 import mmap
 import os
 import platform
+import resource
 import struct
 from collections.abc import Iterator
 
@@ -122,6 +123,17 @@ def _read_sysctl(path: str) -> str | None:
             return handle.read().strip()
     except OSError:
         return None
+
+
+def check_locked_memory(nbytes: int) -> None:
+    """Refuse, naming the limit, when ``nbytes`` of registered buffers cannot be locked: the kernel charges
+    them to ``RLIMIT_MEMLOCK`` unless the process may lock memory at will (root, CAP_IPC_LOCK)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    if soft == resource.RLIM_INFINITY or os.geteuid() == 0 or nbytes <= soft:
+        return
+    raise UringUnavailable(errno.ENOMEM, f"the rings' registered buffers need {nbytes} B of locked memory and "
+                                         f"RLIMIT_MEMLOCK is {soft} B (raise ulimit -l, or lower queue_depth, "
+                                         "transfer_size or the run's concurrency)")
 
 
 def unavailable_reason() -> str | None:
@@ -212,7 +224,7 @@ class Ring:
         try:
             _syscall(SYS_IO_URING_REGISTER, self.fd, REGISTER_BUFFERS, ctypes.addressof(vectors), count)
         except OSError as error:
-            hint = " (raise RLIMIT_MEMLOCK, ulimit -l: kernels before 5.12 charge registered buffers to it)" \
+            hint = " (registered buffers are locked memory: raise RLIMIT_MEMLOCK, ulimit -l)" \
                 if error.errno == errno.ENOMEM else ""
             raise UringUnavailable(error.errno, f"io_uring buffer registration failed: {error.strerror}{hint}") \
                 from None

@@ -9,6 +9,7 @@ import json
 import mmap
 import os
 import sys
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -282,3 +283,34 @@ def test_a_run_asking_for_io_uring_where_it_is_missing_exits_3_with_one_line(tmp
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and "engine: io_uring is unavailable here" in lines[0] and "seccomp" in lines[0], stderr
     assert not (tmp_path / "tier").exists()
+
+
+def test_too_little_lockable_memory_for_the_rings_is_refused_at_open(make_backend: Any, tmp_path: Path,
+                                                                      monkeypatch: Any) -> None:
+    """(concurrency + 1) rings x (queue_depth + 1) buffers must fit RLIMIT_MEMLOCK for a user without it."""
+    monkeypatch.setattr(uring.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(uring.resource, "getrlimit", lambda _which: (8 << 20, 8 << 20))
+    make_backend(engine="io_uring", queue_depth=1, concurrency=1, path=str(tmp_path / "fits"))  # 2 x 2 x 64 KiB
+    with pytest.raises(BackendUnavailable, match=r"need 20971520 B of locked memory and RLIMIT_MEMLOCK is 8388608"):
+        make_backend(engine="io_uring", queue_depth=4, concurrency=3, transfer_size="1MiB",
+                     path=str(tmp_path / "tier"))
+    assert not (tmp_path / "tier").exists()
+
+
+def test_a_finished_thread_takes_its_ring_with_it(make_backend: Any, pool: NoisePool) -> None:
+    """A pool that is done (pre-population, preconditioning) must not leave rings and locked buffers behind."""
+    backend = make_backend(engine="io_uring", queue_depth=2)
+    engine = backend.engine
+    rings_at_open = len(engine._rings)
+    seen: list[Any] = []
+
+    def work(index: int) -> None:
+        backend.write(f"t{index}", pool.payload(f"t{index}", 3 * TS))
+        seen.append(engine._ring())
+
+    for index in range(3):
+        thread = threading.Thread(target=work, args=(index,))
+        thread.start()
+        thread.join()
+    assert len(seen) == 3 and all(ring.fd == -1 for ring in seen)  # closed when their threads ended
+    assert len(engine._rings) == rings_at_open
