@@ -292,3 +292,20 @@ def test_a_violation_is_one_summary_line_and_the_declared_contradictions_follow(
     assert len(lines) == 2
     assert lines[0].startswith("  INVARIANT VIOLATED: ") and "more in the result's checks)" in lines[0]
     assert lines[1] == "  WARNING: declaration network.fabric: declared 'RoCE', detected 'none (local)'"
+
+
+def test_a_real_run_checks_every_invariant_and_they_hold(tmp_path: Path) -> None:
+    from tiny_spec import history_spec, run_cli
+
+    tier = {"name": "disk", "backend": "nvme", "capacity": "64MiB",
+            "options": {"path": str(tmp_path / "cache"), "fsync": False}}
+    code, out, err = run_cli(tmp_path, history_spec([tier], output={"directory": str(tmp_path / "out"),
+                                                                    "progress": "off"}))
+    assert code == 0, err
+    result = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
+    names = {item["name"].split(".")[0].rstrip(":") for item in result["checks"]["items"]}
+    assert {"tier_bytes", "command_bytes", "series_tokens", "prefix_reads", "turn_reads", "reads_served",
+            "decode_bytes", "decode_bytes_read", "written_bytes", "throughput_tokens", "window_series"} <= names
+    assert result["checks"]["violations"] == [] and result["checks"]["passed"] is True
+    assert "INVARIANT VIOLATED" not in out
+    assert main(["check", str(next((tmp_path / "out").glob("*.json")))]) == 0
