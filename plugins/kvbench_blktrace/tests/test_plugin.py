@@ -15,7 +15,10 @@ from kvbench_core.spec.loader import validate
 
 MEMORY_ONLY = {
     "version": 1, "name": "traced", "seed": 1, "model": {"name": "llama3.2-1b"}, "duration": "1s",
-    "workload": {"users": 1, "max_inflight": 1},
+    # Small contexts: the default profiles' 25K-token entries (800 MB) fit no 64 MiB tier, and a run whose
+    # KV writes all fail is degraded, not completed.
+    "workload": {"users": 1, "max_inflight": 1, "options": {"profiles": {"chatbot": {"context": [16, 64]}},
+                                                          "profile_mix": {"chatbot": 1}}},
     "cache": {"tiers": [{"name": "dram", "backend": "cpu", "capacity": "64MiB"}]},
 }
 
