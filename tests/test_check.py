@@ -163,6 +163,7 @@ CASES: list[tuple[str | int, Mutation, str, str]] = [
     ("trial", _set("spec.resolved.autoscaler", {"name": "capacity", "options": {}}), "no autoscaler", "'capacity'"),
     ("trial", _set("spec.resolved.cache.promotion", "on_read"), "no promotion", "'on_read'"),
     (4, _set("metrics.tiers.nvme.write.errors", 3), "no failed writes", "trial 4: 3 failed writes"),
+    (5, _set("metrics.requests.write_failed", 2), "no failed writes", "2 requests whose KV found no room"),
     ("trial", _set("model.name", "llama3.2-1b"), "model", "llama3.1-8b or llama3.1-70b-instruct"),
     (2, _set("metrics.headline.decode_bytes_read_gb", 2000.0), "invariants", "trial 2: decode_bytes"),
     ("summary", _set("trials.runs.1.sha256", "0" * 64), "trial files verified", "trial 2"),

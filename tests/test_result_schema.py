@@ -39,7 +39,9 @@ def test_a_merged_run_its_clients_and_its_trials_summary_conform(tmp_path: Path)
     for path in written:
         result = json.loads(path.read_text())
         assert schema_violations(result) == [], path.name
-        assert result["kvbench_result"] == RESULT_FORMAT and "checks" in result
+        assert result["kvbench_result"] == RESULT_FORMAT and result["checks"]["passed"], result["checks"]
+        for client in result.get("clients", []):  # each client's own invariants, computed before the merge
+            assert client["checks"]["passed"], client["checks"]
     summary = json.loads(next(p for p in written if p.stem.endswith("-summary")).read_text())
     assert [run["sha256"] for run in summary["trials"]["runs"]] == [
         __import__("hashlib").sha256(p.read_bytes()).hexdigest() for p in written if "-trial" in p.stem]

@@ -221,8 +221,10 @@ def no_failed_writes(evidence: Evidence) -> RuleOutcome:
         metrics = trial["metrics"]
         errors = sum(t["write"]["errors"] for t in metrics["tiers"].values())
         failed = metrics["requests"]["failed"]
-        if errors or failed:
-            bad.append(f"trial {trial['run']['trial']}: {errors} failed writes, {failed} failed requests")
+        no_room = metrics["requests"].get("write_failed", 0)  # KV no tier could store
+        if errors or failed or no_room:
+            bad.append(f"trial {trial['run']['trial']}: {errors} failed writes, {failed} failed requests, "
+                       f"{no_room} requests whose KV found no room")
     return RuleOutcome("no failed writes", not bad, "; ".join(bad) or "every write and request succeeded")
 
 
