@@ -72,7 +72,9 @@ def test_a_file_tiers_mount_options_and_device_settings_reach_the_declaration(tm
     assert detected["storage"]["mount_options"] == {"nvme": mount["mount_options"]}
     device = mount.get("block_device") or {}
     if device.get("read_ahead_kb") is not None:  # a device-backed mount (not tmpfs or overlay)
-        assert detected["storage"]["read_ahead_kb"] == {"nvme": device["read_ahead_kb"]}
+        assert detected["storage"]["read_ahead_kb"] == {"nvme": int(device["read_ahead_kb"])}
+        same = merge_declaration({"storage": {"read_ahead_kb": {"nvme": int(device["read_ahead_kb"])}}}, detected)
+        assert contradictions(same) == []  # a declared number equal to sysfs's text is no contradiction
         assert detected["storage"]["volatile_write_cache"]["nvme"] in ("write back", "write through")
     link = detected["host"]["gpu_pcie_link"][0]
     assert (link["generation"], link["width"]) == (5, 16)

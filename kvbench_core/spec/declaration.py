@@ -172,7 +172,11 @@ def detected_system(environment: dict[str, Any]) -> dict[str, dict[str, Any]]:
         return values or None
 
     def device(key: str) -> Any:
-        return per_tier(lambda info: (info.get("block_device") or {}).get(key))
+        """A block device setting per tier; sysfs numbers as numbers, so a declared 128 matches a detected 128."""
+        def get(info: dict[str, Any]) -> Any:
+            value = (info.get("block_device") or {}).get(key)
+            return int(value) if isinstance(value, str) and value.isdigit() else value
+        return per_tier(get)
 
     host = environment.get("host") or {}
     ratios = {key: host.get(key) for key in ("dirty_ratio", "dirty_background_ratio", "dirty_bytes",
