@@ -270,6 +270,7 @@ INVARIANT_CASES: list[tuple[Mutation, str]] = [
     (_counter("stored_entry_bytes", 1), "written_bytes"),
     (_set("metrics.headline.avg_throughput_tokens_per_sec", 600.0), "throughput_tokens"),
     (_set("metrics.window.measured_s", 200.0), "window_duration"),
+    (_set("metrics.window.measured_s", 320.0), "window_duration"),  # 300 s + more than 2 % late
     (_set("timeseries.0.interval_s", 150.0), "window_series"),
 ]
 
