@@ -104,7 +104,8 @@ def test_workload_and_autoscaler_options_are_checked_by_their_fragments() -> Non
         (["workload.options.arrival.process=bursty"],
          'workload.options.arrival.process: expected one of "closed", "poisson", got "bursty"'),
         (["autoscaler.name=capacity", "autoscaler.options.low=0.5"],
-         "autoscaler.options.low: unknown field (allowed: fast_growth, fine_factor, interval_s, ramp_factor)"),
+         "autoscaler.options.low: unknown field (allowed: fast_growth, fine_factor, interval_s, min_stage_requests, "
+         "ramp_factor)"),
         (["autoscaler.name=qos", "autoscaler.options.stable_intervals=0"],
          "autoscaler.options.stable_intervals: expected a value >= 1, got 0"),
     ):
