@@ -146,3 +146,13 @@ def test_the_same_spec_on_another_backend_compares_without_warnings() -> None:
     assert caveats([base, other], ["a", "b"]) == []
     other["spec"]["resolved"]["cache"]["tiers"][0]["capacity"] = 2 << 30
     assert "cache tiers (name, capacity)" in caveats([base, other], ["a", "b"])[0]
+
+
+def test_a_result_whose_invariants_failed_is_a_warning() -> None:
+    from kvbench_core.reports.compare import caveats
+
+    base, other = _with_spec(_run("a")), _with_spec(_run("b"))
+    other["checks"] = {"passed": False, "violations": ["written_bytes: written bytes = stored + demoted (...)"],
+                       "items": []}
+    assert caveats([base, other], ["a", "b"]) == [
+        "b: 1 invariant(s) violated (written_bytes: written bytes = stored + demoted (...)): its figures do not add up"]

@@ -125,8 +125,9 @@ def spec_differences(base: dict[str, Any], other: dict[str, Any]) -> list[str]:
 
 def caveats(results: list[dict[str, Any]], labels: list[str]) -> list[str]:
     """What makes a column less than a like-for-like comparison: a run that did not complete (its figures
-    cover a partial window, or none), a different model than the baseline's (other entry sizes), and every
-    spec difference that changes what a ratio to the baseline means (``spec_differences``)."""
+    cover a partial window, or none), a result whose invariants failed, a different model than the
+    baseline's (other entry sizes), and every spec difference that changes what a ratio to the baseline
+    means (``spec_differences``)."""
     notes = []
     base_spec = (results[0].get("spec") or {}).get("resolved")
     base_model = (results[0].get("model") or {}).get("name")
@@ -138,6 +139,10 @@ def caveats(results: list[dict[str, Any]], labels: list[str]) -> list[str]:
         model = (result.get("model") or {}).get("name")
         if model and base_model and model != base_model:
             notes.append(f"{label}: model {model}, the baseline's is {base_model}: entry sizes differ")
+        violations = (result.get("checks") or {}).get("violations") or []
+        if violations:
+            notes.append(f"{label}: {len(violations)} invariant(s) violated ({violations[0]}): its figures "
+                         "do not add up")
         spec = (result.get("spec") or {}).get("resolved")
         if result is not results[0] and isinstance(spec, dict) and isinstance(base_spec, dict):
             notes += [f"{label}: {note}" for note in spec_differences(base_spec, spec)
