@@ -227,6 +227,10 @@ class _Coordinator:
             "duration_s": shown[0].get("duration_s"), "warmup_s": shown[0].get("warmup_s"),
             **{key: sum(p.get(key, 0) for p in shown)
                for key in ("users", "requests", "read_bytes_per_s", "write_bytes_per_s", "queue")},
+            "tiers": {tier: {rate: sum(((p.get("tiers") or {}).get(tier) or {}).get(rate) or 0.0 for p in shown)
+                             for rate in ("read_bytes_per_s", "write_bytes_per_s")}  # rates add up, p95s do not
+                      for tier in dict.fromkeys(t for p in shown for t in p.get("tiers") or {})},
+            "occupancy": shown[0].get("occupancy") or {},  # the tiers' order, for the display
         })
 
 
