@@ -202,7 +202,9 @@ class Runner:
 
     def _wait_limit(self, now: float) -> float:
         wake = [POLL_S, self._next_tick - now]
-        if isinstance(self.arrivals, OpenLoopArrivals):
+        # An open-loop arrival due wakes the scheduler, unless the backlog is full: then the due ones are
+        # dropped at the next poll, and a trace replayed at infinite speed cannot spin the scheduler.
+        if isinstance(self.arrivals, OpenLoopArrivals) and self.pool.waiting < self.arrivals.limit:
             due = self.arrivals.next_due()
             if due is not None:
                 wake.append(due - now)
