@@ -114,3 +114,13 @@ def test_the_browser_check_catches_a_plot_that_does_not_render(report: tuple[Pat
     loaded = chromium(broken, tmp_path / "profile", "--dump-dom")
     assert 'data-plots="broken"' in loaded.stdout
     assert any("plot did not render: throughput" in line for line in console_messages(loaded.stderr))
+
+
+def test_a_trials_summary_says_its_headline_is_the_median(report: tuple[Path, dict[str, Any]]) -> None:
+    from kvbench_core.reports.aggregate import summarize_trials
+
+    path, result = report
+    summary = summarize_trials([result, result], [path, path], session_id="s", requested=2)
+    page = render_html(summary)
+    assert "<h2>Headline figures (median of 2 trials)</h2>" in page
+    assert '<img alt="trials"' in page

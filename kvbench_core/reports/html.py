@@ -26,6 +26,8 @@ from kvbench_core.reports.verdicts import explain
 from kvbench_core.spec.units import format_bytes
 
 GB = 1e9
+#: Headline entries that are not figures (``reports.metrics.HEADLINE`` defines the figures).
+OTHER_DEFINITIONS = {"persistent_tier": "the first persistent (non-memory) tier: the one the nvme_* figures are of"}
 PERCENTILES = ("p50", "p95", "p99", "p99.9", "max")
 
 STYLE = """
@@ -153,10 +155,13 @@ def _headline(result: dict[str, Any]) -> str:
         figure = known.get(key)
         label = figure.label if figure else key
         unit = figure.unit if figure else ""
-        definition = figure.definition if figure and figure.definition else "see docs/metrics.md"
+        definition = figure.definition if figure and figure.definition else OTHER_DEFINITIONS.get(
+            key, "see docs/metrics.md")
         rows.append(f"<tr><td>{_e(label)}<br><code>{_e(key)}</code></td>{_td(value)}<td>{_e(unit)}</td>"
                     f"<td class=\"definition\">{_e(definition)}</td></tr>")
-    return ("<h2>Headline figures</h2><table><thead><tr><th>figure</th><th>value</th><th>unit</th>"
+    trials = result.get("trials")
+    heading = f"Headline figures (median of {trials['count']} trials)" if trials else "Headline figures"
+    return (f"<h2>{heading}</h2><table><thead><tr><th>figure</th><th>value</th><th>unit</th>"
             f"<th>definition</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
 
