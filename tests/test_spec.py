@@ -253,7 +253,9 @@ def test_spec_validate_cli_exit_code_two_for_every_bad_file(tmp_path: Path, caps
 def test_spec_validate_cli_accepts_a_good_spec_and_its_overrides(write_spec: Any, capsys: Any) -> None:
     path = write_spec(small_spec())
     assert main(["spec", "validate", str(path)]) == 0
-    assert capsys.readouterr().out == f"{path}: valid\n"
+    # then each size and duration as parsed (issue 20; tests/test_units.py checks those lines)
+    assert capsys.readouterr().out == (f"{path}: valid\n"
+                                       "  cache.tiers[0].capacity: 64MiB = 67,108,864 bytes (64.00 MiB)\n")
     assert main(["spec", "validate", str(path), "--set", "workload.users=0"]) == 2
     assert capsys.readouterr().err == "kvbench: error: workload.users: expected a value >= 1, got 0\n"
     assert main(["spec", "validate", str(path), "--resolved", "--set", "duration=2m"]) == 0
