@@ -10,6 +10,7 @@ from typing import Any
 from conftest import memory_executor, small_spec
 from tiny_spec import run_cli
 
+from kvbench_core.cli.run_cmd import summarize
 from kvbench_core.contracts.workload import Request, Write
 
 
@@ -25,6 +26,9 @@ def test_a_request_whose_kv_found_no_room_is_not_completed(run_spec: Any) -> Non
     assert headline["storage_throughput_tokens_per_sec"] is None
     assert any(e["op"] == "kv_write" and "no tier had room" in e["error"] for e in result["errors"])
     assert result["metrics"]["cache"]["counters"]["allocation_failed"] >= requests["write_failed"]
+    summary = summarize(result)
+    assert summary.startswith("t [degraded]")
+    assert f"not completed: {requests['write_failed']} requests whose KV no tier had room for" in summary
 
 
 def test_the_executor_reports_a_write_that_found_no_room() -> None:

@@ -12,6 +12,7 @@ import pytest
 from conftest import small_spec
 
 from kvbench_core.builtins.memory import CPUMemoryBackend
+from kvbench_core.cli.run_cmd import summarize
 from kvbench_core.contracts.backend import ByteSource, IOTiming
 from kvbench_core.contracts.plugins import get_plugin_manager, hookimpl, registry
 from kvbench_core.engine.runner import Runner
@@ -132,6 +133,7 @@ def test_requests_that_finish_in_the_drain_are_reported_apart(slow_tier: None, t
     requests, drain = result["metrics"]["requests"], result["metrics"]["drain"]
     assert drain["requests_completed"] >= 1 and drain["write_bytes"] > 0
     assert drain["cancelled_in_flight"] is False
+    assert f"{drain['requests_completed']} requests finished" in summarize(result)  # the summary says so
     window_bytes = sum(p["write_bytes"] for p in result["timeseries"])
     assert window_bytes == result["metrics"]["tiers"]["slow"]["write"]["command_bytes"]  # the drain is not in it
     assert result["workload"]["stats"]["requests_issued"] == (requests["completed"] + requests["failed"]

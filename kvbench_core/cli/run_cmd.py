@@ -86,6 +86,7 @@ def summarize(result: dict[str, Any]) -> str:
                      f"{_fmt(head['avg_throughput_tokens_per_sec'])} tok/s wall-clock, "
                      f"e2e p95 {_fmt(head['end_to_end_latency_p95_ms'])} ms, "
                      f"cache hit rate {_fmt(head['cache_hit_rate'])}")
+        lines += outcome_lines(metrics, result.get("workload") or {})
         verdicts = [f"{name} {_fmt(c['service_latency_ms']['p95'])}/{_fmt(c['sla_p95_ms'])} ms "
                     f"{'met' if c['sla_met'] else 'MISSED'}"
                     for name, c in (metrics.get("qos") or {}).items() if c["requests"] and "service_latency_ms" in c]
@@ -102,10 +103,45 @@ def summarize(result: dict[str, Any]) -> str:
                 f"(device {_fmt(read['latency_ms']['device']['p95'])})  "
                 f"write p95 {_fmt(write['latency_ms']['total']['p95'])} ms "
                 f"(device {_fmt(write['latency_ms']['device']['p95'])})")
+            lines += command_lines(name, tier)
             coded = codec_line(tier["codec"]) if "codec" in tier else None
             if coded:
                 lines.append(f"  {'':<10} {coded}")
     return "\n".join(lines)
+
+
+def outcome_lines(metrics: dict[str, Any], workload: dict[str, Any]) -> list[str]:
+    """Requests that did not complete, the drain and dropped arrivals (docs/metrics.md): one line each, only
+    when there is something to say."""
+    requests, drain = metrics.get("requests") or {}, metrics.get("drain") or {}
+    lines = []
+    if requests.get("write_failed") or requests.get("failed"):
+        lines.append(f"  not completed: {requests.get('write_failed', 0)} requests whose KV no tier had room for, "
+                     f"{requests.get('failed', 0)} failed on storage errors (see errors)")
+    moved = (drain.get("read_bytes", 0) + drain.get("write_bytes", 0)) / 1e9
+    if drain.get("requests_completed") or drain.get("requests_cancelled") or moved:
+        cancelled = f", {drain['requests_cancelled']} cancelled at its limit" if drain.get("requests_cancelled") else ""
+        lines.append(f"  drain {drain['seconds']:.2f} s (limit {_fmt(drain.get('limit_s'))} s): "
+                     f"{drain.get('requests_completed', 0)} requests finished, {moved:.3f} GB moved{cancelled}; "
+                     "not in the figures above")
+    arrivals = workload.get("arrivals") or {}
+    if arrivals.get("dropped"):
+        lines.append(f"  open loop: {arrivals['offered']} arrivals offered ({_fmt(arrivals['offered_per_s'])}/s), "
+                     f"{arrivals['served']} served ({_fmt(arrivals['served_per_s'])}/s), {arrivals['dropped']} "
+                     f"dropped at a full backlog (peak {arrivals['backlog_peak']})")
+    return lines
+
+
+def command_lines(name: str, tier: dict[str, Any]) -> list[str]:
+    """The tier's latencies above are per KV entry: say how large one is, and give the per-command p95."""
+    parts = []
+    for op in ("read", "write"):
+        stats = tier[op]
+        if stats.get("mean_entry_bytes"):
+            commands = (stats.get("command_latency_ms") or {}).get("p95")
+            per_command = f", per command p95 {_fmt(commands)} ms" if commands is not None else ""
+            parts.append(f"{op} per entry of {stats['mean_entry_bytes'] / 1e6:.2f} MB{per_command}")
+    return [f"  {'':<10} {'; '.join(parts)}"] if parts else []
 
 
 def render_plan(spec: dict[str, Any], plan: dict[str, Any]) -> str:
