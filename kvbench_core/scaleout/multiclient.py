@@ -217,11 +217,13 @@ class _Coordinator:
         self.fresh.clear()
         self.last_print = time.monotonic()
         points = list(self.points.values())
-        measuring = [p for p in points if p.get("phase") in ("measure", "drain")]
+        if any(p.get("phase") == "drain" for p in points):
+            self.printer({"phase": "drain"})  # the printer keeps the last interval's figures
+            return
+        measuring = [p for p in points if p.get("phase") == "measure"]
         shown = measuring or points
         self.printer({
-            "phase": ("drain" if any(p.get("phase") == "drain" for p in points) else "measure") if measuring
-            else "warmup",
+            "phase": "measure" if measuring else "warmup",
             "elapsed_s": max(p.get("elapsed_s", 0.0) for p in shown),
             "t_s": max(p.get("t_s", 0.0) for p in shown),
             "duration_s": shown[0].get("duration_s"), "warmup_s": shown[0].get("warmup_s"),
