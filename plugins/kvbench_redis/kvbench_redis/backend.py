@@ -245,6 +245,7 @@ class RedisBackend(ClientBackend):
         stale = [self._part_key(key, i) for i in range(count, previous)]
         buffer = self._buffers.get(min(size, part))
         host = device = 0.0
+        sent: list[tuple[int, int, float]] = []  # (offset, bytes, sent at) per SET, for per-command latency
         with self._connection(key) as connection:
             for index in range(count):
                 t0 = time.perf_counter()
@@ -254,14 +255,19 @@ class RedisBackend(ClientBackend):
                 command = connection.pack_command("SET", self._part_key(key, index), view, *self._expiry)
                 t1 = time.perf_counter()
                 connection.send_packed_command(command)
+                sent.append((offset, len(view), t1))
                 host += t1 - t0
                 device += time.perf_counter() - t1
             t0 = time.perf_counter()
             if stale:
                 connection.send_command("UNLINK", *stale)
             replies = count + bool(stale)
-            for _ in range(replies):
+            log = self.context.io_log
+            for reply in range(replies):
                 connection.read_response()
+                if log is not None and reply < count:  # a SET's latency: sent until its reply arrived
+                    offset, nbytes, at = sent[reply]
+                    log.record(key, "write", offset, nbytes, at, time.perf_counter())
             device += time.perf_counter() - t0
         with self._lock:
             self._parts[key] = count
@@ -273,18 +279,23 @@ class RedisBackend(ClientBackend):
         count = self._part_count(size)
         ahead = max(2, READ_AHEAD // part)
         host = device = 0.0
+        log = self.context.io_log
         with self._connection(key) as connection:
             t0 = time.perf_counter()
+            sent_at = [t0] * count  # when each GET went out, for per-command latency
             for index in range(min(ahead, count)):
                 connection.send_command("GET", self._part_key(key, index))
             for index in range(count):
                 data = connection.read_response()
                 if index + ahead < count:
+                    sent_at[index + ahead] = time.perf_counter()
                     connection.send_command("GET", self._part_key(key, index + ahead))
                 t1 = time.perf_counter()
                 device += t1 - t0
                 offset = index * part
                 self._check_part(key, index, data, min(part, size - offset))
+                if log is not None:
+                    log.record(key, "read", offset, min(part, size - offset), sent_at[index], t1)
                 consume_pieces(sink, offset, memoryview(data), PIECE)
                 t0 = time.perf_counter()
                 host += t0 - t1
@@ -294,13 +305,17 @@ class RedisBackend(ClientBackend):
         part, end = self.part_size, offset + len(out)
         spans = [(index, max(offset, index * part) - index * part, min(end, (index + 1) * part) - index * part)
                  for index in range(offset // part, (end - 1) // part + 1)]
+        log = self.context.io_log
         with self._connection(key) as connection:
+            sent = time.perf_counter()
             for index, lo, hi in spans:
                 connection.send_command("GETRANGE", self._part_key(key, index), lo, hi - 1)
             at = 0
             for index, lo, hi in spans:
                 data = connection.read_response()
                 self._check_part(key, index, data, hi - lo)
+                if log is not None:  # pipelined: each GETRANGE's latency runs from the batch's send
+                    log.record(key, "read", index * part + lo, hi - lo, sent, time.perf_counter())
                 out[at:at + len(data)] = data
                 at += len(data)
 
