@@ -58,7 +58,24 @@ def test_without_a_terminal_auto_prints_one_line_every_n_seconds(monkeypatch: py
         clock[0] += 1.0
         printer(POINT)
     assert len(stream.getvalue().splitlines()) == 2  # at 10 s and 20 s
+    clock[0] += 1.0
+    printer.phase("drain")  # a new phase of a long run: its line at once
+    clock[0] += 0.5
+    printer.phase("results")
+    assert [line.split("]")[0] for line in stream.getvalue().splitlines()[2:]] == ["[drain 25/25s",
+                                                                                 "[writing results 25/25s"]
     printer.finish()
+
+
+def test_a_short_run_without_a_terminal_prints_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    stream = io.StringIO()
+    printer = ProgressPrinter("auto", stream=stream, plain_every_s=10.0)
+    for phase in ("setup", "warmup", "measure", "drain", "results"):
+        clock[0] += 1.0
+        printer({**POINT, "phase": phase})
+    assert stream.getvalue() == ""
 
 
 def test_off_prints_nothing_and_on_prints_every_point() -> None:

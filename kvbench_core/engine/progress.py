@@ -3,7 +3,8 @@
 Phases: set-up (tiers opened, preload), warm-up, measuring, drain (in-flight storage work finishing) and
 writing results.  On a terminal it is a rich live display on stderr, redrawn as the runner's interval
 points arrive.  Without a terminal (CI logs, pipes) ``auto`` prints one plain line every
-``PLAIN_EVERY_S`` seconds, so a long run shows it is alive and a short one adds nothing to the log;
+``PLAIN_EVERY_S`` seconds, and one when a phase starts after that long, so a long run shows it is alive
+and where it is, and a short one adds nothing to the log;
 ``on`` prints a plain line for every interval; ``off`` (and ``--quiet``) prints nothing.  The bar's time
 left is exact (warm-up + duration are known), not an estimate from a rate.
 """
@@ -34,6 +35,7 @@ class ProgressPrinter:
         self.plain_every_s = 0.0 if mode == "on" else plain_every_s
         self._started = time.monotonic()
         self._last_plain = self._started
+        self._plain_phase: str | None = None
         self._live: _LiveView | None = None
         self._last: dict[str, Any] = {"duration_s": duration_s, "warmup_s": warmup_s}
 
@@ -52,8 +54,11 @@ class ProgressPrinter:
             self._live.update(point)
             return
         now = time.monotonic()
-        if now - self._last_plain >= self.plain_every_s:
-            self._last_plain = now
+        # A new phase of a run that has gone on for a while (the drain, writing results) gets its line at
+        # once; a short run (a test, a smoke check) still prints nothing.
+        changed = point.get("phase") != self._plain_phase and now - self._started >= self.plain_every_s
+        if changed or now - self._last_plain >= self.plain_every_s:
+            self._last_plain, self._plain_phase = now, point.get("phase")
             self.stream.write(self.prefix + format_progress(point) + "\n")
             self.stream.flush()
 
