@@ -221,7 +221,7 @@ class S3Backend(ClientBackend):
         start = time.perf_counter()
         name, size, turn = self._object(key), source.size, threading.Lock()
         if size <= self.part_size:
-            _, host, device = self._send_filled(source, 0, size, turn, lambda body: self._call(
+            _, host, device = self._send_filled(key, source, 0, size, turn, lambda body: self._call(
                 "put_object", Bucket=self.bucket, Key=name, Body=body))
             return _timing(start, host, device, size, 1)
         count = -(-size // self.part_size)
@@ -230,7 +230,7 @@ class S3Backend(ClientBackend):
 
         def part(index: int) -> tuple[float, float]:
             offset = index * self.part_size
-            reply, host, device = self._send_filled(source, offset, min(self.part_size, size - offset), turn,
+            reply, host, device = self._send_filled(key, source, offset, min(self.part_size, size - offset), turn,
                                                     lambda body: self._call("upload_part", Bucket=self.bucket,
                                                                             Key=name, UploadId=upload,
                                                                             PartNumber=index + 1, Body=body))
@@ -249,16 +249,23 @@ class S3Backend(ClientBackend):
             raise
         return _timing(start, host + parts_host + done_host, device + parts_device + done_device, size, count + 2)
 
-    def _send_filled(self, source: ByteSource, offset: int, length: int, turn: threading.Lock,
+    def _send_filled(self, key: str, source: ByteSource, offset: int, length: int, turn: threading.Lock,
                      send: Callable[[_ViewReader], tuple[Any, float, float]]) -> tuple[Any, float, float]:
-        """Fill ``length`` bytes at ``offset`` into this thread's buffer, then ``send`` them as one request."""
+        """Fill ``length`` bytes at ``offset`` into this thread's buffer, then ``send`` them as one request
+        (a device command: reported through ``io_log`` from send to reply)."""
         view = self._buffers.get(length)
         with turn:
             t0 = time.perf_counter()
             fill_pieces(source, offset, view, PIECE)
             filled = time.perf_counter() - t0
+        sent = time.perf_counter()
         reply, host, device = send(_ViewReader(view))
+        self._log(key, "write", offset, length, sent)
         return reply, filled + host, device
+
+    def _log(self, key: str, op: str, offset: int, length: int, started: float) -> None:
+        if self.context.io_log is not None:
+            self.context.io_log.record(key, op, offset, length, started, time.perf_counter())
 
     def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
         start = time.perf_counter()
@@ -279,10 +286,12 @@ class S3Backend(ClientBackend):
              ranged: bool) -> tuple[float, float]:
         """GET ``length`` bytes at ``offset`` into this thread's buffer and hand them to the sink."""
         view = self._buffers.get(length)
+        sent = time.perf_counter()
         body, host, device = self._fetch(key, name, offset, length, ranged=ranged)
         t0 = time.perf_counter()
         self._drain(body, view, name)
         device += time.perf_counter() - t0
+        self._log(key, "read", offset, length, sent)  # one GET, from request to the last byte
         with turn:
             t0 = time.perf_counter()
             consume_pieces(sink, offset, view, PIECE)
@@ -291,8 +300,10 @@ class S3Backend(ClientBackend):
 
     def read_range(self, key: str, offset: int, out: memoryview) -> None:
         if len(out):
+            sent = time.perf_counter()
             body, _, _ = self._fetch(key, self._object(key), offset, len(out), ranged=True)
             self._drain(body, out, self._object(key))
+            self._log(key, "read", offset, len(out), sent)
 
     def delete(self, key: str) -> None:
         self._call("delete_object", Bucket=self.bucket, Key=self._object(key))
