@@ -119,12 +119,12 @@ def _throughput(result: dict[str, Any]) -> Any:
     series, drain = measured_points(result)
     if not series:
         return None
-    t = [p["t_s"] for p in series]
+    t = _interval_edges(series)
     figure = _figure(2, 1, height_per_row=3.2)
     tokens, bandwidth = figure.subplots(2, 1, sharex=True)
     rates = [generated_tokens_per_s(p) for p in series]
     if all(rates):
-        tokens.plot(t, [r[0] for r in rates], color="tab:green", drawstyle="steps-pre", label="per interval")
+        tokens.step(t, _held([r[0] for r in rates]), where="post", color="tab:green", label="per interval")
         tokens.set_ylabel(rates[0][1].split(" (")[0])
         headline = ((result.get("metrics") or {}).get("headline") or {}).get("avg_throughput_tokens_per_sec")
         if headline is not None and rates[0][1] == "generated tokens/s":
@@ -134,17 +134,29 @@ def _throughput(result: dict[str, Any]) -> Any:
     per_tier = _tier_rates(series)
     colors = _tier_colors(list(per_tier))
     for name, (reads, writes) in per_tier.items():
-        bandwidth.plot(t, np.array(reads) / GB, color=colors[name], drawstyle="steps-pre", label=f"{name} read")
-        bandwidth.plot(t, np.array(writes) / GB, color=colors[name], linestyle="--", drawstyle="steps-pre",
+        bandwidth.step(t, _held(np.array(reads) / GB), where="post", color=colors[name], label=f"{name} read")
+        bandwidth.step(t, _held(np.array(writes) / GB), where="post", color=colors[name], linestyle="--",
                        label=f"{name} write")
     bandwidth.set_ylabel("GB/s")
     bandwidth.set_xlabel("seconds since measurement start")
     for axes in (tokens, bandwidth):
         _shade_drain(axes, drain)
         axes.grid(alpha=0.3)
-        axes.set_ylim(bottom=0)
-    bandwidth.legend(loc="upper right", fontsize="small", ncol=2)
+        top = axes.get_ylim()[1]
+        axes.set_ylim(0, top * 1.3 if top > 0 else 1)  # headroom: the legend sits above the data
+    bandwidth.legend(loc="upper right", fontsize="small", ncol=3)
     return figure
+
+
+def _interval_edges(series: list[dict[str, Any]]) -> list[float]:
+    """Each interval's start and the last one's end: a step per interval over the time it covers."""
+    return [p["t_s"] - p["interval_s"] for p in series] + [series[-1]["t_s"]]
+
+
+def _held(values: Any) -> list[float]:
+    """The values with the last repeated, so the last interval's step reaches its end."""
+    values = list(values)
+    return values + values[-1:]
 
 
 def _tier_rates(series: list[dict[str, Any]]) -> dict[str, tuple[list[float], list[float]]]:
