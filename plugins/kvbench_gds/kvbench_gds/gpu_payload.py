@@ -7,16 +7,42 @@ host bytes at all (the seed's "GPU-native mode").  The bytes are exactly those
 ``kvbench_core.engine.payload.NoisePool.render`` produces for the same entry and
 offset, so a verified read compares them with the host-side generator and
 dedup-resistance is unchanged: one copy of the pool's bytes plus a strided
-``(entry_id, block_index)`` stamp every 512 bytes.
+``(entry_id, block_index)`` stamp every 512 bytes, mixed with splitmix64's
+finaliser as the host does (torch has no unsigned 64-bit shifts, so the
+logical shift is an arithmetic one masked to its low bits; int64 adds and
+multiplies wrap modulo 2**64 like uint64 ones).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kvbench_core.engine.payload import BLOCK, NoisePool
+from kvbench_core.engine.payload import _MIX_1, _MIX_2, _MIX_ADD, BLOCK, NoisePool, stamp_words
 
 _STAMP_BYTES = 16  # two little-endian 64-bit words
+
+
+def _signed(value: int) -> int:
+    """A uint64 constant as the int64 with the same bits."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _xor_shift_right(values: Any, shift: int, scratch: Any) -> None:
+    """``values ^= values >> shift`` with a logical (unsigned) shift, in place."""
+    import torch
+
+    torch.bitwise_right_shift(values, shift, out=scratch)
+    scratch.bitwise_and_((1 << (64 - shift)) - 1)
+    values.bitwise_xor_(scratch)
+
+
+def mix64_tensor(values: Any, scratch: Any) -> None:
+    """``kvbench_core.engine.payload.mix64`` on an int64 tensor in place (same bits as the uint64 result)."""
+    values.add_(_signed(_MIX_ADD))
+    for shift, multiplier in ((30, _MIX_1), (27, _MIX_2)):
+        _xor_shift_right(values, shift, scratch)
+        values.mul_(_signed(multiplier))
+    _xor_shift_right(values, 31, scratch)
 
 
 class DeviceNoise:
@@ -49,18 +75,30 @@ class DeviceNoise:
         out.copy_(self.data[start:start + n])
         first_block = -(-offset // BLOCK)
         skip = first_block * BLOCK - offset
+        within = offset % BLOCK
+        if 0 < within < _STAMP_BYTES:  # the piece starts inside the previous block's stamp
+            k = min(_STAMP_BYTES - within, n)
+            out[:k].copy_(self._stamp_bytes(entry_id, offset // BLOCK)[within:within + k])
         usable = n - skip
         if usable <= 0:
             return
         full = usable // BLOCK
         if full:
             stamps = torch.empty((full, 2), dtype=torch.int64, device=out.device)
-            stamps[:, 0] = entry_id
-            torch.add(self._block_index[:full], first_block, out=stamps[:, 1])
+            scratch = torch.empty(full, dtype=torch.int64, device=out.device)
+            mixed_block = stamps[:, 1]
+            torch.add(self._block_index[:full], first_block, out=mixed_block)
+            mix64_tensor(mixed_block, scratch)
+            torch.bitwise_xor(mixed_block, entry_id, out=stamps[:, 0])
+            mix64_tensor(stamps[:, 0], scratch)
             heads = out[skip:skip + full * BLOCK].view(full, BLOCK)[:, :_STAMP_BYTES]
             heads.copy_(stamps.view(torch.uint8))
         tail = usable - full * BLOCK
         if tail:
-            stamp = torch.tensor([entry_id, first_block + full], dtype=torch.int64).view(torch.uint8)
             at, k = skip + full * BLOCK, min(tail, _STAMP_BYTES)
-            out[at:at + k].copy_(stamp[:k])
+            out[at:at + k].copy_(self._stamp_bytes(entry_id, first_block + full)[:k])
+
+    def _stamp_bytes(self, entry_id: int, block: int) -> Any:
+        """One block's 16 stamp bytes (a piece edge cut it: too few to be worth a kernel)."""
+        words = [_signed(word) for word in stamp_words(entry_id, block)]
+        return self._torch.tensor(words, dtype=self._torch.int64).view(self._torch.uint8)

@@ -113,3 +113,19 @@ def test_a_failed_write_leaves_no_file(opened: Any, tmp_path: Path) -> None:
     with pytest.raises(OSError, match="source broke"):
         backend.write("broken", Failing())
     assert [name for name in remaining_files(tmp_path / "gds") if "broken" in name] == []
+
+
+@pytest.mark.parametrize("offset", [0, 1, 7, 15, 16, 511, 512, 4096 + 3, 65_536 - 5])
+def test_the_device_render_is_the_host_render_byte_for_byte(offset: int) -> None:
+    """The torch splitmix64 stamp equals numpy's at any piece offset, including one inside a stamp."""
+    torch = pytest.importorskip("torch")
+    from kvbench_gds.gpu_payload import DeviceNoise
+
+    pool = NoisePool(seed=11, pool_bytes=256 << 10, max_piece=64 << 10)
+    device = DeviceNoise(pool, torch.device("cpu"), 64 << 10)
+    entry_id, size = 987_654_321_012, 50_001
+    host = np.empty(size, dtype=np.uint8)
+    pool.render(entry_id, offset, host)
+    on_device = torch.empty(size, dtype=torch.uint8)
+    device.render(entry_id, offset, on_device)
+    assert np.array_equal(on_device.numpy(), host)
