@@ -183,3 +183,19 @@ def test_tier_iops_are_entry_operations_per_second_of_the_active_window(run: tup
     assert _number_format("read p95 ms") == _number_format("capacity GiB") == "#,##0.000"
     assert _number_format("IOPS") == _number_format("ops") == "#,##0"
     assert _number_format("Cache hit rate") == "0.0%" and _number_format("tier") is None
+
+
+def test_report_never_overwrites_an_existing_file_unless_forced(run: tuple[Path, dict[str, Any]], tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    _, result = run
+    copied = tmp_path / "mine.json"
+    copied.write_text(json.dumps(result))
+    foreign = tmp_path / "mine-latency-cdf.png"
+    foreign.write_text("someone's own file")
+    assert main(["report", str(copied)]) == 2
+    err = capsys.readouterr().err
+    assert f"{foreign}: already exists" in err and "--force" in err and len(err.splitlines()) == 1
+    assert foreign.read_text() == "someone's own file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine-latency-cdf.png", "mine.json"]  # nothing written
+    assert main(["report", str(copied), "--force"]) == 0
+    assert foreign.read_bytes().startswith(b"\x89PNG")

@@ -5,7 +5,8 @@ Without options every result gets ``<stem>.xlsx``, its plots and ``<stem>.html``
 comparison (one row per result) for several.  ``--png DIR`` puts the plots
 of every result in DIR.  ``--html`` writes each result's self-contained HTML
 report next to it, ``--html OUT`` to OUT (one result) or into the directory
-OUT (several).
+OUT (several).  A report file that already exists is never overwritten unless
+``--force`` says so: kvbench writes over nothing it did not create just now.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from kvbench_core.contracts.errors import UserError
 from kvbench_core.reports import require_formats, write_reports
 from kvbench_core.reports.html import write_html
-from kvbench_core.reports.plots import plot_result
+from kvbench_core.reports.plots import plot_paths, plot_result
 from kvbench_core.reports.xlsx import write_comparison, write_workbook
 from kvbench_core.results.result import read_result
 
@@ -36,7 +37,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--html", metavar="OUT", nargs="?", const=NEXT_TO_RESULT,
                         help="the self-contained HTML report (plots embedded, opens offline): next to each "
                              "result, or to OUT (one result) or into the directory OUT (several)")
+    parser.add_argument("--force", action="store_true", help="overwrite report files that already exist")
     parser.set_defaults(handler=handle)
+
+
+def targets(args: argparse.Namespace, paths: list[Path]) -> list[Path]:
+    """Every file this invocation may write, known before anything is drawn."""
+    default = not (args.xlsx or args.png or args.html)
+    out: list[Path] = [Path(args.xlsx)] if args.xlsx else []
+    for path in paths:
+        if default:
+            out += [path.with_suffix(".xlsx"), path.with_suffix(".html"), *plot_paths(path.parent, path.stem)]
+        if args.png:
+            out += plot_paths(Path(args.png), path.stem)
+        if args.html:
+            out.append(_html_path(args.html, path, len(paths)))
+    return out
+
+
+def refuse_existing(paths: list[Path]) -> None:
+    """Stop before writing a byte when a target exists: it may be a file kvbench did not write."""
+    existing = [str(path) for path in paths if path.is_file() or path.is_symlink()]
+    if existing:
+        shown = ", ".join(existing[:3]) + (f" and {len(existing) - 3} more" if len(existing) > 3 else "")
+        raise UserError(f"{shown}: already exists; kvbench report does not overwrite files "
+                        f"(remove them, or pass --force)")
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -44,6 +69,8 @@ def handle(args: argparse.Namespace) -> int:
     require_formats(chosen or ["xlsx", "png", "html"])
     paths = [Path(p) for p in args.results]
     results = [read_result(p) for p in paths]
+    if not args.force:
+        refuse_existing(targets(args, paths))
     written: list[Path] = []
     if not chosen:  # the default: everything, next to each result
         for path, result in zip(paths, results, strict=True):

@@ -60,13 +60,22 @@ def png_bytes(figure: Any) -> bytes:
     return buffer.getvalue()
 
 
+#: Every plot kvbench can draw, in order: ``<stem>-<name>.png`` (so a caller knows the files before drawing).
+PLOT_NAMES = ("throughput", "latency-cdf", "occupancy", "autoscaler", "trials")
+
+
+def plot_paths(directory: Path, stem: str) -> list[Path]:
+    """Every file ``plot_result`` may write for ``stem`` in ``directory``."""
+    return [Path(directory) / f"{stem}-{name}.png" for name in PLOT_NAMES]
+
+
 def figures(result: dict[str, Any]) -> Iterator[tuple[str, Any]]:
     """(plot name, figure) for every plot the result has data for."""
-    plots: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
-        ("throughput", _throughput), ("latency-cdf", _latency_cdf), ("occupancy", _occupancy),
-        ("autoscaler", _autoscaler), ("trials", _trials)]
-    for name, draw in plots:
-        figure = draw(result)
+    drawers: dict[str, Callable[[dict[str, Any]], Any]] = {
+        "throughput": _throughput, "latency-cdf": _latency_cdf, "occupancy": _occupancy,
+        "autoscaler": _autoscaler, "trials": _trials}
+    for name in PLOT_NAMES:
+        figure = drawers[name](result)
         if figure is not None:
             yield name, figure
 
