@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 import yaml
-
 from conftest import small_spec
+
 from kvbench_core.cli import main
 from kvbench_core.engine.dryrun import build_plan
 from kvbench_core.spec.loader import load_spec

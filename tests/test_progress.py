@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 import yaml
-
 from conftest import small_spec
+
 from kvbench_core.cli import main
 from kvbench_core.engine import progress
 from kvbench_core.engine.progress import ProgressPrinter, format_progress, fraction_done

@@ -16,6 +16,7 @@ from kvbench_core.contracts.errors import InputFileError
 from kvbench_core.engine.runner import Runner
 from kvbench_core.engine.telemetry import OpStats, Telemetry
 from kvbench_core.results.result import build_result, read_result, write_result
+from kvbench_core.results.schema import VALIDATE_ENV
 from kvbench_core.spec.loader import load_spec, resolve, spec_sha256, validate
 
 SECRET = "hunter2-4f9c81d7e2"  # an environment credential's value
@@ -180,3 +181,16 @@ def test_reading_a_result_reports_bad_files_clearly(tmp_path: Path) -> None:
     other.write_text("{}")
     with pytest.raises(InputFileError, match=r"not a kvbench result"):
         read_result(other)
+
+
+def test_a_result_never_replaces_an_existing_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(VALIDATE_ENV)  # the documents here are bare: only the writing is under test
+    foreign = tmp_path / "result.json"
+    foreign.write_text("not kvbench's")
+    with pytest.raises(InputFileError, match="already exists; kvbench does not overwrite a result"):
+        write_result({"kvbench_result": 2}, foreign)
+    assert foreign.read_text() == "not kvbench's"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]  # no temp file left behind
+    written = write_result({"kvbench_result": 2}, tmp_path / "new.json")
+    assert json.loads(written.read_text()) == {"kvbench_result": 2}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.json", "result.json"]

@@ -11,9 +11,11 @@ multi-client and MPI results use too.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -177,22 +179,41 @@ def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,
 
 
 def write_result(result: dict[str, Any], path: str | os.PathLike[str]) -> Path:
-    """Write atomically (temp file + rename) so a crash never leaves half a result."""
+    """Write atomically and without clobbering: a private temp file, then a hard link to ``path`` that
+    fails when ``path`` exists, so a crash never leaves half a result and no existing file is replaced."""
     from kvbench_core.contracts.errors import InputFileError
 
     target = Path(path)
     if os.environ.get(VALIDATE_ENV) == "1":
         assert_conforms(result, str(target))
-    tmp = target.with_suffix(target.suffix + ".tmp")
+    tmp: str | None = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(result, indent=2, default=_json_default) + "\n")
-        tmp.replace(target)
+        handle, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        with os.fdopen(handle, "w") as file:
+            file.write(json.dumps(result, indent=2, default=_json_default) + "\n")
+        _publish(tmp, target)
+    except FileExistsError:
+        raise InputFileError(f"{target}: already exists; kvbench does not overwrite a result") from None
     except OSError as error:  # the output file system filled up during the run, or went away
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         raise InputFileError(f"{target}: cannot write the result: {error.strerror or error}") from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
     return target
+
+
+def _publish(tmp: str, target: Path) -> None:
+    """Give the finished ``tmp`` the name ``target``, raising FileExistsError if that name is taken."""
+    try:
+        os.link(tmp, target)
+    except OSError as error:
+        if error.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
+        # No hard links here (vfat, some FUSE mounts): claim the name exclusively, then rename onto the claim.
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+        os.replace(tmp, target)
 
 
 def _json_default(value: Any) -> Any:
