@@ -87,16 +87,16 @@ def test_the_default_drain_limit_is_ten_percent_of_the_duration_within_bounds() 
 
 
 def test_duration_bounds_the_run_and_the_drain_is_cancelled_at_its_limit(slow_tier: None, tmp_path: Any) -> None:
-    """Each entry takes >= 1.6 s (16+ commands of 0.1 s); duration 0.3 s + drain limit 0.3 s: the run
+    """Each entry takes >= 3.2 s (16+ commands of 0.2 s); duration 0.3 s + drain limit 0.3 s: the run
     ends long before its in-flight writes would have, and says it cancelled them."""
-    spec = slow_spec(tmp_path, piece_s=0.1, duration=0.3, drain_timeout=0.3)
+    spec = slow_spec(tmp_path, piece_s=0.2, duration=0.3, drain_timeout=0.3)
     began = time.perf_counter()
     _, thread, out = start(spec, tmp_path)
     thread.join(30)
     wall = time.perf_counter() - began
     assert not thread.is_alive()
     state = out[0]
-    assert wall < 0.3 + 0.3 + 1.0  # start-up and the cancel's last command boundary
+    assert wall < 0.3 + 0.3 + 1.5  # start-up and the cancel's last command boundary (0.2 s)
     result = build_result(state, spec)
     drain = result["metrics"]["drain"]
     assert drain["cancelled_in_flight"] is True and drain["requests_cancelled"] >= 1
