@@ -14,7 +14,6 @@ import copy
 import importlib.util
 import itertools
 import json
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -35,7 +34,6 @@ from kvbench_core.engine.telemetry import Telemetry
 from kvbench_core.engine.waterfall import MultiTierCache, Tier
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "plugins/kvbench_redis/tests"), str(REPO / "plugins/kvbench_s3/tests")]
 
 nvme = pytest.importorskip("kvbench_nvme.backend", reason="the kvbench-nvme plugin is not installed")
 

@@ -17,7 +17,6 @@ import io
 import json
 import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +29,6 @@ from tiny_spec import history_spec, run_cli
 from kvbench_core.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "plugins/kvbench_redis/tests"), str(REPO / "plugins/kvbench_s3/tests")]
 
 pytest.importorskip("kvbench_nvme", reason="the kvbench-nvme plugin is not installed")
 

@@ -31,7 +31,6 @@ from tiny_spec import history_spec
 from kvbench_core.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "plugins/kvbench_redis/tests"), str(REPO / "plugins/kvbench_s3/tests")]
 
 pytestmark = [pytest.mark.redis, pytest.mark.s3]
 

@@ -24,7 +24,6 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = sorted((REPO / "specs").glob("*.yaml"))
-sys.path[:0] = [str(REPO / "plugins/kvbench_redis/tests"), str(REPO / "plugins/kvbench_s3/tests")]
 
 pytestmark = pytest.mark.slow
 

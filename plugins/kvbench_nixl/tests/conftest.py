@@ -2,35 +2,21 @@
 
 from __future__ import annotations
 
-import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import s3_servers
+from kvbench_nixl.backend import NixlBackend
+from s3_servers import MotoServer
 
-REPO = Path(__file__).resolve().parents[3]
-sys.path[:0] = [str(REPO / "plugins/kvbench_s3/tests")]  # moto's server helpers, shared with the s3 tier
+from kvbench_core.contracts.conformance import backend_fixtures
+from kvbench_core.engine.payload import NoisePool
 
-from kvbench_nixl.backend import NixlBackend  # noqa: E402
-from s3_servers import MotoServer, fake_aws_environment, require_moto, start_moto  # noqa: E402
-
-from kvbench_core.contracts.conformance import backend_fixtures  # noqa: E402
-from kvbench_core.engine.payload import NoisePool  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    fake_aws_environment(monkeypatch, tmp_path)
-
-
-@pytest.fixture(scope="session")
-def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
-    require_moto()
-    server = start_moto(tmp_path_factory.mktemp("moto") / "moto.log")
-    yield server
-    server.stop()
+#: Fake AWS credentials for every test, and the session's moto server (shared with the other S3 tier's tests).
+aws_environment = s3_servers.aws_environment
+moto_server = s3_servers.moto_server
 
 
 @pytest.fixture(scope="session")

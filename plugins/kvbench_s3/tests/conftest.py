@@ -8,25 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import s3_servers
 from kvbench_s3.backend import S3Backend
-from s3_servers import MotoServer, fake_aws_environment, require_moto, start_moto
+from s3_servers import MotoServer, require_moto, start_moto
 
 from kvbench_core.contracts.conformance import backend_fixtures
 from kvbench_core.engine.payload import NoisePool
 
-
-@pytest.fixture(autouse=True)
-def aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    fake_aws_environment(monkeypatch, tmp_path)
-
-
-@pytest.fixture(scope="session")
-def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
-    """The shared S3 endpoint (tests use their own buckets or run ids)."""
-    require_moto()
-    server = start_moto(tmp_path_factory.mktemp("moto") / "moto.log")
-    yield server
-    server.stop()
+#: Fake AWS credentials for every test, and the session's moto server (shared with the other S3 tier's tests).
+aws_environment = s3_servers.aws_environment
+moto_server = s3_servers.moto_server
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,3 +76,21 @@ def start_moto(log: Path) -> MotoServer:
                 server.stop()
                 raise RuntimeError(f"moto server did not start: {log.read_text()[-2000:]}") from None
             time.sleep(0.1)
+
+
+# --- fixtures the s3 and nixl tiers' conftests import (one definition for both) ---------------------
+
+
+@pytest.fixture(autouse=True)
+def aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Fake credentials and no real AWS config for every test of the importing conftest."""
+    fake_aws_environment(monkeypatch, tmp_path)
+
+
+@pytest.fixture(scope="session")
+def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
+    """The shared S3 endpoint (tests use their own buckets or run ids)."""
+    require_moto()
+    server = start_moto(tmp_path_factory.mktemp("moto") / "moto.log")
+    yield server
+    server.stop()
