@@ -179,26 +179,31 @@ class Runner:
         self._next_tick = window.started_at + self._interval
         self._next_scale: float | None = None
         pool.start()
-        while True:
-            now = time.perf_counter()
-            if window.due_to_open(now):
-                if not self._open_window():
+        try:  # whatever ends the loop (an exception too), the window closes and the workers stop
+            while True:
+                now = time.perf_counter()
+                if window.due_to_open(now):
+                    if not self._open_window():
+                        break
+                    now = time.perf_counter()  # the window opened after ``now``: work issued from here is inside
+                reason = window.stop_reason(now, self._completed)
+                if reason:
+                    self.request_stop(reason)
+                if self.stopped:
                     break
-                now = time.perf_counter()  # the window opened after ``now``: work issued from here is inside
-            reason = window.stop_reason(now, self._completed)
-            if reason:
-                self.request_stop(reason)
-            if self.stopped:
-                break
-            for kind, payload in self._events.pop_due(now):
-                self._on_event(kind, payload, now)
-            arrivals.issue(now, pool.waiting, self._submit)
-            self._tick(now)
-            if arrivals.exhausted() and pool.inflight == 0 and self._events.pending("finished") == 0:
-                self.request_stop("workload exhausted")
-                continue
-            self._events.wait(now, self._wait_limit(now))
-        self._drain()
+                for kind, payload in self._events.pop_due(now):
+                    self._on_event(kind, payload, now)
+                arrivals.issue(now, pool.waiting, self._submit)
+                self._tick(now)
+                if arrivals.exhausted() and pool.inflight == 0 and self._events.pending("finished") == 0:
+                    self.request_stop("workload exhausted")
+                    continue
+                self._events.wait(now, self._wait_limit(now))
+        except BaseException:
+            self._cancel.cancel()  # the run is ending on an error: no drain to wait for
+            raise
+        finally:
+            self._drain()
 
     def _wait_limit(self, now: float) -> float:
         wake = [POLL_S, self._next_tick - now]
@@ -287,7 +292,10 @@ class Runner:
             self._next_tick = now + self._interval
             point = self._close_interval()
             if any(t.cold_after is not None for t in self.cache.tiers):
-                self.cache.demote_cold()
+                try:  # the cold mover's storage errors count like a request's (on_error)
+                    self.cache.demote_cold()
+                except StorageError as error:
+                    self._storage_error(error)
             if self.on_progress:
                 self.on_progress(self._progress(point, now))
         if self.autoscaler is not None and self.window.is_open and self._next_scale is not None \
