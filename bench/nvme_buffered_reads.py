@@ -27,10 +27,10 @@ import time
 from pathlib import Path
 
 from kvbench_nvme.backend import NVMeBackend
-from kvbench_nvme.fsinfo import block_device_of
 
 from kvbench_core.contracts.backend import DISCARD, BackendContext
 from kvbench_core.engine.payload import NoisePool
+from kvbench_core.filetiers.fsinfo import block_device_of
 from kvbench_core.spec.units import parse_size
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

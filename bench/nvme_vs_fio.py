@@ -76,10 +76,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kvbench_nvme.backend import NVMeBackend
-from kvbench_nvme.fsinfo import block_device_of, describe_location
 
 from kvbench_core.contracts.backend import DISCARD, BackendContext, IOTiming
 from kvbench_core.engine.payload import NoisePool
+from kvbench_core.filetiers.fsinfo import block_device_of, describe_location
 from kvbench_core.spec.units import format_bytes, parse_size
 
 GIB = float(1 << 30)

@@ -99,6 +99,9 @@ class StorageBackend(abc.ABC):
     transfer_size: int = 1 << 20
     #: A volatile tier loses its contents with the process (DRAM, GPU); persistent ones are files/objects.
     volatile: ClassVar[bool] = False
+    #: The option naming a directory this tier owns, if any: each local client of a multi-client run then
+    #: gets its own subdirectory there (``path/client<i>``), so clients never share one tier directory.
+    directory_option: ClassVar[str | None] = None
 
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
         self.options = options

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from kvbench_core.contracts.errors import UserError
+from kvbench_core.contracts.plugins import registry
 
 
 class ClientFailed(UserError):
@@ -58,16 +59,22 @@ def client_spec(spec: dict[str, Any], layout: ClientLayout, index: int) -> dict[
     mine["clients"] = 1
     mine["clients_total"] = layout.total
     for tier in mine["cache"]["tiers"]:
-        path = tier["options"].get("path")
-        if isinstance(path, str):
-            tier["options"]["path"] = os.path.join(path, layout.directory(index))
+        option = _directory_option(tier)
+        if option:
+            tier["options"][option] = os.path.join(tier["options"][option], layout.directory(index))
     return mine
 
 
+def _directory_option(tier: dict[str, Any]) -> str | None:
+    """The option of this tier that names a directory it owns (``StorageBackend.directory_option``), if set."""
+    option = registry("backend")[tier["backend"]].directory_option
+    return option if option and isinstance(tier["options"].get(option), str) else None
+
+
 def tier_directories(spec: dict[str, Any]) -> list[str]:
-    """Absolute ``path`` options of the enabled tiers of a (client) spec."""
-    return [os.path.abspath(tier["options"]["path"]) for tier in spec["cache"]["tiers"]
-            if tier["capacity"] != 0 and isinstance(tier["options"].get("path"), str)]
+    """Absolute directories the enabled tiers of a (client) spec own."""
+    return [os.path.abspath(tier["options"][option]) for tier in spec["cache"]["tiers"]
+            if tier["capacity"] != 0 and (option := _directory_option(tier))]
 
 
 class DirectorySnapshot:

@@ -51,13 +51,12 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-from kvbench_nvme.directory import TierDirectory
-from kvbench_nvme.entry_files import EntryFilesBackend
-from kvbench_nvme.fsinfo import describe_location
-
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, DiscardSink, IOTiming, check_key
 from kvbench_core.contracts.errors import BackendUnavailable, SpecError
 from kvbench_core.engine.payload import EntryPayload
+from kvbench_core.filetiers.directory import TierDirectory
+from kvbench_core.filetiers.entry_files import EntryFilesBackend
+from kvbench_core.filetiers.fsinfo import describe_location
 from kvbench_core.spec.units import SIZE_PATTERN, parse_size
 from kvbench_gds.probe import (
     INSTALL_HINT,

@@ -51,13 +51,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
-from kvbench_nvme.directory import TierDirectory
-from kvbench_nvme.entry_files import EntryFilesBackend
-from kvbench_nvme.fsinfo import describe_location
 from kvbench_s3.backend import S3Backend
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, DiscardSink, IOTiming, check_key
 from kvbench_core.contracts.errors import BackendUnavailable, SpecError
+from kvbench_core.filetiers.directory import TierDirectory
+from kvbench_core.filetiers.entry_files import EntryFilesBackend
+from kvbench_core.filetiers.fsinfo import describe_location
 from kvbench_nixl.arena import ALIGN, Lane, Lanes
 from kvbench_nixl.library import Agent, Library, NixlRequirements, load
 from kvbench_nixl.objects import ObjectPieces, open_bucket

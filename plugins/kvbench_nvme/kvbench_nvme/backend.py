@@ -42,9 +42,9 @@ drop, sequential hint).
 completion is reaped), ``fsync``, and also ``open``, ``ftruncate`` and ``close``
 (file creation and truncation are filesystem work the entry pays for).
 ``commands`` = number of data commands (``pwrite``/``preadv`` calls or io_uring entries).  With ``queue_depth > 1``
-both are wall-clock, not summed over threads; see ``kvbench_nvme.accounting``.
+both are wall-clock, not summed over threads; see ``kvbench_core.filetiers.accounting``.
 
-Safety and cleanup (``kvbench_nvme.directory``, ``kvbench_nvme.entry_files``).  Files are
+Safety and cleanup (``kvbench_core.filetiers.directory``, ``kvbench_core.filetiers.entry_files``).  Files are
 ``<path>/<run_id>-<key>.kv``; keys are checked so none can leave the
 directory; ``close`` removes every file this backend created (unless
 ``context.keep``) and the directory if kvbench made it.  A failed write
@@ -62,12 +62,12 @@ from typing import Any, ClassVar
 
 from kvbench_core.contracts.backend import DISCARD, BackendContext, ByteSink, ByteSource, IOTiming, check_key
 from kvbench_core.contracts.errors import BackendUnavailable, SpecError
+from kvbench_core.filetiers.accounting import Phase
+from kvbench_core.filetiers.directory import TierDirectory
+from kvbench_core.filetiers.entry_files import EntryFilesBackend
+from kvbench_core.filetiers.fsinfo import describe_location
 from kvbench_core.spec.units import SIZE_PATTERN, parse_size
-from kvbench_nvme.accounting import Phase
-from kvbench_nvme.directory import TierDirectory
 from kvbench_nvme.engines import ENGINES, EngineSettings, make_engine
-from kvbench_nvme.entry_files import EntryFilesBackend
-from kvbench_nvme.fsinfo import describe_location
 from kvbench_nvme.uring import ALIGN, UringUnavailable
 
 MAX_TRANSFER = 1 << 30

@@ -3,7 +3,7 @@
 Both engines stream an entry in ``transfer_size`` pieces through page-aligned
 buffers that are created once and reused (never one per operation), pad an
 unaligned O_DIRECT tail to 4 KiB, log every command, and record the intervals
-the L4 split is taken from (``kvbench_nvme.accounting``).  They differ in how
+the L4 split is taken from (``kvbench_core.filetiers.accounting``).  They differ in how
 commands are kept in flight:
 
 * ``psync`` — synchronous ``pwrite``/``preadv`` from threads: ``queue_depth``
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from kvbench_core.contracts.backend import ByteSink, ByteSource
-from kvbench_nvme.accounting import Phase
+from kvbench_core.filetiers.accounting import Phase
 from kvbench_nvme.buffers import Region
 from kvbench_nvme.uring import ALIGN, Ring, check_locked_memory
 

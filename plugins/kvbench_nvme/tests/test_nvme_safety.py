@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 from kvbench_nvme.backend import NVMeBackend
-from kvbench_nvme.directory import MARKER
 
 from kvbench_core.contracts.backend import BackendContext
 from kvbench_core.contracts.errors import BackendUnavailable
 from kvbench_core.engine.payload import NoisePool
+from kvbench_core.filetiers.directory import MARKER
 
 
 def unopened(path: str | Path, **options: Any) -> NVMeBackend:

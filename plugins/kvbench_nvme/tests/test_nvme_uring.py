@@ -183,7 +183,7 @@ def test_a_kernel_error_is_raised_with_its_errno_after_the_rest_completed(make_b
 
 
 def _phase() -> Any:
-    from kvbench_nvme.accounting import Phase
+    from kvbench_core.filetiers.accounting import Phase
 
     return Phase()
 

@@ -12,10 +12,10 @@ import contextlib
 import os
 import shutil
 import threading
-from typing import Any
+from typing import Any, ClassVar
 
 from kvbench_core.contracts.backend import BackendContext, StorageBackend, check_key
-from kvbench_nvme.directory import TierDirectory
+from kvbench_core.filetiers.directory import TierDirectory
 
 
 class EntryFilesBackend(StorageBackend):
@@ -27,6 +27,7 @@ class EntryFilesBackend(StorageBackend):
     """
 
     directory: TierDirectory
+    directory_option: ClassVar[str | None] = "path"
 
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvbench_nvme.fsinfo import block_device_of
+from kvbench_core.filetiers.fsinfo import block_device_of
 
 DISKSTATS = "/proc/diskstats"
 PROC_SELF_IO = "/proc/self/io"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvbench_nvme.diskstats import DiskCounters, DiskStats
-from kvbench_nvme.fsinfo import block_device_of, mount_of
+from kvbench_core.filetiers.diskstats import DiskCounters, DiskStats
+from kvbench_core.filetiers.fsinfo import block_device_of, mount_of
 
 MOUNTINFO = """\
 22 27 0:21 / /proc rw,relatime - proc proc rw

@@ -9,7 +9,7 @@ at the wrong place.  The rules:
 * a directory kvbench creates gets a ``.kvbench-owner`` marker; a non-empty
   directory without a *genuine* marker (a regular file kvbench wrote, never a
   symlink or a dangling one) is refused unless the user says ``allow_nonempty: true``;
-* the directory is locked for the whole run (``kvbench_core.engine.dirlock``): a second
+* the directory is locked for the whole run (``kvbench_core.filetiers.dirlock``): a second
   run on it is refused naming the first, and a killed run's files are found,
   reported and removed when they are provably its own;
 * at close the directory (and any parents kvbench created for it) is removed
@@ -26,7 +26,7 @@ import os
 import sys
 
 from kvbench_core.contracts.errors import BackendUnavailable
-from kvbench_core.engine.dirlock import OWNER_MARKER, DirectoryBusy, DirectoryLock, StaleRun, mark_created, owner_of
+from kvbench_core.filetiers.dirlock import OWNER_MARKER, DirectoryBusy, DirectoryLock, StaleRun, mark_created, owner_of
 from kvbench_core.spec.safepaths import refusal_reason, resolved
 
 MARKER = OWNER_MARKER
