@@ -25,7 +25,8 @@ from kvbench_core.engine.runner import Runner, RunState
 from kvbench_core.engine.telemetry import Telemetry
 from kvbench_core.engine.waterfall import MultiTierCache, Tier
 from kvbench_core.results.result import build_result
-from kvbench_core.spec.loader import _deep_merge, resolve, validate
+from kvbench_core.spec.loader import resolve, validate
+from kvbench_core.spec.overrides import _deep_merge
 
 sigint_reaches_children()  # the signal tests interrupt kvbench children
 

@@ -356,7 +356,7 @@ def unknown_key_case(draw: st.DrawFn, root: Path) -> Case:
 @functools.cache
 def _known_keys(where: JsonPath) -> frozenset[str]:
     """Keys the schema allows at ``where`` (absent from the base spec, so the fuzzer must not add them)."""
-    from kvbench_core.spec.loader import full_schema
+    from kvbench_core.spec.schema import full_schema
 
     node: Any = full_schema()
     for part in where:

@@ -18,7 +18,8 @@ from kvbench_core.contracts.plugins import get_plugin_manager, hookimpl, registr
 from kvbench_core.engine.runner import Runner
 from kvbench_core.engine.window import default_drain_timeout
 from kvbench_core.results.result import build_result
-from kvbench_core.spec.loader import _deep_merge, resolve, validate
+from kvbench_core.spec.loader import resolve, validate
+from kvbench_core.spec.overrides import _deep_merge
 
 PIECE = 64 << 10
 

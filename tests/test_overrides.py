@@ -8,7 +8,8 @@ import pytest
 from conftest import small_spec
 
 from kvbench_core.contracts.errors import SpecError
-from kvbench_core.spec.loader import apply_overrides, load_spec
+from kvbench_core.spec.loader import load_spec
+from kvbench_core.spec.overrides import apply_overrides
 
 
 def two_tier_spec() -> dict[str, Any]:
@@ -57,8 +58,10 @@ def test_the_original_spec_is_not_modified() -> None:
 @pytest.mark.parametrize(("override", "message"), [
     ("workload.users", "--set 'workload.users': expected PATH=VALUE, e.g. workload.users=20"),
     ("=3", "--set '=3': empty path"),
-    ("cache.tiers.2.capacity=1GiB", "--set cache.tiers.2: no list item '2' (list has 2 items)"),
-    ("cache.tiers.one.capacity=1GiB", "--set cache.tiers.one: no list item 'one' (list has 2 items)"),
+    ("cache.tiers.2.capacity=1GiB",
+     "--set cache.tiers[2]: no list item 2 (the list has 2 items: 0 to 1, or -1 for the last)"),
+    ("cache.tiers.one.capacity=1GiB",
+     "--set cache.tiers.one: no list item one (the list has 2 items: 0 to 1, or -1 for the last)"),
     ("duration.unit=s", "--set duration.unit: duration is '2s', not a mapping"),
     ("name.first.second=x", "--set name.first: name is not a mapping"),
 ])

@@ -13,7 +13,9 @@ from conftest import HAS_NVME, small_spec
 from kvbench_core.cli import main
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.contracts.plugins import registry
-from kvbench_core.spec.loader import apply_overrides, full_schema, validate
+from kvbench_core.spec.loader import validate
+from kvbench_core.spec.overrides import apply_overrides
+from kvbench_core.spec.schema import full_schema
 
 nvme_only = pytest.mark.skipif(not HAS_NVME, reason="the kvbench-nvme plugin is not installed")
 
@@ -74,7 +76,7 @@ def nvme_spec(**options: Any) -> dict[str, Any]:
     ({"queue_depth": "deep"}, 'cache.tiers[1].options.queue_depth: expected integer >= 1 and <= 256, got "deep"'),
     ({"fsync": "yes"}, 'cache.tiers[1].options.fsync: expected boolean, got "yes"'),
     ({"odirect": True}, "cache.tiers[1].options.odirect: unknown field (allowed: allow_nonempty, direct, "
-                        "drop_cache, fsync, path, queue_depth, transfer_size)"),
+                        "drop_cache, engine, fsync, path, queue_depth, transfer_size)"),
 ])
 def test_a_bad_plugin_option_is_rejected_with_its_path(options: dict[str, Any], message: str) -> None:
     with pytest.raises(SpecError) as info:

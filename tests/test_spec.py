@@ -14,7 +14,8 @@ from conftest import HAS_NVME, small_spec
 from kvbench_core.cli import main
 from kvbench_core.contracts.errors import InputFileError, SpecError
 from kvbench_core.contracts.plugins import registry
-from kvbench_core.spec.loader import apply_overrides, load_spec, resolve, validate
+from kvbench_core.spec.loader import load_spec, resolve, validate
+from kvbench_core.spec.overrides import apply_overrides
 
 
 def spec_error(raw: dict[str, Any]) -> str:

@@ -10,7 +10,8 @@ from typing import Any
 
 from kvbench_core.codecs.stage import codec_choice, tier_codec
 from kvbench_core.spec.declaration import CHECKLIST, missing_fields
-from kvbench_core.spec.loader import full_schema, load_spec
+from kvbench_core.spec.loader import load_spec
+from kvbench_core.spec.schema import full_schema
 from kvbench_core.spec.units import format_bytes, parse_duration, parse_size
 
 #: A value written with a unit letter ("128k", "30s"): the ones worth showing as parsed.

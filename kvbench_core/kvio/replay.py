@@ -34,7 +34,7 @@ from kvbench_core.kvio.commands import OPS
 from kvbench_core.kvio.diskcheck import DiskWindow
 from kvbench_core.kvio.manifest import KVObject, Manifest
 from kvbench_core.kvio.plan import planned_commands, recompute_breakeven
-from kvbench_core.spec.loader import read_spec_file
+from kvbench_core.spec.reading import read_spec_file
 
 FORMAT = "kvbench-kvio-replay"
 VERSION = 1
