@@ -75,7 +75,7 @@ def _working_set(state: RunState, tiers: dict[str, Any]) -> dict[str, Any] | Non
 def _cache_state(state: RunState, spec: dict[str, Any]) -> str:
     """warm when the measured window opened on a cache already holding entries (warm-up requests, or the
     decode-only / RAG population); preconditioning conditions the device, its entries are deleted."""
-    if state.cache_state:  # detected when the window opened (kvbench_core/engine/cache_state.py)
+    if state.cache_state:  # detected when the window opened (kvbench_core/engine/cache_figures.py)
         return state.cache_state
     return "warm" if spec.get("warmup") or (state.preload or {}).get("entries") else "cold"
 
