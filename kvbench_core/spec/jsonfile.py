@@ -18,11 +18,6 @@ class JsonLinesGiven(InputFileError):
     """The file holds one JSON value per line (a trace, a log), where one JSON document was expected."""
 
 
-def read_json(path: str, what: str) -> Any:
-    """The parsed content of ``path``; ``what`` names the expected file in errors ("model config")."""
-    return read_json_text(path, what)[0]
-
-
 def read_json_text(path: str, what: str) -> tuple[Any, str]:
     """``(parsed content, text)`` of ``path``: the text lets a later field error name its line."""
     try:
