@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,6 +23,24 @@ def pool() -> NoisePool:
 
 
 MakeBackend = Callable[..., NVMeBackend]
+
+
+@pytest.fixture
+def count_mmaps(monkeypatch: pytest.MonkeyPatch) -> Callable[[], list[Any]]:
+    """Call it to start counting buffer allocations (``mmap.mmap`` calls); it returns the list they go to."""
+
+    def start() -> list[Any]:
+        allocations: list[Any] = []
+        real_mmap = mmap.mmap
+
+        def counting_mmap(*args: Any, **kwargs: Any) -> mmap.mmap:
+            allocations.append(args)
+            return real_mmap(*args, **kwargs)
+
+        monkeypatch.setattr(mmap, "mmap", counting_mmap)
+        return allocations
+
+    return start
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ per-command logging, and buffers that are reused rather than allocated per opera
 from __future__ import annotations
 
 import itertools
-import mmap
 import os
 from typing import Any
 
@@ -133,17 +132,10 @@ def test_direct_tail_is_logged_as_returned_with_the_aligned_length_asked(make_ba
     assert log.requests == {("write", TS): (4096, 4096), ("read", TS): (4096, 4096)}
 
 
-def test_buffers_are_per_thread_and_reused(make_backend: Any, pool: NoisePool, monkeypatch: Any) -> None:
+def test_buffers_are_per_thread_and_reused(make_backend: Any, pool: NoisePool, count_mmaps: Any) -> None:
     backend = make_backend(queue_depth=4, direct=True)
     first = backend.engine.buffer()
-    allocations = []
-    real_mmap = mmap.mmap
-
-    def counting_mmap(*args: Any, **kwargs: Any) -> mmap.mmap:
-        allocations.append(args)
-        return real_mmap(*args, **kwargs)
-
-    monkeypatch.setattr(mmap, "mmap", counting_mmap)
+    allocations = count_mmaps()
     for index in range(20):
         key = f"k{index}"
         backend.write(key, pool.payload(key, 4 * TS))

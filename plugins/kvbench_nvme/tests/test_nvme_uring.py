@@ -6,7 +6,6 @@ from __future__ import annotations
 import errno
 import itertools
 import json
-import mmap
 import os
 import sys
 import threading
@@ -117,20 +116,13 @@ def test_direct_tail_is_padded_truncated_and_logged_as_the_kernel_returned_it(ma
     assert log.requests == {("write", TS): (4096, 4096), ("read", TS): (4096, 4096)}
 
 
-def test_one_ring_per_thread_with_its_buffers_made_once(make_backend: Any, pool: NoisePool, monkeypatch: Any) -> None:
+def test_one_ring_per_thread_with_its_buffers_made_once(make_backend: Any, pool: NoisePool, count_mmaps: Any) -> None:
     backend = make_backend(engine="io_uring", queue_depth=4, direct=True)
     engine = backend.engine
     assert isinstance(engine, UringEngine)
     ring = engine._ring()
     assert len(ring.buffers) == 5 and all(len(buffer) == TS for buffer in ring.buffers)
-    allocations: list[Any] = []
-    real_mmap = mmap.mmap
-
-    def counting_mmap(*args: Any, **kwargs: Any) -> mmap.mmap:
-        allocations.append(args)
-        return real_mmap(*args, **kwargs)
-
-    monkeypatch.setattr(mmap, "mmap", counting_mmap)
+    allocations = count_mmaps()
     for index in range(10):
         key = f"k{index}"
         backend.write(key, pool.payload(key, 6 * TS))
