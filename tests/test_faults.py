@@ -361,9 +361,10 @@ def test_a_redis_server_killed_mid_run(tmp_path: Path) -> None:
     kill_server_mid_run(tmp_path, tier, server, lambda: server.client().dbsize(), "ConnectionError")
 
 
-@pytest.mark.s3
-@pytest.mark.slow
-def test_an_s3_server_killed_mid_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _moto_tier(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bucket: str,
+               **options: Any) -> tuple[Any, dict[str, Any], Callable[[], int]]:
+    """A moto S3 server, an s3 tier on ``bucket`` (1 MiB parts, ``options`` added) and how many objects the
+    bucket holds (0 while the server does not answer)."""
     from s3_servers import fake_aws_environment, require_moto, start_moto
 
     require_moto()
@@ -373,14 +374,21 @@ def test_an_s3_server_killed_mid_run(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
     client = boto3.client("s3", endpoint_url=server.url, region_name="us-east-1")
     tier = {"name": "s3", "backend": "s3", "capacity": "256MiB",
-            "options": {"endpoint_url": server.url, "bucket": "kvb-faults", "create_bucket": True,
-                        "addressing_style": "path", "part_size": "1MiB", "max_attempts": 2}}
+            "options": {"endpoint_url": server.url, "bucket": bucket, "create_bucket": True,
+                        "addressing_style": "path", "part_size": "1MiB", **options}}
 
     def objects() -> int:
         with contextlib.suppress(Exception):
-            return int(client.list_objects_v2(Bucket="kvb-faults").get("KeyCount", 0))
+            return int(client.list_objects_v2(Bucket=bucket).get("KeyCount", 0))
         return 0
 
+    return server, tier, objects
+
+
+@pytest.mark.s3
+@pytest.mark.slow
+def test_an_s3_server_killed_mid_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    server, tier, objects = _moto_tier(tmp_path, monkeypatch, "kvb-faults", max_attempts=2)
     # Refused, reset, or cut off mid-answer: the cause depends on the instant of the kill; the form does not.
     kill_server_mid_run(tmp_path, tier, server, objects, r"\S")
 
@@ -545,25 +553,7 @@ def _frozen_server(tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch) -
         tier = {"name": "redis", "backend": "redis", "capacity": "256MiB",
                 "options": {"host": "127.0.0.1", "port": server.port, "socket_timeout": "1s"}}
         return server, tier, lambda: int(server.client().dbsize())
-    from s3_servers import fake_aws_environment, require_moto, start_moto
-
-    require_moto()
-    fake_aws_environment(monkeypatch, tmp_path)
-    server = start_moto(tmp_path / "moto.log")
-    import boto3
-
-    client = boto3.client("s3", endpoint_url=server.url, region_name="us-east-1")
-    tier = {"name": "s3", "backend": "s3", "capacity": "256MiB",
-            "options": {"endpoint_url": server.url, "bucket": "kvb-frozen", "create_bucket": True,
-                        "addressing_style": "path", "part_size": "1MiB", "max_attempts": 1,
-                        "read_timeout": "1s", "connect_timeout": "1s"}}
-
-    def objects() -> int:
-        with contextlib.suppress(Exception):
-            return int(client.list_objects_v2(Bucket="kvb-frozen").get("KeyCount", 0))
-        return 0
-
-    return server, tier, objects
+    return _moto_tier(tmp_path, monkeypatch, "kvb-frozen", max_attempts=1, read_timeout="1s", connect_timeout="1s")
 
 
 @pytest.mark.slow
