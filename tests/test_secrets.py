@@ -83,7 +83,7 @@ def secret_spec(tmp_path: Path, redis_port: int, s3_url: str) -> dict[str, Any]:
          "options": {"endpoint_url": s3_url, "bucket": "kvb-secrets", "create_bucket": True,
                      "addressing_style": "path", "part_size": "512KiB", "max_attempts": 1}},
     ]
-    output = {"directory": str(tmp_path / "out"), "formats": ["json", "xlsx", "png"], "progress": "on",
+    output = {"directory": str(tmp_path / "out"), "formats": ["json", "xlsx", "png", "html"], "progress": "on",
               "interval": 0.2, "io_log": str(tmp_path / "out" / "io.jsonl")}
     return history_spec(
         tiers, users=3, name="secrets", seed=9, output=output, description=f"dashboard: {dashboard}",
@@ -148,6 +148,7 @@ def test_a_run_with_credentials_leaves_them_in_no_output(tmp_path: Path, redis_p
     files = sorted(path.name for path in (tmp_path / "out").iterdir())
     assert any(name.endswith(".json") for name in files)
     assert any(name.endswith(".xlsx") for name in files) and any(name.endswith(".png") for name in files), files
+    assert any(name.endswith(".html") for name in files), files
     assert "io.jsonl" in files
     texts = outputs(tmp_path, done)
     assert leaks(texts) == {}
