@@ -71,10 +71,11 @@ def _key(run: Any) -> tuple[str, int]:
 
 
 def _file_paths(run: Any) -> dict[str, str]:
-    """``{tier name: directory}`` for every tier that stores files."""
+    """``{tier name: directory}`` for every tier that declares a directory it owns (``directory_option``)."""
     paths = {}
     for tier in run.tiers:
-        path = getattr(tier.backend, "options", {}).get("path")
+        option = tier.backend.directory_option
+        path = tier.backend.options.get(option) if option else None
         if isinstance(path, str):
             paths[tier.name] = os.path.realpath(path)
     return paths

@@ -77,7 +77,7 @@ def test_dying_mid_run_is_reported_at_stop(fake_bpftrace: Callable[[str], str]) 
 
 
 def fake_run(tmp_path: Path, tracing: Any) -> SimpleNamespace:
-    backend = SimpleNamespace(options={"path": str(tmp_path)})
+    backend = SimpleNamespace(directory_option="path", options={"path": str(tmp_path)})
     return SimpleNamespace(run_id="r1", client_index=0, spec={"tracing": tracing}, telemetry=None,
                            tiers=[SimpleNamespace(name="nvme", backend=backend)])
 
