@@ -138,8 +138,7 @@ class CodecTier(StorageBackend):
                                                    "decode": "blocking"}}
 
     def counters(self) -> dict[str, Any]:
-        counters = getattr(self.inner, "counters", None)
-        return counters() if callable(counters) else {}
+        return self.inner.counters() or {}
 
     def layout(self, key: str) -> list[Segment] | None:
         with self._lock:

@@ -145,6 +145,11 @@ class StorageBackend(abc.ABC):
         """What the declaration should say about this tier: access mechanism, driver, queue depth…"""
         return {"backend": self.name}
 
+    def counters(self) -> dict[str, Any] | None:
+        """Tier-specific counters for the result's ``metrics.tiers.<tier>.counters`` (retries, multipart
+        parts…), read at the end of the run; None when the tier keeps none."""
+        return None
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources and remove every entry this run created unless ``context.keep``."""
 

@@ -125,6 +125,11 @@ class WorkloadSource(abc.ABC):
         self.options = options
         self.context = context
 
+    @staticmethod  # noqa: B027 - optional hook, most sources need nothing
+    def check_options(options: dict[str, Any], path: str = "workload.options") -> None:
+        """Check what ``options_schema`` cannot say, raising ``SpecError`` naming ``path``; spec validation
+        calls it, so ``kvbench spec validate`` reports it before a run.  The default checks nothing."""
+
     def preload(self) -> Iterable[Write]:
         """Entries to store before the measured window (RAG ingestion, decode-only population)."""
         return ()

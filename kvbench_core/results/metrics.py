@@ -101,12 +101,11 @@ class Metrics:
         tiers = {}
         for tier in state.tiers:
             ops = telemetry.tiers[tier.name]
-            counters = getattr(tier.backend, "counters", None)
             tiers[tier.name] = TierMetrics(
                 tier.backend.name, None if math.isinf(tier.capacity) else int(tier.capacity), tier.backend.volatile,
                 redact(tier.description or {"backend": tier.backend.name}, environment_secrets()),
                 ops["read"], ops["write"], telemetry.read_hits.get(tier.name, 0),
-                counters() if callable(counters) else None)
+                tier.backend.counters())
         return cls(
             measured_s=window_s, started_at=state.measure_start_wall, ended_at=state.measure_end_wall,
             monotonic_start=state.measure_start,

@@ -63,10 +63,8 @@ def _check_cross_fields(raw: dict[str, Any]) -> None:
     check_codec_choices(raw)
     source = (raw.get("workload") or {}).get("source", DEFAULTS["workload"]["source"])
     source_class = lookup("source", source, path="workload.source")
-    # An implementation may check what its schema fragment cannot say (raises SpecError naming the path).
-    check_options = getattr(source_class, "check_options", None)
-    if callable(check_options):
-        check_options((raw.get("workload") or {}).get("options") or {}, "workload.options")
+    # A source checks what its schema fragment cannot say (WorkloadSource.check_options raises SpecError).
+    source_class.check_options((raw.get("workload") or {}).get("options") or {}, "workload.options")
     autoscaler = raw.get("autoscaler")
     if autoscaler:
         lookup("autoscaler", autoscaler["name"], path="autoscaler.name")
