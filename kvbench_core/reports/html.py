@@ -16,6 +16,7 @@ import contextlib
 import html
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -60,16 +61,20 @@ window.addEventListener("load", function () {
 def write_html(result: dict[str, Any], path: Path) -> Path:
     """Write the report to ``path`` through a temporary file, so a failure never leaves half a page."""
     page = render_html(result)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp: str | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(page, encoding="utf-8")
+        # A private temp name (created exclusively), so no fixed-name file of the user's is ever clobbered.
+        handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(page)
         os.replace(tmp, path)
     except OSError as error:
         raise UserError(f"{path}: cannot write the HTML report: {error.strerror or error}") from None
     finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
     return path
 
 

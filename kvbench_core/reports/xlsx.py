@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -138,9 +139,13 @@ def _shown(value: Any) -> str:
 def _write_atomically(path: Path, fill: Any) -> Path:
     """Build the workbook in a temp file and rename, so a failure never leaves half a workbook.  A path
     that cannot take a file (a directory, a name under a file, a read-only place) is the user's error."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp: Path | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        # A private temp name (created exclusively), so no fixed-name file of the user's is ever clobbered.
+        handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(handle)
+        tmp = Path(name)
         book = _Book(tmp)
         fill(book)
         book.close()  # xlsxwriter creates the file here; its FileCreateError carries the OSError
@@ -151,8 +156,9 @@ def _write_atomically(path: Path, fill: Any) -> Path:
             raise
         raise UserError(f"{path}: cannot write the workbook: {cause.strerror or cause}") from None
     finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
     return path
 
 
