@@ -66,6 +66,7 @@ def write_html(result: dict[str, Any], path: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         # A private temp name (created exclusively), so no fixed-name file of the user's is ever clobbered.
         handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.fchmod(handle, 0o644)  # mkstemp makes it 0600; a report is for others to read
         with os.fdopen(handle, "w", encoding="utf-8") as file:
             file.write(page)
         os.replace(tmp, path)

@@ -144,6 +144,7 @@ def _write_atomically(path: Path, fill: Any) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         # A private temp name (created exclusively), so no fixed-name file of the user's is ever clobbered.
         handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.fchmod(handle, 0o644)  # mkstemp makes it 0600; a report is for others to read
         os.close(handle)
         tmp = Path(name)
         book = _Book(tmp)

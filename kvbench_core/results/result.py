@@ -190,6 +190,7 @@ def write_result(result: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         handle, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        os.fchmod(handle, 0o644)  # mkstemp makes it 0600; a result is published, as _publish's fallback makes it
         with os.fdopen(handle, "w") as file:
             file.write(json.dumps(result, indent=2, default=_json_default) + "\n")
         _publish(tmp, target)
