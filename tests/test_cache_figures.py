@@ -84,7 +84,10 @@ def test_prefix_reuse_counts_multi_turn_reuse() -> None:
 
 def test_a_multi_turn_run_without_shared_prefixes_declares_its_reuse(run_spec: Any) -> None:
     _, result = run_spec(small_spec(workload={"options": {"prefix_caching": {"enabled": False}}}))
-    assert result["declaration"]["workload"]["prefix_reuse_rate"]["value"] is not None
+    counters = result["metrics"]["cache"]["counters"]
+    assert counters.get("prefix_reads", 0) == 0 and counters["turn_reads"] > 0
+    assert result["declaration"]["workload"]["prefix_reuse_rate"]["value"] == pytest.approx(
+        counters["turn_hits"] / counters["turn_reads"], abs=1e-6)
 
 
 def test_the_declared_queue_depth_is_measured_per_tier_not_max_inflight(run_spec: Any) -> None:
