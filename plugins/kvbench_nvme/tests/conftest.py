@@ -69,6 +69,25 @@ def make_backend(tmp_path: Any) -> Iterator[MakeBackend]:
         backend.close()
 
 
+class RecordingLog:
+    """An io_log that keeps every record() call, and (requested, align) where an O_DIRECT tail gave them."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, int, int, float, float]] = []
+        self.requests: dict[tuple[str, int], tuple[int, int]] = {}  # (op, offset) -> (requested, align)
+
+    def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float,
+               requested: int | None = None, align: int | None = None) -> None:
+        self.calls.append((key, op, offset, nbytes, start_s, end_s))
+        if requested is not None:
+            self.requests[(op, offset)] = (requested, align or 0)
+
+
+@pytest.fixture
+def recording_log() -> RecordingLog:
+    return RecordingLog()
+
+
 class CoverageSink:
     """Verifies every piece against the payload and records which ranges arrived."""
 

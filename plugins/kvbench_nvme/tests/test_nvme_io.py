@@ -92,21 +92,10 @@ def test_read_range_copies_any_slice_into_an_unaligned_buffer(make_backend: Any,
         assert bytes(out) == expected[offset:offset + TS].tobytes()
 
 
-class RecordingLog:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str, int, int, float, float]] = []
-        self.requests: dict[tuple[str, int], tuple[int, int]] = {}  # (op, offset) -> (requested, align)
-
-    def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float,
-               requested: int | None = None, align: int | None = None) -> None:
-        self.calls.append((key, op, offset, nbytes, start_s, end_s))
-        if requested is not None:
-            self.requests[(op, offset)] = (requested, align or 0)
-
-
 @pytest.mark.parametrize("queue_depth", [1, 4])
-def test_every_pread_and_pwrite_is_logged(make_backend: Any, pool: NoisePool, queue_depth: int) -> None:
-    log = RecordingLog()
+def test_every_pread_and_pwrite_is_logged(make_backend: Any, pool: NoisePool, queue_depth: int,
+                                          recording_log: Any) -> None:
+    log = recording_log
     backend = make_backend(io_log=log, queue_depth=queue_depth)
     size = 3 * TS + 17
     written = backend.write("k", pool.payload("k", size))
@@ -120,10 +109,11 @@ def test_every_pread_and_pwrite_is_logged(make_backend: Any, pool: NoisePool, qu
         assert all(key == "k" and start <= end for key, _, _, _, start, end in calls)
 
 
-def test_direct_tail_is_logged_as_returned_with_the_aligned_length_asked(make_backend: Any, pool: NoisePool) -> None:
+def test_direct_tail_is_logged_as_returned_with_the_aligned_length_asked(make_backend: Any, pool: NoisePool,
+                                                                          recording_log: Any) -> None:
     """The log holds what each syscall returned (issue 17: it used to log a computed aligned length for a
     short tail read) and, for the padded tail, the length asked and the alignment used."""
-    log = RecordingLog()
+    log = recording_log
     backend = make_backend(io_log=log, direct=True)
     backend.write("k", pool.payload("k", TS + 17))
     backend.read("k", TS + 17, DISCARD)
@@ -145,9 +135,10 @@ def test_buffers_are_per_thread_and_reused(make_backend: Any, pool: NoisePool, c
 
 
 @pytest.mark.parametrize("op", ["write", "read"])
-def test_buffered_io_keeps_one_command_in_flight_per_file(make_backend: Any, pool: NoisePool, op: str) -> None:
+def test_buffered_io_keeps_one_command_in_flight_per_file(make_backend: Any, pool: NoisePool, op: str,
+                                                          recording_log: Any) -> None:
     """Writeback and readahead are the device's queue for buffered I/O; queue_depth applies to O_DIRECT."""
-    log = RecordingLog()
+    log = recording_log
     backend = make_backend(io_log=log, queue_depth=4, fsync=False)
     backend.write("k", pool.payload("k", 16 * TS))
     backend.read("k", 16 * TS, DISCARD)

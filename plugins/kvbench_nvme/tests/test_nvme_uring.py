@@ -69,18 +69,6 @@ def test_round_trip_is_byte_exact_for_every_size(make_backend: Any, round_trip: 
         assert os.path.getsize(backend.path_of(key)) == size
 
 
-class RecordingLog:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str, int, int, float, float]] = []
-        self.requests: dict[tuple[str, int], tuple[int, int]] = {}  # (op, offset) -> (requested, align)
-
-    def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float,
-               requested: int | None = None, align: int | None = None) -> None:
-        self.calls.append((key, op, offset, nbytes, start_s, end_s))
-        if requested is not None:
-            self.requests[(op, offset)] = (requested, align or 0)
-
-
 def most_at_once(spans: list[tuple[float, float]]) -> int:
     """The largest number of ``[start, end]`` spans open at one instant."""
     events = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans], key=lambda e: (e[0], -e[1]))
@@ -90,9 +78,9 @@ def most_at_once(spans: list[tuple[float, float]]) -> int:
 @pytest.mark.parametrize("direct", [False, True])
 @pytest.mark.parametrize("queue_depth", [1, 4])
 def test_queue_depth_commands_are_in_flight_buffered_or_not(make_backend: Any, pool: NoisePool, direct: bool,
-                                                            queue_depth: int) -> None:
+                                                            queue_depth: int, recording_log: Any) -> None:
     """As fio's iodepth: the first queue_depth commands go to the kernel together, and never more."""
-    log = RecordingLog()
+    log = recording_log
     backend = make_backend(engine="io_uring", io_log=log, queue_depth=queue_depth, direct=direct, fsync=False)
     written = backend.write("k", pool.payload("k", 16 * TS))
     read = backend.read("k", 16 * TS, DISCARD)
@@ -106,9 +94,9 @@ def test_queue_depth_commands_are_in_flight_buffered_or_not(make_backend: Any, p
     assert "io_uring" in backend.describe()["driver_layer"]
 
 
-def test_direct_tail_is_padded_truncated_and_logged_as_the_kernel_returned_it(make_backend: Any, pool: NoisePool,
-                                                                              round_trip: Any) -> None:
-    log = RecordingLog()
+def test_direct_tail_is_padded_truncated_and_logged_as_the_kernel_returned_it(
+        make_backend: Any, pool: NoisePool, round_trip: Any, recording_log: Any) -> None:
+    log = recording_log
     backend = make_backend(engine="io_uring", io_log=log, direct=True, queue_depth=2)
     round_trip(backend, "k", TS + 17)
     returned = {op: sorted((call[2], call[3]) for call in log.calls if call[1] == op) for op in ("write", "read")}
