@@ -189,8 +189,9 @@ def test_the_bottom_tier_deletes_the_file(make_cache: CacheFactory) -> None:
     cache.put("e", S)  # c cascades to the disk, whose LRU entry (a) is deleted
     assert where(cache) == {"cpu0": ["d", "e"], "nvme1": ["b", "c"]}
     assert not os.path.exists(disk.path_of("a"))
+    # the tier directory holds the entries, the ownership marker and the live run record (dirlock, 22ad703)
     assert sorted(os.listdir(os.path.dirname(disk.path_of("b")))) == sorted(
-        [os.path.basename(disk.path_of(k)) for k in ("b", "c")] + [".kvbench-owner"])
+        [os.path.basename(disk.path_of(k)) for k in ("b", "c")] + [".kvbench-owner", ".kvbench-run-wf"])
     cache.delete("b")
     assert not os.path.exists(disk.path_of("b"))
     cache.clear()
