@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ from kvbench_core.kvio.commands import TransferGeometry
 from kvbench_core.kvio.manifest import KVObject, Manifest
 from kvbench_core.kvio.plan import build_manifest
 from kvbench_core.spec.geometry import resolve_model
+from kvbench_core.spec.jsonfile import write_json
 
 
 def _manifest() -> Manifest:
@@ -136,3 +138,15 @@ def test_io_log_writes_one_line_per_command_from_many_threads(tmp_path):
     assert {r["trace_id"] for r in records if r["key"] == "mapped"} == {7}
     assert {r["trace_id"] for r in records if r["key"] == "key-3"} == {trace_id_for("key-3")}
     assert records[0].keys() == {"trace_id", "key", "op", "offset", "bytes", "start_s", "end_s"}
+
+
+def test_a_json_output_never_writes_over_an_existing_file(tmp_path: Path) -> None:
+
+    foreign = tmp_path / "notes.json"
+    foreign.write_text("mine")
+    link = tmp_path / "link.json"
+    link.symlink_to(foreign)
+    for target in (foreign, link):
+        with pytest.raises(InputFileError, match="already exists; kvbench does not overwrite files"):
+            write_json(str(target), {"a": 1}, "report")
+    assert foreign.read_text() == "mine"

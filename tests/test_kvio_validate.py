@@ -251,6 +251,7 @@ def test_a_semantic_store_the_wire_split_differently_is_caught(tmp_path, manifes
 
 def _cli(tmp_path, *args):
     out = tmp_path / "gate.json"
+    out.unlink(missing_ok=True)  # --json writes a new file only
     code = main(["validate", *args, "--json", str(out)])
     return code, json.loads(out.read_text())
 

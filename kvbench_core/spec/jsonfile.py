@@ -79,10 +79,14 @@ def _skip_space(text: str, at: int) -> int:
 
 
 def write_text(path: str, text: str, what: str) -> None:
-    """Write ``text`` to ``path``; an unwritable path is a user error naming it."""
+    """Write ``text`` to a new file ``path``; an existing path (a user's file, a symlink) is never written
+    through, and an unwritable one is a user error naming it."""
     try:
-        with open(path, "w", encoding="utf-8") as handle:
+        with open(path, "x", encoding="utf-8") as handle:
             handle.write(text)
+    except FileExistsError:
+        raise InputFileError(f"{path}: already exists; kvbench does not overwrite files (remove it, or name "
+                             f"another path for the {what})") from None
     except OSError as error:
         raise InputFileError(f"{path}: cannot write the {what}: {error.strerror or error}") from None
 
