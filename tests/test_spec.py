@@ -263,6 +263,26 @@ def test_spec_validate_cli_accepts_a_good_spec_and_its_overrides(write_spec: Any
     assert json.loads(capsys.readouterr().out)["duration"] == 120.0
 
 
+def test_spec_validate_cli_checks_every_file_it_is_given(write_spec: Any, tmp_path: Path, capsys: Any) -> None:
+    # `kvbench spec validate specs/*.yaml` once stopped at argparse ("unrecognized arguments"): each file is
+    # checked, a bad one is one line naming it, and the exit code is the worst one.
+    good = write_spec(small_spec())
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    missing = tmp_path / "nope.yaml"
+    assert main(["spec", "validate", str(good), str(good)]) == 0
+    assert capsys.readouterr().out.count(f"{good}: valid\n") == 2
+    assert main(["spec", "validate", str(empty), str(good), str(missing)]) == 2
+    out, err = capsys.readouterr()
+    assert out.startswith(f"{good}: valid\n")
+    assert err.splitlines() == [f"kvbench: error: {empty}: the spec is empty; a run spec is a YAML mapping "
+                                "(see specs/quickstart.yaml)",
+                                f"kvbench: error: {missing}: spec file not found"]
+    assert main(["spec", "validate", str(good), str(good), "--set", "workload.users=0"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"kvbench: error: {good}: workload.users: expected a value >= 1, got 0"] * 2
+
+
 def test_spec_validate_cli_missing_file(tmp_path: Path, capsys: Any) -> None:
     assert main(["spec", "validate", str(tmp_path / "nope.yaml")]) == 2
     assert capsys.readouterr().err == f"kvbench: error: {tmp_path / 'nope.yaml'}: spec file not found\n"

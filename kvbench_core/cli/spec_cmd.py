@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 from kvbench_core.codecs.stage import codec_choice, tier_codec
+from kvbench_core.contracts.errors import UserError
 from kvbench_core.spec.declaration import CHECKLIST, missing_fields
 from kvbench_core.spec.loader import load_spec
 from kvbench_core.spec.schema import full_schema
@@ -43,7 +45,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("spec", help="validate a spec, print the schema, list declaration gaps")
     sub = parser.add_subparsers(dest="spec_command", metavar="SUBCOMMAND", required=True)
     validate = sub.add_parser("validate", help="validate a spec file (and overrides)")
-    validate.add_argument("file", help="the run spec (YAML or JSON), or a result JSON to check the spec it carries")
+    validate.add_argument("files", nargs="+", metavar="file",
+                          help="the run spec (YAML or JSON), or a result JSON to check the spec it carries; several "
+                               "files (specs/*.yaml) are each checked, and every error is reported")
     validate.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
                           help="override a field as `kvbench run` would, e.g. --set cache.tiers[1].capacity=8GiB")
     validate.add_argument("--resolved", action="store_true", help="print the resolved spec (defaults filled)")
@@ -57,14 +61,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle_validate(args: argparse.Namespace) -> int:
-    as_written, resolved = load_spec(args.file, args.overrides)
+    if len(args.files) == 1:  # one file: its error is the command's error, as for every other command
+        _validate_one(args.files[0], args)
+        return 0
+    # Several (specs/*.yaml): check them all, one error line per bad file naming it, the worst exit code.
+    worst = 0
+    for file in args.files:
+        try:
+            _validate_one(file, args)
+        except UserError as error:
+            text = str(error)
+            print(f"kvbench: error: {text if text.startswith(file) else f'{file}: {text}'}", file=sys.stderr)
+            worst = max(worst, error.exit_code)
+    return worst
+
+
+def _validate_one(file: str, args: argparse.Namespace) -> None:
+    as_written, resolved = load_spec(file, args.overrides)
     if args.resolved:
         print(json.dumps({k: v for k, v in resolved.items() if k != "spec_dir"}, indent=2))
     else:
-        print(f"{args.file}: valid")
+        print(f"{file}: valid")
         for path, written, parsed in parsed_values(as_written, resolved):
             print(f"  {path}: {written} = {parsed}")
-    return 0
 
 
 def parsed_values(as_written: Any, resolved: Any, path: str = "") -> Iterator[tuple[str, str, str]]:
