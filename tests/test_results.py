@@ -183,6 +183,25 @@ def test_reading_a_result_reports_bad_files_clearly(tmp_path: Path) -> None:
         read_result(other)
 
 
+@pytest.mark.parametrize("command", [["report"], ["report", "--html"], ["check"], ["compare", "SELF"]])
+def test_a_hollow_result_is_one_line_for_report_check_and_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                  command: list[str]) -> None:
+    # {"kvbench_result": 2, "metrics": {}} once ended `kvbench report` in a KeyError traceback, and `kvbench
+    # check` passed it ("every invariant re-checked and holds") and `compare` printed an empty table, exit 0.
+    from kvbench_core.cli import main
+
+    hollow = tmp_path / "hollow.json"
+    hollow.write_text('{"kvbench_result": 2, "metrics": {}}')
+    name, *rest = command
+    argv = [name, str(hollow), *(str(hollow) if arg == "SELF" else arg for arg in rest)]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(f"kvbench: error: {hollow}: not a complete kvbench result (no 'run'")
+    assert err.endswith("); it was not written by kvbench run, or was cut short\n") and err.count("\n") == 1
+    assert "Traceback" not in out + err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hollow.json"]  # no report file begun
+
+
 def test_a_result_never_replaces_an_existing_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(VALIDATE_ENV)  # the documents here are bare: only the writing is under test
     foreign = tmp_path / "result.json"

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from kvbench_core.cli.console import console
 from kvbench_core.reports.rules import RULESETS, check
-from kvbench_core.results.result import read_result
+from kvbench_core.results.result import read_result, require_sections
 
 FAILED_EXIT = 1
 
@@ -32,7 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    outcomes = check(read_result(args.result), args.rules, Path(args.result).parent)
+    result = read_result(args.result)
+    require_sections(result, args.result, ("run", "metrics"))
+    outcomes = check(result, args.rules, Path(args.result).parent)
     failed = sum(not o.passed for o in outcomes)
     if args.json:
         print(json.dumps({"rules": args.rules, "passed": not failed, "checks": [asdict(o) for o in outcomes]},

@@ -19,7 +19,7 @@ from kvbench_core.reports import require_formats, write_reports
 from kvbench_core.reports.html import write_html
 from kvbench_core.reports.plots import plot_paths, plot_result
 from kvbench_core.reports.xlsx import write_comparison, write_workbook
-from kvbench_core.results.result import read_result
+from kvbench_core.results.result import read_result, require_sections
 
 NEXT_TO_RESULT = "-"
 
@@ -69,6 +69,8 @@ def handle(args: argparse.Namespace) -> int:
     require_formats(chosen or ["xlsx", "png", "html"])
     paths = [Path(p) for p in args.results]
     results = [read_result(p) for p in paths]
+    for path, result in zip(paths, results, strict=True):
+        require_sections(result, path, ("run", "spec", "metrics"))
     if not args.force:
         refuse_existing(targets(args, paths))
     written: list[Path] = []

@@ -239,3 +239,15 @@ def read_result(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(data, dict) or "kvbench_result" not in data:
         raise InputFileError(f"{path}: not a kvbench result (no 'kvbench_result' field)")
     return data
+
+
+def require_sections(result: dict[str, Any], path: str | os.PathLike[str], sections: tuple[str, ...]) -> None:
+    """Refuse, in one line, a result that lacks a section a command reads (``{"kvbench_result": 2}`` once
+    made ``kvbench report`` end in a KeyError traceback and ``kvbench check`` pass every rule)."""
+    from kvbench_core.contracts.errors import InputFileError
+
+    missing = [name for name in sections if not isinstance(result.get(name), dict)]
+    if missing:
+        raise InputFileError(f"{path}: not a complete kvbench result (no {', '.join(repr(m) for m in missing)} "
+                             f"section{'s' if len(missing) > 1 else ''}); it was not written by kvbench run, or "
+                             "was cut short")
