@@ -69,6 +69,6 @@ def test_verbose_prints_the_plan_first_and_every_layer_after(tmp_path: Path, cap
     path.write_text(yaml.safe_dump(spec))
     assert main(["run", str(path), "-q", "-v"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("plan: t ")
+    assert out.startswith("plan: t (before the run: drawn without touching storage)\n")  # not "dry run": it runs
     assert "\nt [completed] request count reached\n" in out
     assert "  dram       read  device ms: p50 " in out and "  dram       write total  ms: p50 " in out

@@ -49,7 +49,7 @@ def handle(args: argparse.Namespace) -> int:
             overrides.append(f"{field}={value}")
     as_written, spec = load_spec(args.spec, overrides, accept_edited=args.accept_edited)
     if args.dry_run or args.verbose:
-        print(render_plan(spec, build_plan(spec)))
+        print(render_plan(spec, build_plan(spec), dry_run=args.dry_run))
         if args.dry_run:
             return 0
     outcome = run_session(as_written, spec, quiet=args.quiet)
@@ -144,12 +144,13 @@ def command_lines(name: str, tier: dict[str, Any]) -> list[str]:
     return [f"  {'':<10} {'; '.join(parts)}"] if parts else []
 
 
-def render_plan(spec: dict[str, Any], plan: dict[str, Any]) -> str:
-    """The dry-run plan as text: what the run will ask of each tier."""
+def render_plan(spec: dict[str, Any], plan: dict[str, Any], *, dry_run: bool = True) -> str:
+    """The dry-run plan as text: what the run will ask of each tier (``-v`` prints it before a real run)."""
     model, work, offered = plan["model"], plan["workload"], plan["offered"]
     length = (f"{work['warmup_s']:g} s warm-up + {work['duration_s']:g} s measured" if work["duration_s"]
               else f"{work['requests']} requests")
-    lines = [f"plan: {spec.get('name') or 'run'} (dry run: no tier opened, nothing written)",
+    kind = "dry run: no tier opened, nothing written" if dry_run else "before the run: drawn without touching storage"
+    lines = [f"plan: {spec.get('name') or 'run'} ({kind})",
              f"  model {model['name']} {model['dtype']} tp {model['tp']}: {format_bytes(model['bytes_per_token'])} "
              f"per token (all ranks)",
              f"  workload {work['source']}: {work['users']} users, max_inflight {work['max_inflight']}, generation "
