@@ -17,7 +17,7 @@ from kvbench_workloads.catalog import sources as plugin_sources
 
 
 def detect_format(path: Path) -> str:
-    """The trace format from the file name (a directory: its first file with a known one), else the content."""
+    """The trace format from the file name (a directory: its files' names, which must agree), else the content."""
     sources = plugin_sources()
     samples = [path]
     if path.is_dir():
@@ -26,10 +26,19 @@ def detect_format(path: Path) -> str:
             raise InputFileError(f"{path}: directory holds no files")
     by_suffix = sorted(((suffix, name) for name, cls in sources.items() for suffix in cls.suffixes),
                        key=lambda item: -len(item[0]))  # ".jsonl" before ".json"
+    named: dict[str, list[str]] = {}  # format -> the files its suffix claims
     for sample in samples:
         for suffix, name in by_suffix:
             if sample.name.lower().endswith(suffix):
-                return name
+                named.setdefault(name, []).append(sample.name)
+                break
+    if len(named) > 1:  # a directory of several formats: replaying one would silently skip the others
+        found = "; ".join(f"{name}: {', '.join(files[:2])}{' …' if len(files) > 2 else ''}"
+                          for name, files in sorted(named.items()))
+        raise InputFileError(f"{path}: holds traces of {len(named)} formats ({found}); pass one file, or "
+                             f"--format {'|'.join(sorted(named))} to read only that format's files")
+    if named:
+        return next(iter(named))
     try:
         with samples[0].open(encoding="utf-8", errors="replace") as file:
             head = file.read(4096).lstrip()

@@ -174,6 +174,12 @@ def test_format_detection_by_name_then_content(tmp_path: Path) -> None:
     (tmp_path / "dir" / "README").write_text("about the trace")
     (tmp_path / "dir" / "day1.csv").write_text("Timestamp,Request tokens,Response tokens\n")
     assert detect_format(tmp_path / "dir") == "burstgpt"
+    # A directory mixing formats (like a data folder holding BurstGPT and Mooncake samples) was read as its
+    # first format's files only, the others skipped without a word: refused, naming both.
+    (tmp_path / "dir" / "day2.jsonl").write_text("{}\n")
+    with pytest.raises(InputFileError, match=r"holds traces of 2 formats \(burstgpt: day1.csv; mooncake: "
+                                             r"day2.jsonl\); pass one file, or --format burstgpt\|mooncake"):
+        detect_format(tmp_path / "dir")
     (tmp_path / "notes").write_text("hello")
     with pytest.raises(InputFileError, match="cannot tell the trace format"):
         detect_format(tmp_path / "notes")
