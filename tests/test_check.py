@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -243,9 +244,15 @@ def test_check_without_rules_re_checks_the_invariants(tmp_path: Path, capsys: py
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(doc))
     assert main(["check", str(good)]) == 0
-    capsys.readouterr()
+    assert re.search(r"all \d+ invariants re-checked and hold", capsys.readouterr().out)  # says how many
     assert main(["check", str(bad)]) == 1
     assert "written bytes = stored + demoted" in capsys.readouterr().out
+    # A result with no measured window has no invariant to check: it says so instead of "re-checked and holds".
+    del doc["metrics"]["window"]
+    unmeasured = tmp_path / "unmeasured.json"
+    unmeasured.write_text(json.dumps(doc))
+    assert main(["check", str(unmeasured)]) == 0
+    assert "no measured window: no invariant applies" in capsys.readouterr().out
 
 
 def _tier_op(op: str, field: str, delta: int) -> Mutation:
