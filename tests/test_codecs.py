@@ -265,7 +265,7 @@ class TestZstdStageOverGPUTierOnCPUDevice(BackendConformance):
         tier = {"name": f"conformance-gpu{next(_tier_numbers)}", "backend": "gpu", "options": {"device": "cpu"},
                 "codec": codec_choice({"name": "zstd", "chunk": 512 << 10})}
         backend = create_backend(tier, context, path="tier")
-        assert not hasattr(backend, "tensor")  # a demotion must not copy encoded bytes as if they were KV
+        assert not backend.holds_device_tensors  # a demotion must not copy encoded bytes as if they were KV
         return backend
 
 

@@ -163,6 +163,7 @@ class GPUMemoryBackend(StorageBackend):
 
     name = "gpu"
     volatile = True
+    holds_device_tensors = True
     transfer_size = PIECE
     requires: ClassVar[dict[str, str]] = {"torch": "pip install 'kvbench-core[gpu]' (torch)"}
     options_schema: ClassVar[dict[str, Any]] = {

@@ -102,6 +102,11 @@ class StorageBackend(abc.ABC):
     #: The option naming a directory this tier owns, if any: each local client of a multi-client run then
     #: gets its own subdirectory there (``path/client<i>``), so clients never share one tier directory.
     directory_option: ClassVar[str | None] = None
+    #: The tier holds each entry as a device tensor and hands it out with ``tensor(key)`` (the gpu tier).
+    holds_device_tensors: ClassVar[bool] = False
+    #: The tier stores a device tensor without a host bounce with ``write_tensor`` (GPUDirect Storage).
+    #: When the upper tier holds tensors and the lower writes them, a demotion goes GPU -> storage directly.
+    writes_device_tensors: ClassVar[bool] = False
 
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
         self.options = options
@@ -144,6 +149,18 @@ class StorageBackend(abc.ABC):
     def describe(self) -> dict[str, Any]:
         """What the declaration should say about this tier: access mechanism, driver, queue depth…"""
         return {"backend": self.name}
+
+    def stored_bytes(self, key: str) -> int | None:
+        """Bytes the device holds for ``key`` when a stage changes them (a codec); None: the entry's size."""
+        return None
+
+    def tensor(self, key: str) -> Any:
+        """The entry's device tensor; only for a tier with ``holds_device_tensors``."""
+        raise NotImplementedError(f"{self.name} does not hold device tensors")
+
+    def write_tensor(self, key: str, tensor: Any) -> IOTiming:
+        """Store a device tensor under ``key``; only for a tier with ``writes_device_tensors``."""
+        raise NotImplementedError(f"{self.name} does not write device tensors")
 
     def counters(self) -> dict[str, Any] | None:
         """Tier-specific counters for the result's ``metrics.tiers.<tier>.counters`` (retries, multipart

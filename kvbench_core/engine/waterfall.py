@@ -30,7 +30,7 @@ from typing import Any
 from kvbench_core.contracts.backend import DISCARD, ByteSink, ByteSource, IOTiming
 from kvbench_core.contracts.errors import StorageError
 from kvbench_core.engine.cache_types import Entry, EvictionPolicy, Tier, TierSource
-from kvbench_core.engine.cancel import Cancelled, CancelToken, cancellable_sink, cancellable_source
+from kvbench_core.engine.cancel import Cancelled, CancelToken, CommandRecorder, cancellable_sink, cancellable_source
 from kvbench_core.engine.telemetry import Telemetry
 
 __all__ = ["Entry", "EvictionPolicy", "MultiTierCache", "Tier", "TierSource"]
@@ -290,12 +290,11 @@ class MultiTierCache:
         source = TierSource(upper.backend, entry.key, entry.size)
         cancellable = cancellable_source(source, self.cancel)
         # GPU tier -> GPUDirect tier: the entry's device tensor goes straight to storage, no host bounce.
-        tensor_of = getattr(upper.backend, "tensor", None)
-        write_tensor = getattr(lower.backend, "write_tensor", None)
+        tensor_path = upper.backend.holds_device_tensors and lower.backend.writes_device_tensors
         try:
             def write() -> IOTiming:
-                if tensor_of is not None and write_tensor is not None:
-                    return write_tensor(entry.key, tensor_of(entry.key))
+                if tensor_path:
+                    return lower.backend.write_tensor(entry.key, upper.backend.tensor(entry.key))
                 return lower.backend.write(entry.key, cancellable)
 
             self._timed(lower, "write", entry.key, write)
@@ -320,9 +319,8 @@ class MultiTierCache:
         tier has no device to wait for, so its time is host time; a persistent tier's is device time."""
         end = time.perf_counter()
         host, device = (seconds, 0.0) if upper.backend.volatile else (0.0, seconds)
-        stored_bytes = getattr(upper.backend, "stored_bytes", None)  # a codec tier stores fewer bytes than it holds
         timing = IOTiming(total=seconds, host=host, device=device, nbytes=entry.size, commands=1,
-                          physical_bytes=stored_bytes(entry.key) if stored_bytes else None)
+                          physical_bytes=upper.backend.stored_bytes(entry.key))  # a codec tier stores fewer
         self.telemetry.record_op(upper.name, "read", timing, end - seconds, end, _commands(upper, entry.key, "read"))
 
     def _promote(self, entry: Entry) -> None:
@@ -400,8 +398,8 @@ class MultiTierCache:
 
 def _commands(tier: Tier, key: str, op: str) -> list[tuple[int, float, float]]:
     """The device commands ``op`` on ``key`` issued on ``tier``, from its recorder (none without one)."""
-    take = getattr(tier.backend.context.io_log, "take", None)
-    return take(key, op) if take is not None else []
+    recorder = tier.backend.context.io_log
+    return recorder.take(key, op) if isinstance(recorder, CommandRecorder) else []
 
 
 def _describe(error: BaseException) -> str:

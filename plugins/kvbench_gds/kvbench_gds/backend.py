@@ -77,6 +77,7 @@ class GDSBackend(EntryFilesBackend):
     """KV entries as files, moved between GPU memory and storage by kvikio (cuFile when GDS is there)."""
 
     name = "gds"
+    writes_device_tensors = True
     requires = DriverAwareRequirements()  # evaluated at selection: names the driver when that is the blocker
     options_schema: ClassVar[dict[str, Any]] = {
         "type": "object",
