@@ -87,6 +87,19 @@ def test_record_source_rebuilds_pieces_and_tails() -> None:
     assert "; source: kvbench I/O record" in job
 
 
+def test_record_source_says_when_the_run_did_not_use_libaio_direct_io() -> None:
+    # The quick start's nvme tier runs psync through the page cache; the job is libaio direct=1 regardless,
+    # which the header claimed came "from the observations": it now says where the two differ.
+    written = op(2, 2 * MiB, 2)
+    buffered = distill(make_result(write=written, describe={"engine": "psync", "direct": False}))
+    assert ("; the run's I/O path: engine psync, buffered (direct: false); this job uses ioengine=libaio "
+            "direct=1") in buffered
+    assert job_options(buffered)["direct"] == "1"  # the job itself is unchanged
+    assert "the run's I/O path" not in distill(make_result(write=written, describe={"engine": "libaio",
+                                                                                      "direct": True}))
+    assert "the run's I/O path" not in distill(make_result(write=written))  # a tier that does not say
+
+
 def test_a_trials_summary_is_refused_with_what_to_give_instead() -> None:
     summary = make_result() | {"trials": {"count": 3}, "metrics": {"headline": {}}}
     with pytest.raises(UserError, match=r"a trials summary .* give one of its trials \(<name>-trialN.json\)"):

@@ -236,12 +236,26 @@ def profile_from_io_record(result: dict[str, Any]) -> FioProfile:
          f"generation pacing overlaps other users' I/O ({users} users > {workers} workers): no thinktime"),
         f"fsync after every entry ({fsync_every} commands)" if fsync_every else "no fsync per entry",
         "block sizes rounded up to 4 KiB; bssplit percents are of commands",
+        *_io_path_note(describe),
     ]
     return FioProfile(
         name=_job_name(result), read_sizes=_command_sizes(read, transfer_size),
         write_sizes=_command_sizes(write, transfer_size), iodepth=per_entry, numjobs=streams,
         footprint=_footprint(tier), directory=_directory(None, tier, tier_name), runtime_s=_runtime(result),
         fsync_every=fsync_every, thinktime_us=think_us, thinktime_blocks=commands_per_request, comments=comments)
+
+
+def _io_path_note(describe: dict[str, Any]) -> list[str]:
+    """The job is always libaio with direct=1; say so when the run went another way (buffered I/O through the
+    page cache, psync), since then the job is not "every value from the observations": it measures the device
+    without the page cache the run's reads may have been served from."""
+    engine, direct = describe.get("engine"), describe.get("direct")
+    if direct is not False and engine in (None, "libaio"):
+        return []
+    how = ", ".join(part for part in (f"engine {engine}" if engine else "",
+                                      "buffered (direct: false)" if direct is False else "") if part)
+    return [f"the run's I/O path: {how}; this job uses ioengine=libaio direct=1 (the device without the page "
+            "cache), so its latencies are not the run's; edit both lines to match the run's path"]
 
 
 def _directory(section: dict[str, Any] | None, tier: dict[str, Any], tier_name: str) -> str:
