@@ -319,9 +319,10 @@ class MultiTierCache:
         tier has no device to wait for, so its time is host time; a persistent tier's is device time."""
         end = time.perf_counter()
         host, device = (seconds, 0.0) if upper.backend.volatile else (0.0, seconds)
-        timing = IOTiming(total=seconds, host=host, device=device, nbytes=entry.size, commands=1,
+        commands = _commands(upper, entry.key, "read")  # the range reads' own commands, as the recorder saw them
+        timing = IOTiming(total=seconds, host=host, device=device, nbytes=entry.size, commands=max(len(commands), 1),
                           physical_bytes=upper.backend.stored_bytes(entry.key))  # a codec tier stores fewer
-        self.telemetry.record_op(upper.name, "read", timing, end - seconds, end, _commands(upper, entry.key, "read"))
+        self.telemetry.record_op(upper.name, "read", timing, end - seconds, end, commands)
 
     def _promote(self, entry: Entry) -> None:
         top = self.tiers[0]

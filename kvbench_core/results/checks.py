@@ -81,8 +81,9 @@ def _tier_bytes(metrics: dict[str, Any], series: list[dict[str, Any]]) -> Iterat
 
 
 def _command_bytes(metrics: dict[str, Any]) -> Iterator[Check]:
-    """Per tier and op, for a tier that reports its device commands: the bytes of its operations = the
-    sum of its commands' bytes (an O_DIRECT tier pads each operation's tail to one 4 KiB block at most).
+    """Per tier and op, for a tier that reports its device commands: as many commands counted as timed, and
+    the bytes of its operations = the sum of its commands' bytes (an O_DIRECT tier pads each operation's
+    tail to one 4 KiB block at most).
     A failed operation may have issued commands it is not counted for, so tiers with errors are skipped."""
     for name, tier in metrics["tiers"].items():
         padded = bool((tier.get("describe") or {}).get("direct"))
@@ -91,6 +92,8 @@ def _command_bytes(metrics: dict[str, Any]) -> Iterator[Check]:
             if "command_bytes" not in stats or not stats["histograms"].get("command", {}).get("count") \
                     or stats["errors"]:
                 continue
+            yield _check(f"command_count.{name}.{op}", stats["commands"], stats["histograms"]["command"]["count"],
+                         f"{name} {op} commands counted = commands the tier's recorder timed")
             moved, commands = stats.get("physical_bytes", stats["bytes"]), stats["command_bytes"]
             if padded:
                 ok = moved <= commands <= moved + stats["ops"] * (DIRECT_ALIGN - 1)
