@@ -46,7 +46,8 @@ Without pytest::
 
 A tier's own tests beyond the conformance checks share ``backend_fixtures``
 (the ``open_backend`` and ``verify`` fixtures of a conftest), ``backend_opener``
-and ``verify_read``.
+and ``verify_read``.  A tier that owns a directory (``directory_option``) subclasses
+``FileTierConformance`` instead: cleanup and the dead endpoint then come ready-made.
 
 The checks live in ``conformance.checks``, the pytest face in ``conformance.suite``;
 this package's names are the public ones a vendor imports.
@@ -63,8 +64,27 @@ from kvbench_core.contracts.conformance.checks import (
     reopen_probe,
     run_checks,
 )
-from kvbench_core.contracts.conformance.suite import BackendConformance, backend_fixtures, backend_opener, verify_read
+from kvbench_core.contracts.conformance.suite import (
+    BackendConformance,
+    FileTierConformance,
+    backend_fixtures,
+    backend_opener,
+    verify_read,
+)
 
-__all__ = ["CHECKS", "TIMING_RELATIVE_SLACK", "BackendConformance", "BackendHarness", "CheckResult", "CheckSkipped",
-           "backend_fixtures", "backend_opener", "check_timing", "remaining_files", "reopen_probe", "run_checks",
-           "verify_read"]
+__all__ = [
+    "CHECKS",
+    "TIMING_RELATIVE_SLACK",
+    "BackendConformance",
+    "BackendHarness",
+    "CheckResult",
+    "CheckSkipped",
+    "FileTierConformance",
+    "backend_fixtures",
+    "backend_opener",
+    "check_timing",
+    "remaining_files",
+    "reopen_probe",
+    "run_checks",
+    "verify_read",
+]

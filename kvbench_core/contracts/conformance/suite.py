@@ -13,7 +13,7 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 
 from kvbench_core.contracts.backend import BackendContext, StorageBackend
-from kvbench_core.contracts.conformance.checks import CHECKS, BackendHarness, CheckSkipped
+from kvbench_core.contracts.conformance.checks import CHECKS, BackendHarness, CheckSkipped, remaining_files
 from kvbench_core.engine.payload import NoisePool, VerifySink
 
 
@@ -90,6 +90,30 @@ class BackendConformance:
             CHECKS[conformance_check](self.conformance_harness(tmp_path))
         except CheckSkipped as skipped:
             pytest.skip(str(skipped))
+
+
+class FileTierConformance(BackendConformance):
+    """For a tier that owns a directory (its class sets ``directory_option``): the cleanup check lists that
+    directory, and the dead endpoint is the same tier with its directory under a plain file."""
+
+    def _directory_option(self) -> str:
+        from kvbench_core.contracts.plugins import registry
+
+        option = registry("backend")[self.backend_name].directory_option
+        if not option:
+            raise TypeError(f"{self.backend_name} declares no directory_option: use BackendConformance")
+        return option
+
+    def remaining_entries(self, backend: StorageBackend) -> Iterable[str] | None:
+        return remaining_files(backend.options[self._directory_option()])
+
+    def make_dead_backend(self, context: BackendContext, tmp_path: Path) -> StorageBackend | None:
+        from kvbench_core.engine.factory import create_backend
+
+        (tmp_path / "plain-file").write_text("not a directory")
+        options = {**_substitute(self.backend_options, tmp_path),
+                   self._directory_option(): str(tmp_path / "plain-file" / "tier")}
+        return create_backend({"name": "dead", "backend": self.backend_name, "options": options}, context)
 
 
 # --- helpers for a tier's own tests -----------------------------------------------------------

@@ -12,24 +12,16 @@ from s3_servers import MotoServer
 from testkit import free_port
 
 from kvbench_core.contracts.backend import BackendContext, StorageBackend
-from kvbench_core.contracts.conformance import BackendConformance, remaining_files
+from kvbench_core.contracts.conformance import BackendConformance, FileTierConformance
 from kvbench_core.engine.factory import create_backend
 
 pytestmark = needs_nixl
 POSIX: dict[str, Any] = {"nixl_backend": "POSIX", "path": "{tmp_path}/tier", "transfer_size": "64KiB"}
 
 
-class TestPosixTier(BackendConformance):
+class TestPosixTier(FileTierConformance):
     backend_name = "nixl"
     backend_options: ClassVar = POSIX
-
-    def remaining_entries(self, backend: StorageBackend) -> Iterable[str]:
-        return remaining_files(backend.directory.path)
-
-    def make_dead_backend(self, context: BackendContext, tmp_path: Path) -> StorageBackend:
-        (tmp_path / "plain-file").write_text("not a directory")
-        return create_backend({"name": "dead", "backend": "nixl",
-                               "options": {**POSIX, "path": str(tmp_path / "plain-file" / "tier")}}, context)
 
 
 class TestPosixTierQueueDepth4NoFsync(TestPosixTier):

@@ -9,7 +9,6 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -17,10 +16,9 @@ import pytest
 from kvbench_nvme import uring
 from kvbench_nvme.engines import UringEngine
 
-from kvbench_core.contracts.backend import DISCARD, BackendContext, StorageBackend
-from kvbench_core.contracts.conformance import BackendConformance, remaining_files
+from kvbench_core.contracts.backend import DISCARD
+from kvbench_core.contracts.conformance import FileTierConformance
 from kvbench_core.contracts.errors import BackendUnavailable
-from kvbench_core.engine.factory import create_backend
 from kvbench_core.engine.payload import NoisePool
 
 UNAVAILABLE = uring.unavailable_reason()
@@ -36,18 +34,9 @@ MODES = {
 OPTIONS: dict[str, Any] = {"path": "{tmp_path}/tier", "transfer_size": "64KiB", "engine": "io_uring"}
 
 
-class TestUringBufferedTier(BackendConformance):
+class TestUringBufferedTier(FileTierConformance):
     backend_name = "nvme"
     backend_options: ClassVar = OPTIONS
-
-    def remaining_entries(self, backend: StorageBackend) -> Iterable[str]:
-        return remaining_files(backend.directory.path)
-
-    def make_dead_backend(self, context: BackendContext, tmp_path: Path) -> StorageBackend:
-        (tmp_path / "plain-file").write_text("not a directory")
-        return create_backend({"name": "dead", "backend": "nvme",
-                               "options": {"path": str(tmp_path / "plain-file" / "tier"), "engine": "io_uring"}},
-                              context)
 
 
 class TestUringDirectTierQueueDepth4(TestUringBufferedTier):
