@@ -409,8 +409,13 @@ def test_a_redis_server_that_is_not_there(tmp_path: Path) -> None:
 # -- signals ----------------------------------------------------------------------------------------------
 
 def catches(process: subprocess.Popen[str], signum: int) -> bool:
-    """Whether the process has installed a handler for ``signum`` (kvbench's ``main`` has begun)."""
+    """Whether the process has installed a handler for ``signum`` (kvbench's ``main`` has begun).
+
+    Only once it runs kvbench: between fork and exec the child is still a copy of this pytest process,
+    whose own handlers (kvbench imported in-process installs its start-up ones) would answer too early."""
     with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+        if b"kvbench_core.cli" not in Path(f"/proc/{process.pid}/cmdline").read_bytes():
+            return False
         for line in Path(f"/proc/{process.pid}/status").read_text().splitlines():
             if line.startswith("SigCgt:"):
                 return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
@@ -536,8 +541,11 @@ def test_a_signal_while_kvbench_is_still_importing_is_one_line(tmp_path: Path, d
     time.sleep(delay_s)
     process.send_signal(signal.SIGINT)
     outcome = finish(process)
-    assert outcome.code == 130, outcome
+    # 130, or ended by the SIGINT itself after kvbench's line (a shell shows 130 for both); seen once in
+    # about three full-suite runs and not reproduced alone, so the one line and no traceback are what count.
+    assert outcome.code in (130, -signal.SIGINT), outcome
     assert outcome.error_line() in ("kvbench: interrupted", "kvbench: error: interrupted by signal 2")
+    assert "Traceback" not in outcome.stderr
     assert not (tmp_path / "tier").exists()
 
 
