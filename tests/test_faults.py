@@ -561,7 +561,10 @@ def _frozen_server(tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch) -
         tier = {"name": "redis", "backend": "redis", "capacity": "256MiB",
                 "options": {"host": "127.0.0.1", "port": server.port, "socket_timeout": "1s"}}
         return server, tier, lambda: int(server.client().dbsize())
-    return _moto_tier(tmp_path, monkeypatch, "kvb-frozen", max_attempts=1, read_timeout="1s", connect_timeout="1s")
+    # A multipart Complete has its own timeout (15 min by default, for big objects): 1 s here as well, or an
+    # entry caught mid-Complete by the freeze holds the stop until the test's own timeout.
+    return _moto_tier(tmp_path, monkeypatch, "kvb-frozen", max_attempts=1, read_timeout="1s", connect_timeout="1s",
+                      complete_timeout="1s")
 
 
 @pytest.mark.slow
