@@ -12,11 +12,9 @@ that every embedded plot decoded, and reports a broken one on the console (the b
 from __future__ import annotations
 
 import base64
-import contextlib
 import html
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ from kvbench_core.contracts.errors import UserError
 from kvbench_core.reports import flatten
 from kvbench_core.reports.metrics import HEADLINE, op_figures
 from kvbench_core.reports.verdicts import explain
+from kvbench_core.spec.jsonfile import temp_beside
 from kvbench_core.spec.units import format_bytes
 
 GB = 1e9
@@ -61,21 +60,12 @@ window.addEventListener("load", function () {
 def write_html(result: dict[str, Any], path: Path) -> Path:
     """Write the report to ``path`` through a temporary file, so a failure never leaves half a page."""
     page = render_html(result)
-    tmp: str | None = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # A private temp name (created exclusively), so no fixed-name file of the user's is ever clobbered.
-        handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.fchmod(handle, 0o644)  # mkstemp makes it 0600; a report is for others to read
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(page)
-        os.replace(tmp, path)
+        with temp_beside(path) as tmp:
+            Path(tmp).write_text(page, encoding="utf-8")
+            os.replace(tmp, path)
     except OSError as error:
         raise UserError(f"{path}: cannot write the HTML report: {error.strerror or error}") from None
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
     return path
 
 

@@ -17,11 +17,9 @@ its header: GB and GB/s are decimal (10^9), GiB binary, as in the JSON.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,7 @@ import numpy as np
 from kvbench_core.contracts.errors import UserError
 from kvbench_core.reports import autoscaler_trajectories, flatten, require
 from kvbench_core.reports.metrics import HEADLINE, figure_values, op_figures
+from kvbench_core.spec.jsonfile import temp_beside
 
 PERCENTILES = ("p50", "p95", "p99", "p99.9", "mean", "max")
 MAX_CELL_TEXT = 32767
@@ -139,27 +138,17 @@ def _shown(value: Any) -> str:
 def _write_atomically(path: Path, fill: Any) -> Path:
     """Build the workbook in a temp file and rename, so a failure never leaves half a workbook.  A path
     that cannot take a file (a directory, a name under a file, a read-only place) is the user's error."""
-    tmp: Path | None = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # A private temp name (created exclusively), so no fixed-name file of the user's is ever clobbered.
-        handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.fchmod(handle, 0o644)  # mkstemp makes it 0600; a report is for others to read
-        os.close(handle)
-        tmp = Path(name)
-        book = _Book(tmp)
-        fill(book)
-        book.close()  # xlsxwriter creates the file here; its FileCreateError carries the OSError
-        os.replace(tmp, path)
+        with temp_beside(path) as name:
+            book = _Book(Path(name))
+            fill(book)
+            book.close()  # xlsxwriter creates the file here; its FileCreateError carries the OSError
+            os.replace(name, path)
     except Exception as error:
         cause = error if isinstance(error, OSError) else error.__context__  # xlsxwriter wraps the OSError
         if not isinstance(cause, OSError):
             raise
         raise UserError(f"{path}: cannot write the workbook: {cause.strerror or cause}") from None
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
     return path
 
 

@@ -10,12 +10,10 @@ multi-client and MPI results use too.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import math
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +31,7 @@ from kvbench_core.results.environment import detect_environment
 from kvbench_core.results.metrics import Metrics
 from kvbench_core.results.schema import VALIDATE_ENV, assert_conforms
 from kvbench_core.spec.declaration import contradictions, detected_system, merge_declaration
+from kvbench_core.spec.jsonfile import temp_beside
 from kvbench_core.spec.loader import spec_sha256
 from kvbench_core.spec.redact import environment_secrets, redact
 
@@ -186,22 +185,14 @@ def write_result(result: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     target = Path(path)
     if os.environ.get(VALIDATE_ENV) == "1":
         assert_conforms(result, str(target))
-    tmp: str | None = None
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        handle, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        os.fchmod(handle, 0o644)  # mkstemp makes it 0600; a result is published, as _publish's fallback makes it
-        with os.fdopen(handle, "w") as file:
-            file.write(json.dumps(result, indent=2, default=_json_default) + "\n")
-        _publish(tmp, target)
+        with temp_beside(target) as tmp:
+            Path(tmp).write_text(json.dumps(result, indent=2, default=_json_default) + "\n")
+            _publish(tmp, target)
     except FileExistsError:
         raise InputFileError(f"{target}: already exists; kvbench does not overwrite a result") from None
     except OSError as error:  # the output file system filled up during the run, or went away
         raise InputFileError(f"{target}: cannot write the result: {error.strerror or error}") from None
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
     return target
 
 

@@ -7,8 +7,12 @@ names the file, and the line for a syntax error, instead of a traceback;
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from kvbench_core.contracts.errors import InputFileError
@@ -94,3 +98,19 @@ def write_text(path: str, text: str, what: str) -> None:
 def write_json(path: str, data: Any, what: str) -> None:
     """``data`` as indented JSON (a report, a result) in ``path``."""
     write_text(path, json.dumps(data, indent=2) + "\n", what)
+
+
+@contextlib.contextmanager
+def temp_beside(path: Path) -> Iterator[str]:
+    """A private, exclusively created ``0644`` temp file next to ``path`` for a writer to fill and then rename
+    or link onto ``path`` (so a failure never leaves half a file, and no fixed-name file of a user's is ever
+    clobbered); removed on the way out if it is still there."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(handle, 0o644)  # mkstemp makes it 0600; what kvbench writes is for others to read
+        os.close(handle)
+        yield tmp
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
