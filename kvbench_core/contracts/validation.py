@@ -6,9 +6,10 @@ raw wording; the path is dotted with ``[i]`` for list items.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import jsonschema
@@ -119,6 +120,23 @@ def _describe_alternatives(error: ValidationError, root: str) -> str:
         return f"{path}: expected {' or '.join(dict.fromkeys(types))}, got {_shown(value)}"
     best = min(error.context, key=lambda sub: len(list(sub.relative_schema_path)))
     return describe_error(best, root)
+
+
+def with_defaults(schema: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
+    """A new dict: ``options`` with the ``default`` of every top-level ``properties`` entry of ``schema``
+    filled where the key is absent, so a plugin's defaults live once, in its options schema, and a class
+    built outside a spec (a bench script, a test) holds what a validated spec gives it.
+
+    Defaults are deep-copied (a list or dict default is never shared between instances, nor with the
+    schema).  Top level only: no installed plugin declares a ``default`` below the top level of its
+    options, and filling a nested object's defaults would also create objects the user left out.
+    ``options`` itself is not changed.
+    """
+    filled = dict(options)
+    for key, prop in schema.get("properties", {}).items():
+        if key not in filled and isinstance(prop, Mapping) and "default" in prop:
+            filled[key] = copy.deepcopy(prop["default"])
+    return filled
 
 
 def non_finite_numbers(instance: Any, root: str = "") -> list[str]:
