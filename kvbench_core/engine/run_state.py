@@ -14,8 +14,8 @@ from typing import Any
 
 from kvbench_core.contracts.errors import UserError
 from kvbench_core.contracts.workload import WorkloadSource
+from kvbench_core.engine.cache_types import Tier
 from kvbench_core.engine.telemetry import Telemetry
-from kvbench_core.engine.waterfall import Tier
 
 
 @dataclass

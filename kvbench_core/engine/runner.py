@@ -24,6 +24,7 @@ from kvbench_core.engine import setup
 from kvbench_core.engine.arrivals import ClosedLoopArrivals, OpenLoopArrivals, UserPool, backlog_limit
 from kvbench_core.engine.autoscaling import telemetry_sample, trajectory_entry
 from kvbench_core.engine.cache_figures import cache_state_at_open
+from kvbench_core.engine.cache_types import EvictionPolicy
 from kvbench_core.engine.cancel import CancelToken, CommandRecorder
 from kvbench_core.engine.executor import RequestExecutor
 from kvbench_core.engine.payload import NoisePool
@@ -32,7 +33,7 @@ from kvbench_core.engine.run_state import RunState, RunView
 from kvbench_core.engine.scheduler import EventHeap
 from kvbench_core.engine.setup import users_for_client
 from kvbench_core.engine.telemetry import Telemetry
-from kvbench_core.engine.waterfall import EvictionPolicy, MultiTierCache
+from kvbench_core.engine.waterfall import MultiTierCache
 from kvbench_core.engine.window import CANCEL_GRACE_S, MeasurementWindow, default_drain_timeout
 from kvbench_core.engine.workers import Finished, WorkerPool
 

@@ -20,8 +20,9 @@ from kvbench_core.contracts.errors import BackendUnavailable, SpecError
 from kvbench_core.contracts.plugins import lookup, require_dependencies
 from kvbench_core.contracts.validation import validate_or_raise
 from kvbench_core.contracts.workload import DEFAULT_QOS, QoSClass, WorkloadContext, WorkloadSource
+from kvbench_core.engine.cache_types import Tier
 from kvbench_core.engine.factory import create_backend
-from kvbench_core.engine.waterfall import MultiTierCache, Tier
+from kvbench_core.engine.waterfall import MultiTierCache
 from kvbench_core.spec.geometry import resolve_model
 
 
