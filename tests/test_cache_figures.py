@@ -13,9 +13,10 @@ from kvbench_core.builtins.memory import CPUMemoryBackend
 from kvbench_core.contracts.backend import BackendContext
 from kvbench_core.contracts.workload import DEFAULT_QOS, Phase, Request
 from kvbench_core.engine.cache_figures import reuse_rate
+from kvbench_core.engine.cache_types import EvictionPolicy, Tier
 from kvbench_core.engine.payload import NoisePool
 from kvbench_core.engine.telemetry import Telemetry
-from kvbench_core.engine.waterfall import EvictionPolicy, MultiTierCache, Tier
+from kvbench_core.engine.waterfall import MultiTierCache
 
 S = 1 << 20
 

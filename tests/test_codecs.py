@@ -25,9 +25,9 @@ from kvbench_core.contracts.backend import BackendContext, StorageBackend
 from kvbench_core.contracts.conformance import BackendConformance
 from kvbench_core.contracts.errors import MissingDependency, SpecError
 from kvbench_core.contracts.plugins import get_plugin_manager, hookimpl, registry
+from kvbench_core.engine.cache_types import TierSource
 from kvbench_core.engine.factory import create_backend
 from kvbench_core.engine.payload import PAYLOAD_KINDS, ChecksumSink, NoisePool, VerifySink
-from kvbench_core.engine.waterfall import TierSource
 
 pytest.importorskip("cramjam", reason="the codecs extra is not installed (pip install 'kvbench-core[codecs]')")
 

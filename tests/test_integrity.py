@@ -28,10 +28,11 @@ from tiny_spec import run_cli
 from kvbench_core.contracts.backend import BackendContext, ByteSource, IOTiming
 from kvbench_core.contracts.plugins import get_plugin_manager, hookimpl, registry
 from kvbench_core.contracts.workload import DEFAULT_QOS, Read, Request
+from kvbench_core.engine.cache_types import Tier
 from kvbench_core.engine.executor import RequestExecutor
 from kvbench_core.engine.payload import NoisePool, VerifySink
 from kvbench_core.engine.telemetry import Telemetry
-from kvbench_core.engine.waterfall import MultiTierCache, Tier
+from kvbench_core.engine.waterfall import MultiTierCache
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -25,9 +25,9 @@ from kvbench_core.contracts.workload import (
     decode_read_count,
     derive_phase,
 )
+from kvbench_core.engine.cache_types import Tier
 from kvbench_core.engine.payload import NoisePool
 from kvbench_core.engine.precondition import precondition_bottom_tier
-from kvbench_core.engine.waterfall import Tier
 from kvbench_core.spec.loader import validate
 
 BPT = 1024  # bytes per token in the executor-level tests

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from kvbench_core.engine.waterfall import Tier
+from kvbench_core.engine.cache_types import Tier
 
 #: A tier this close to its eviction target counts as full for ``steady``.
 STEADY_FILL = 0.9

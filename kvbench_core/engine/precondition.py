@@ -16,8 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kvbench_core.contracts.errors import SpecError, StorageError
+from kvbench_core.engine.cache_types import Tier
 from kvbench_core.engine.payload import NoisePool
-from kvbench_core.engine.waterfall import Tier, _describe
+from kvbench_core.engine.tier_ops import describe_error
 
 
 def precondition_bottom_tier(tier: Tier, pool: NoisePool, options: dict[str, Any],
@@ -46,7 +47,7 @@ def precondition_bottom_tier(tier: Tier, pool: NoisePool, options: dict[str, Any
                 tier.backend.write(key, pool.payload(f"{key}-{i}", entry_size))
             except Exception as error:  # a full disk, a dead server: the run's StorageError, and no more writes
                 failed.set()
-                raise StorageError(tier.name, "write", key, _describe(error)) from error
+                raise StorageError(tier.name, "write", key, describe_error(error)) from error
         return entry_size
 
     try:
@@ -61,7 +62,7 @@ def precondition_bottom_tier(tier: Tier, pool: NoisePool, options: dict[str, Any
         try:
             tier.backend.delete(key)
         except Exception as error:
-            raise StorageError(tier.name, "delete", key, _describe(error)) from error
+            raise StorageError(tier.name, "delete", key, describe_error(error)) from error
     seconds = time.perf_counter() - start
     return {"tier": tier.name, "bytes": written, "seconds": round(seconds, 3),
             "bandwidth_bytes_per_s": written / seconds if seconds > 0 else None}

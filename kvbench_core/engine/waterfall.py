@@ -16,6 +16,11 @@ which also rules out lock-order deadlocks.  A ``put`` publishes its new entry
 users missing the same shared prefix) run one after the other: the backend
 never sees concurrent operations on a key, and the replaced entry's bytes are
 released exactly once.
+
+This module is the cache's bookkeeping (index, LRU order, reservations, moves).
+The seed's placement rules are in ``engine/placement.py``, the timing and booking
+of each backend operation in ``engine/tier_ops.py``, and the data it keeps
+(policy, tier, entry) in ``engine/cache_types.py``, where callers import them.
 """
 
 from __future__ import annotations
@@ -30,10 +35,10 @@ from typing import Any
 from kvbench_core.contracts.backend import DISCARD, ByteSink, ByteSource, IOTiming
 from kvbench_core.contracts.errors import StorageError
 from kvbench_core.engine.cache_types import Entry, EvictionPolicy, Tier, TierSource
-from kvbench_core.engine.cancel import Cancelled, CancelToken, CommandRecorder, cancellable_sink, cancellable_source
+from kvbench_core.engine.cancel import Cancelled, CancelToken, cancellable_sink, cancellable_source
+from kvbench_core.engine.placement import Placement, lock_lru_victim
 from kvbench_core.engine.telemetry import Telemetry
-
-__all__ = ["Entry", "EvictionPolicy", "MultiTierCache", "Tier", "TierSource"]
+from kvbench_core.engine.tier_ops import TierOperations
 
 
 class MultiTierCache:
@@ -59,6 +64,8 @@ class MultiTierCache:
         self.promotion = promotion
         self.clock = clock
         self.cancel = cancel  # set when the drain limit runs out: I/O stops at the next command boundary
+        self.placement = Placement(tiers, self.policy)
+        self._ops = TierOperations(telemetry)  # times and books every backend operation
         self._lock = threading.Lock()
         self._entries: dict[str, Entry] = {}
 
@@ -79,7 +86,7 @@ class MultiTierCache:
             if old is not None:
                 with old.lock:
                     self._remove(old)
-            for tier in self._placement_order(size):
+            for tier in self.placement.order(size):
                 if self._make_room(self.tiers.index(tier), size, depth=0):
                     self._write_new(tier, entry)
                     self.telemetry.count("stored_entry_bytes", size)  # the working set the declaration reports
@@ -108,7 +115,7 @@ class MultiTierCache:
                 self.telemetry.record_read_outcome(None)
                 return None
             sink = cancellable_sink(sink, self.cancel)
-            self._timed(tier, "read", key, lambda: tier.backend.read(key, entry.size, sink))
+            self._ops.timed(tier, "read", key, lambda: tier.backend.read(key, entry.size, sink))
             entry.last_access = self.clock()
             with self._lock:
                 if tier.lru.get(key) is entry:
@@ -171,7 +178,7 @@ class MultiTierCache:
                 if not entry.lock.acquire(blocking=False):
                     continue
                 try:
-                    target = self._demotion_target(index - 1, entry.size)
+                    target = self.placement.demotion_target(index - 1, entry.size)
                     if entry.tier is upper and target is not None and self._make_room(target, entry.size, depth=1):
                         self._demote(entry, upper, self.tiers[target])
                         moved += 1
@@ -189,26 +196,7 @@ class MultiTierCache:
             with entry.lock, contextlib.suppress(StorageError):
                 self._remove(entry)
 
-    # -- placement and eviction ------------------------------------------------------------------------
-    def _placement_order(self, size: int) -> list[Tier]:
-        """Tiers in waterfall order, skipping those the entry is too large for (seed: >95% skips)."""
-        limit = self.policy.large_entry_limit_ratio
-        return [t for t in self.tiers if size <= t.capacity * limit]
-
-    def _demotion_target(self, index: int, size: int) -> int | None:
-        """The first tier below ``index`` that admits an entry of ``size`` (the large-entry rule)."""
-        limit = self.policy.large_entry_limit_ratio
-        for below in range(index + 1, len(self.tiers)):
-            if size <= self.tiers[below].capacity * limit:
-                return below
-        return None
-
-    def _fits(self, tier: Tier, size: int) -> bool:
-        if tier.usage + size <= tier.capacity * self.policy.target_usage_ratio:
-            return True
-        # An entry larger than the target still fits an empty tier (it passed the large-entry rule).
-        return tier.usage == 0 and size <= tier.capacity
-
+    # -- eviction: making room ---------------------------------------------------------------------------
     def _make_room(self, index: int, size: int, depth: int) -> bool:
         """Reserve ``size`` bytes in tier ``index``, cascading LRU entries down as needed."""
         if depth > self.policy.max_recursion_depth:
@@ -219,10 +207,10 @@ class MultiTierCache:
         busy_waits = 0
         while True:
             with self._lock:
-                if self._fits(tier, size):
+                if self.placement.fits(tier, size):
                     tier.usage += size
                     return True
-                victim = self._lock_lru_victim(tier)
+                victim = lock_lru_victim(tier)
                 if victim is None:
                     busy = bool(tier.lru)
             if victim is None:
@@ -239,7 +227,7 @@ class MultiTierCache:
                     self._return_victim(tier, victim)
                     return False
                 # Below, the victim skips tiers it is too large for, as a new entry would.
-                target = self._demotion_target(index, victim.size)
+                target = self.placement.demotion_target(index, victim.size)
                 tier.evicted_bytes += victim.size  # undone below if the cascade is refused
                 if target is None:
                     self._remove(victim)
@@ -264,19 +252,11 @@ class MultiTierCache:
             tier.lru[victim.key] = victim
             tier.lru.move_to_end(victim.key, last=False)  # still the least recently used
 
-    def _lock_lru_victim(self, tier: Tier) -> Entry | None:
-        """Oldest entry of ``tier`` whose lock is free; taken out of the LRU (caller holds _lock)."""
-        for key, entry in tier.lru.items():
-            if entry.lock.acquire(blocking=False):
-                del tier.lru[key]
-                return entry
-        return None
-
     # -- I/O helpers (entry lock held, metadata lock not held) ----------------------------------------
     def _write_new(self, tier: Tier, entry: Entry) -> None:
         source = cancellable_source(self.payload_for(entry.key, entry.size), self.cancel)
         try:
-            self._timed(tier, "write", entry.key, lambda: tier.backend.write(entry.key, source))
+            self._ops.timed(tier, "write", entry.key, lambda: tier.backend.write(entry.key, source))
         except (StorageError, Cancelled):
             with self._lock:
                 tier.usage -= entry.size
@@ -297,15 +277,15 @@ class MultiTierCache:
                     return lower.backend.write_tensor(entry.key, upper.backend.tensor(entry.key))
                 return lower.backend.write(entry.key, cancellable)
 
-            self._timed(lower, "write", entry.key, write)
+            self._ops.timed(lower, "write", entry.key, write)
         except (StorageError, Cancelled):
             with self._lock:
                 lower.usage -= entry.size
                 upper.lru[entry.key] = entry
                 upper.lru.move_to_end(entry.key, last=False)
             raise
-        self._record_source_read(upper, entry, source.read_seconds)
-        self._delete_from(upper, entry)
+        self._ops.record_source_read(upper, entry, source.read_seconds)
+        self._ops.delete_from(upper, entry)
         with self._lock:
             if upper.lru.get(entry.key) is entry:  # a cold demotion takes it from the middle of the LRU
                 del upper.lru[entry.key]
@@ -314,35 +294,23 @@ class MultiTierCache:
             lower.lru[entry.key] = entry
         self.telemetry.record_demotion(upper.name, lower.name, entry.size)
 
-    def _record_source_read(self, upper: Tier, entry: Entry, seconds: float) -> None:
-        """A demotion's (or promotion's) read of the tier it moves from is real traffic there: count it.  A memory
-        tier has no device to wait for, so its time is host time; a persistent tier's is device time."""
-        end = time.perf_counter()
-        host, device = (seconds, 0.0) if upper.backend.volatile else (0.0, seconds)
-        commands = _commands(upper, entry.key, "read")  # the range reads' own commands, as the recorder saw them
-        timing = IOTiming(total=seconds, host=host, device=device, nbytes=entry.size, commands=max(len(commands), 1),
-                          physical_bytes=upper.backend.stored_bytes(entry.key))  # a codec tier stores fewer
-        self.telemetry.record_op(upper.name, "read", timing, end - seconds, end, commands)
-
     def _promote(self, entry: Entry) -> None:
         top = self.tiers[0]
         lower = entry.tier
         assert lower is not None
-        if entry.size > top.capacity * self.policy.large_entry_limit_ratio:
-            return
-        if not self._make_room(0, entry.size, depth=0):
+        if not self.placement.admits(top, entry.size) or not self._make_room(0, entry.size, depth=0):
             return
         source = cancellable_source(TierSource(lower.backend, entry.key, entry.size), self.cancel)
         try:
-            self._timed(top, "write", entry.key, lambda: top.backend.write(entry.key, source))
+            self._ops.timed(top, "write", entry.key, lambda: top.backend.write(entry.key, source))
         except (StorageError, Cancelled):
             with self._lock:
                 top.usage -= entry.size
             raise
-        self._record_source_read(lower, entry, source.read_seconds)
+        self._ops.record_source_read(lower, entry, source.read_seconds)
         with self._lock:
             lower.lru.pop(entry.key, None)
-        self._delete_from(lower, entry)
+        self._ops.delete_from(lower, entry)
         with self._lock:
             lower.usage -= entry.size
             entry.tier = top
@@ -360,7 +328,7 @@ class MultiTierCache:
                 if self._entries.get(entry.key) is entry:
                     del self._entries[entry.key]
             return
-        self._delete_from(tier, entry)
+        self._ops.delete_from(tier, entry)
         with self._lock:
             if tier.lru.get(entry.key) is entry:
                 del tier.lru[entry.key]
@@ -369,42 +337,8 @@ class MultiTierCache:
             if self._entries.get(entry.key) is entry:
                 del self._entries[entry.key]
 
-    def _delete_from(self, tier: Tier, entry: Entry) -> None:
-        try:
-            tier.backend.delete(entry.key)
-        except Exception as error:
-            self.telemetry.record_op_error(tier.name, "delete", entry.key, error)
-            raise StorageError(tier.name, "delete", entry.key, error) from error
-
-    def _timed(self, tier: Tier, op: str, key: str, action: Callable[[], IOTiming]) -> IOTiming:
-        start = time.perf_counter()
-        try:
-            timing = action()
-        except (StorageError, Cancelled):
-            _commands(tier, key, op)  # a failed or cancelled operation is booked nowhere, nor its commands
-            raise
-        except Exception as error:
-            _commands(tier, key, op)
-            self.telemetry.record_op_error(tier.name, op, key, error)
-            raise StorageError(tier.name, op, key, _describe(error)) from error
-        end = time.perf_counter()
-        self.telemetry.record_op(tier.name, op, timing, start, end, _commands(tier, key, op))
-        return timing
-
     def describe(self) -> dict[str, Any]:
         return {"promotion": self.promotion, "policy": self.policy.__dict__,
                 "tiers": [{"name": t.name, "capacity": None if math.isinf(t.capacity) else t.capacity,
                            "cold_after": t.cold_after} for t in self.tiers]}
 
-
-def _commands(tier: Tier, key: str, op: str) -> list[tuple[int, float, float]]:
-    """The device commands ``op`` on ``key`` issued on ``tier``, from its recorder (none without one)."""
-    recorder = tier.backend.context.io_log
-    return recorder.take(key, op) if isinstance(recorder, CommandRecorder) else []
-
-
-def _describe(error: BaseException) -> str:
-    if isinstance(error, OSError) and error.strerror:
-        where = f" ({error.filename})" if error.filename else ""
-        return f"{error.strerror}{where} [errno {error.errno}]"
-    return f"{type(error).__name__}: {error}"

@@ -1,0 +1,74 @@
+"""One operation on one tier of the waterfall, timed and booked in telemetry.
+
+The cache decides *what* moves where; this module is the single place where an
+operation on a tier's backend is timed, its device commands are taken from the
+tier's recorder, and a failure becomes a ``StorageError`` naming tier, operation
+and key.  A failed or cancelled operation is booked nowhere (its commands are
+discarded), so the figures only ever count work that completed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from kvbench_core.contracts.backend import IOTiming
+from kvbench_core.contracts.errors import StorageError
+from kvbench_core.engine.cache_types import Entry, Tier
+from kvbench_core.engine.cancel import Cancelled, CommandRecorder
+from kvbench_core.engine.telemetry import Telemetry
+
+
+class TierOperations:
+    """Times and books the operations the cache runs on its tiers (entry lock held, metadata lock not)."""
+
+    def __init__(self, telemetry: Telemetry) -> None:
+        self.telemetry = telemetry
+
+    def timed(self, tier: Tier, op: str, key: str, action: Callable[[], IOTiming]) -> IOTiming:
+        """Run ``action`` (one ``op`` on ``key``) and book its timing and commands under ``tier``."""
+        start = time.perf_counter()
+        try:
+            timing = action()
+        except (StorageError, Cancelled):
+            take_commands(tier, key, op)  # a failed or cancelled operation is booked nowhere, nor its commands
+            raise
+        except Exception as error:
+            take_commands(tier, key, op)
+            self.telemetry.record_op_error(tier.name, op, key, error)
+            raise StorageError(tier.name, op, key, describe_error(error)) from error
+        end = time.perf_counter()
+        self.telemetry.record_op(tier.name, op, timing, start, end, take_commands(tier, key, op))
+        return timing
+
+    def record_source_read(self, upper: Tier, entry: Entry, seconds: float) -> None:
+        """A demotion's (or promotion's) read of the tier it moves from is real traffic there: count it.  A memory
+        tier has no device to wait for, so its time is host time; a persistent tier's is device time."""
+        end = time.perf_counter()
+        host, device = (seconds, 0.0) if upper.backend.volatile else (0.0, seconds)
+        commands = take_commands(upper, entry.key, "read")  # the range reads' own commands, as the recorder saw
+        timing = IOTiming(total=seconds, host=host, device=device, nbytes=entry.size, commands=max(len(commands), 1),
+                          physical_bytes=upper.backend.stored_bytes(entry.key))  # a codec tier stores fewer
+        self.telemetry.record_op(upper.name, "read", timing, end - seconds, end, commands)
+
+    def delete_from(self, tier: Tier, entry: Entry) -> None:
+        """Delete ``entry``'s bytes from ``tier``; a failure is booked and raised as ``StorageError``."""
+        try:
+            tier.backend.delete(entry.key)
+        except Exception as error:
+            self.telemetry.record_op_error(tier.name, "delete", entry.key, error)
+            raise StorageError(tier.name, "delete", entry.key, error) from error
+
+
+def take_commands(tier: Tier, key: str, op: str) -> list[tuple[int, float, float]]:
+    """The device commands ``op`` on ``key`` issued on ``tier``, from its recorder (none without one)."""
+    recorder = tier.backend.context.io_log
+    return recorder.take(key, op) if isinstance(recorder, CommandRecorder) else []
+
+
+def describe_error(error: BaseException) -> str:
+    """One line for a backend's failure: an OSError's strerror, file and errno, else its type and text."""
+    if isinstance(error, OSError) and error.strerror:
+        where = f" ({error.filename})" if error.filename else ""
+        return f"{error.strerror}{where} [errno {error.errno}]"
+    return f"{type(error).__name__}: {error}"
