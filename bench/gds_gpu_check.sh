@@ -7,7 +7,7 @@
 # 1. installs kvbench, the nvme and gds tiers and the kvikio + torch wheels (CUDA_EXTRA=cu12|cu13)
 #    into a venv (VENV, default .venv-gds);
 # 2. records the GDS environment: nvidia-smi, nvidia-fs, gdscheck, kvikio's own verdict;
-# 3. runs the gds tier's tests (the real-GPU ones are no longer skipped) and `kvbench plugins --check gds`;
+# 3. runs the gds tier's tests (the real-GPU ones are no longer skipped) and `kvbench plugins --conformance gds`;
 # 4. a short GPU -> GDS run of specs/gds.yaml;
 # 5. bandwidth of the gds tier (host- and GPU-origin payloads, GPU-tensor demotion) against the
 #    POSIX nvme tier (O_DIRECT + fsync) on the same directory, same entries.
@@ -57,7 +57,7 @@ tests() {
   KVBENCH_GDS_DIR="$DIR" "$VENV/bin/pytest" -q -rs plugins/kvbench_gds tests/test_conformance_builtin.py
 }
 check() {
-  "$VENV/bin/kvbench" plugins --check gds --options "{path: $DIR/check, payload_origin: gpu}"
+  "$VENV/bin/kvbench" plugins --conformance gds --options "{path: $DIR/check, payload_origin: gpu}"
 }
 short_run() {
   "$VENV/bin/kvbench" run specs/gds.yaml --quiet --output "$OUT/run" \

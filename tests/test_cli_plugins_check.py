@@ -1,4 +1,4 @@
-"""``kvbench plugins --check`` runs the cleanup and dead-endpoint checks the pytest suite runs: cleanup by
+"""``kvbench plugins --conformance`` runs the cleanup and dead-endpoint checks the pytest suite runs: cleanup by
 reopening the tier's namespace (any backend), dead-endpoint with ``--dead-options``; a skip says why."""
 
 from __future__ import annotations
@@ -57,10 +57,10 @@ def test_the_reopen_probe_sees_what_close_left_behind(cls: type[PersistentTier],
 
 def test_dead_options_run_the_dead_endpoint_check(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
     monkeypatch.setattr(plugins, "registry", lambda kind: {"deadable": DeadTier})
-    assert main(["plugins", "--check", "deadable", "--dead-options", "{dead: true}"]) == 0
+    assert main(["plugins", "--conformance", "deadable", "--dead-options", "{dead: true}"]) == 0
     out = capsys.readouterr().out
     assert "PASS  dead_endpoint  endpoint is down" in out
     assert out.rstrip().endswith("deadable: 10 passed, 0 failed, 0 skipped")
     # options that do open are a failed check, not a pass
-    assert main(["plugins", "--check", "deadable", "--dead-options", "{dead: false}"]) == 1
+    assert main(["plugins", "--conformance", "deadable", "--dead-options", "{dead: false}"]) == 1
     assert "FAIL  dead_endpoint  open() on a dead endpoint succeeded" in capsys.readouterr().out

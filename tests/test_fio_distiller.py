@@ -238,3 +238,16 @@ def test_a_real_run_distils_to_a_job_fio_runs(tmp_path: Path, capsys: pytest.Cap
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout[done.stdout.index("{"):])
     assert sum(job["write"]["io_bytes"] for job in report["jobs"]) > 0
+
+
+def test_source_block_trace_and_its_old_spelling(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--source block-trace`` distils the block trace; ``--source trace`` (its old spelling, docs/cli.md)
+    gives the same job after one line naming the new spelling."""
+    path = write_result(tmp_path, make_result(write=op(1, MiB, 1), sections={"block_trace": trace_section()}))
+    assert main(["fio", str(path), "--source", "block-trace"]) == 0
+    new = capsys.readouterr()
+    assert "; source: block trace" in new.out and new.err == ""
+    assert main(["fio", str(path), "--source", "trace"]) == 0
+    old = capsys.readouterr()
+    assert old.out == new.out
+    assert old.err == "kvbench: `fio --source trace` is now `fio --source block-trace`\n"

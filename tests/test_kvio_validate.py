@@ -201,7 +201,7 @@ def test_validate_cli_prints_and_writes_json(tmp_path, capsys, manifest):
     manifest.write(str(tmp_path / "m.json"))
     trace = _log(tmp_path / "io.jsonl", manifest)
     out = tmp_path / "report.json"
-    assert main(["validate", "--plan", str(tmp_path / "m.json"), "--measured", trace, "--json", str(out)]) == 0
+    assert main(["score", "--plan", str(tmp_path / "m.json"), "--measured", trace, "--json", str(out)]) == 0
     assert "exact-match 8/8, WAPE 0.0000%, per-cmd size 8/8, size-dist TV 0.0000" in capsys.readouterr().out
     assert json.loads(out.read_text())["exact_match"]["fraction"] == 1.0
 
@@ -226,7 +226,7 @@ def test_a_faithful_capture_matches_the_semantic_trace_per_kv_part(tmp_path, cap
     semantic.write_text("\n".join([json.dumps({"event": "clock", "ts": 1}), *_semantic_lines(manifest)]) + "\n")
     measured.write_text("\n".join(_tracer_lines(manifest)) + "\n")
     out = tmp_path / "report.json"
-    assert main(["validate", "--semantic", str(semantic), "--measured", str(measured), "--json", str(out)]) == 0
+    assert main(["score", "--semantic", str(semantic), "--measured", str(measured), "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "exact-match 8/8, WAPE 0.0000%" in printed and "part k: exact-match 4/4" in printed
     report = json.loads(out.read_text())
@@ -252,7 +252,7 @@ def test_a_semantic_store_the_wire_split_differently_is_caught(tmp_path, manifes
 def _cli(tmp_path, *args):
     out = tmp_path / "gate.json"
     out.unlink(missing_ok=True)  # --json writes a new file only
-    code = main(["validate", *args, "--json", str(out)])
+    code = main(["score", *args, "--json", str(out)])
     return code, json.loads(out.read_text())
 
 
@@ -283,7 +283,7 @@ def test_the_seeds_command_line_on_a_512_byte_capture_validates_exactly(tmp_path
 def test_a_plan_refuses_geometry_flags_that_contradict_it(tmp_path, capsys, manifest):
     manifest.write(str(tmp_path / "m.json"))
     trace = _log(tmp_path / "io.jsonl", manifest)
-    assert main(["validate", "--plan", str(tmp_path / "m.json"), "--measured", trace, "--lba-bytes", "512"]) == 2
+    assert main(["score", "--plan", str(tmp_path / "m.json"), "--measured", trace, "--lba-bytes", "512"]) == 2
     assert "--align 512: the plan was made with align 4096" in capsys.readouterr().err
 
 
@@ -330,8 +330,8 @@ def test_a_capture_that_lost_its_stores_fails_unless_it_is_declared_load_only(tm
 def test_offsets_and_order_are_checked_on_request(tmp_path, manifest):
     manifest.write(str(tmp_path / "m.json"))
     good = _log(tmp_path / "io.jsonl", manifest)
-    assert _cli(tmp_path, "--plan", str(tmp_path / "m.json"), "--measured", good, "--check-offsets",
-                "--check-order")[0] == 0
+    assert _cli(tmp_path, "--plan", str(tmp_path / "m.json"), "--measured", good, "--offsets",
+                "--order")[0] == 0
     records = [json.loads(line) for line in Path(good).read_text().splitlines()]
     records[1]["offset"] += 4096  # a gap in object 0's store
     loads = [r for r in records if r["op"] == "read"]
@@ -341,7 +341,7 @@ def test_offsets_and_order_are_checked_on_request(tmp_path, manifest):
     plain = _cli(tmp_path, "--plan", str(tmp_path / "m.json"), "--measured", str(shuffled))
     assert plain[0] == 0  # sizes alone cannot see either
     code, report = _cli(tmp_path, "--plan", str(tmp_path / "m.json"), "--measured", str(shuffled),
-                        "--check-offsets", "--check-order")
+                        "--offsets", "--order")
     assert code == 1
     assert report["offsets"]["contiguous"]["matched"] == 7
     assert report["order"]["objects"]["load"]["inversions"] == 1
@@ -371,3 +371,21 @@ def test_a_runs_command_recorder_forwards_the_request_and_alignment(tmp_path):
         CommandRecorder("nvme", telemetry, io_log=log).record("k", "read", 0, 23552, 0.0, 0.001, 24576, 4096)
     (line,) = (tmp_path / "io.jsonl").read_text().splitlines()
     assert (json.loads(line)["bytes"], json.loads(line)["requested"]) == (23552, 24576)
+
+
+def test_the_old_spellings_score_the_same_and_each_says_what_it_is_now(tmp_path, capsys, manifest):
+    """``kvbench validate`` and ``--check-offsets``/``--check-order`` still work for one release (docs/cli.md):
+    the same report as ``kvbench score --offsets --order``, after one line per old spelling."""
+    manifest.write(str(tmp_path / "m.json"))
+    args = ["--plan", str(tmp_path / "m.json"), "--measured", _log(tmp_path / "io.jsonl", manifest)]
+    assert main(["score", *args, "--offsets", "--order", "--json", str(tmp_path / "new.json")]) == 0
+    new = capsys.readouterr()
+    assert "kvbench: `" not in new.err
+    assert main(["validate", *args, "--check-offsets", "--check-order", "--json", str(tmp_path / "old.json")]) == 0
+    old = capsys.readouterr()
+    assert old.err.splitlines() == ["kvbench: `validate` is now `score`",
+                                    "kvbench: `score --check-offsets` is now `score --offsets`",
+                                    "kvbench: `score --check-order` is now `score --order`"]
+    assert old.out == new.out
+    old_report, new_report = (json.loads((tmp_path / name).read_text()) for name in ("old.json", "new.json"))
+    assert old_report == new_report and new_report["offsets"] and new_report["order"]

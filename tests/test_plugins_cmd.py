@@ -83,7 +83,7 @@ def test_listing_shows_the_core_plugin_and_its_tiers(capsys: pytest.CaptureFixtu
 
 
 def test_check_of_a_good_tier_prints_one_line_per_check_and_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plugins", "--check", "cpu"]) == 0
+    assert main(["plugins", "--conformance", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "PASS  round_trip" in out
     assert "PASS  cleanup" in out  # the command line reopens the tier's namespace to look (issue 20)
@@ -94,7 +94,7 @@ def test_check_of_a_good_tier_prints_one_line_per_check_and_exits_zero(capsys: p
 def test_check_of_a_broken_tier_exits_non_zero_naming_the_failed_checks(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(plugins, "registry", lambda kind: {"corrupting": CorruptingTier})
-    assert main(["plugins", "--check", "corrupting", "--json"]) == 1
+    assert main(["plugins", "--conformance", "corrupting", "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert report["passed"] is False
     failed = {check["name"]: check["detail"] for check in report["checks"] if check["status"] == "fail"}
@@ -102,17 +102,17 @@ def test_check_of_a_broken_tier_exits_non_zero_naming_the_failed_checks(
 
 
 def test_check_options_may_be_yaml_or_a_file(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plugins", "--check", "cpu", "--options", "{}"]) == 0
+    assert main(["plugins", "--conformance", "cpu", "--options", "{}"]) == 0
     options = tmp_path / "options.yaml"
     options.write_text("bogus: 1\n")
-    assert main(["plugins", "--check", "cpu", "--options", str(options)]) == 2
-    assert "--check.options.bogus: unknown field" in capsys.readouterr().err
+    assert main(["plugins", "--conformance", "cpu", "--options", str(options)]) == 2
+    assert "--conformance.options.bogus: unknown field" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--check", "nosuch"], "unknown backend 'nosuch'; installed:"),
-    (["--check", "cpu", "--options", "[1, 2]"], "--options: expected a mapping"),
-    (["--check", "cpu", "--options", "{a: [}"], "--options: not valid JSON or YAML"),
+    (["--conformance", "nosuch"], "unknown backend 'nosuch'; installed:"),
+    (["--conformance", "cpu", "--options", "[1, 2]"], "--options: expected a mapping"),
+    (["--conformance", "cpu", "--options", "{a: [}"], "--options: not valid JSON or YAML"),
 ])
 def test_check_usage_errors_are_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plugins", *argv]) == 2
@@ -127,7 +127,7 @@ def test_check_of_an_unusable_tier_stops_before_any_check(capsys: pytest.Capture
 
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here, so the gpu tier opens")
-    assert main(["plugins", "--check", "gpu", "--options", '{"device": "cuda"}']) == 3
+    assert main(["plugins", "--conformance", "gpu", "--options", '{"device": "cuda"}']) == 3
     captured = capsys.readouterr()
     assert "CUDA is not available" in captured.err
     assert "round_trip" not in captured.out

@@ -22,7 +22,8 @@ FAILED_EXIT = 1
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("check", help="check a result against submission rules (exit 1 on a failure)")
+    parser = subparsers.add_parser(
+        "check", help="check a result against rules: its invariants or a submission rule set (exit 1 on a failure)")
     parser.add_argument("result", metavar="RESULT",
                         help="a result; preferably a trials summary (<name>-<id>-summary.json)")
     parser.add_argument("--rules", default="invariants", choices=sorted(RULESETS),

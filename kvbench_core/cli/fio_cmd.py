@@ -5,10 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 
+from kvbench_core.cli.renamed import renamed_values
 from kvbench_core.contracts.errors import SpecError
-from kvbench_core.reports.fio import SOURCES, distill
+from kvbench_core.reports.fio import distill
 from kvbench_core.results.result import read_result
 from kvbench_core.spec.units import parse_duration, parse_size
+
+#: ``--source`` as spelled on the command line -> the distiller's name for it.  The distiller's "trace" is
+#: the result's block trace; the command line says "block-trace" because "trace" alone also names
+#: workload traces and the kvio I/O log (docs/cli.md).
+DISTILLER_SOURCE = {"auto": "auto", "block-trace": "trace", "record": "record"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,9 +25,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                        "default: what the run moved, at most the tier's capacity)")
     parser.add_argument("--directory", help="where fio creates its files (default: the run's cache directory)")
     parser.add_argument("--runtime", help="run time, e.g. 300s (default: the run's measured window)")
-    parser.add_argument("--source", choices=SOURCES, default="auto",
-                        help="trace: the block_trace section; record: kvbench's per-tier I/O record; "
-                             "auto (default): the trace when the run has one")
+    parser.add_argument("--source", choices=tuple(DISTILLER_SOURCE), default="auto",
+                        type=renamed_values("fio --source", {"trace": "block-trace"}),
+                        help="block-trace: the result's block_trace section; record: kvbench's per-tier I/O "
+                             "record; auto (default): the block trace when the run has one")
     parser.set_defaults(handler=handle)
 
 
@@ -33,7 +40,7 @@ def handle(args: argparse.Namespace) -> int:
         raise SpecError(f"kvbench fio: {error}") from None
     if size == 0:
         raise SpecError("kvbench fio: --size must be more than 0 bytes (the span fio spreads its I/O over)")
-    job = distill(read_result(args.result), source=args.source, size=size, directory=args.directory,
+    job = distill(read_result(args.result), source=DISTILLER_SOURCE[args.source], size=size, directory=args.directory,
                   runtime_s=None if runtime is None else max(1, round(runtime)))
     sys.stdout.write(job)
     return 0

@@ -41,13 +41,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     codec.add_argument("--codec-decode-cores", type=int, default=1,
                        help="cores decoding one object's chunks in parallel (default 1, as kvbench's stage)")
     codec.add_argument("--codec-tier", help="which tier of --codec-from (default: the first with a codec)")
-    parser.add_argument("--record", metavar="MANIFEST", help="write the object manifest for replay/validate here")
+    parser.add_argument("--record", metavar="MANIFEST", help="write the object manifest for replay/score here")
     parser.add_argument("--json", action="store_true", help="print the plan (with its manifest) as JSON")
     parser.set_defaults(handler=handle)
 
 
 def add_geometry_arguments(parser: argparse.ArgumentParser) -> None:
-    """The transfer-geometry flags, shared by ``plan`` and ``validate --semantic``."""
+    """The transfer-geometry flags, shared by ``plan`` and ``score --semantic``."""
     parser.add_argument("--max-transfer", default="128KiB",
                         help=f"largest device command, e.g. the device MDTS (default {DEFAULT_MAX_TRANSFER} B)")
     parser.add_argument("--align", default=str(DEFAULT_ALIGN),

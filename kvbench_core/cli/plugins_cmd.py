@@ -1,13 +1,14 @@
 """``kvbench plugins``: what is installed and what each plugin provides.
 
-``kvbench plugins --check NAME --options '{...}'`` runs every check of the
+``kvbench plugins --conformance NAME --options '{...}'`` runs every check of the
 backend conformance suite (``kvbench_core.contracts.conformance``), with quick
 sizes, against one configured tier, so a vendor or an operator can vet a tier on
 the target machine without pytest.  It writes and deletes a few small entries
 under a unique run id.  The cleanup check reopens the tier's namespace to see
 that nothing survived ``close()`` (``reopen_probe``); the dead-endpoint check
 needs ``--dead-options`` (the same tier pointed at an endpoint that is down) and
-says so when they are not given, as every skipped check says why.
+says so when they are not given, as every skipped check says why.  (``--check`` was
+this flag's name; "check" is now only ``kvbench check``, a result against rules.)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from kvbench_core.cli.renamed import RenamedFlag
 from kvbench_core.contracts.backend import BackendContext, StorageBackend
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.contracts.plugins import installed_plugins
@@ -26,22 +28,24 @@ from kvbench_core.contracts.plugins import installed_plugins
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "plugins", help="list installed plugins and what they provide; --check vets one storage tier")
+        "plugins", help="list installed plugins and what they provide; --conformance vets one storage tier")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("--check", metavar="BACKEND",
+    parser.add_argument("--conformance", metavar="BACKEND",
                         help="run the quick conformance checks against this storage backend")
+    parser.add_argument("--check", dest="conformance", metavar="BACKEND", action=RenamedFlag, new="--conformance",
+                        help=argparse.SUPPRESS)
     parser.add_argument("--options", metavar="JSON|YAML|FILE", default="{}",
-                        help="the tier's options for --check, inline JSON/YAML or a file holding them")
+                        help="the tier's options for --conformance, inline JSON/YAML or a file holding them")
     parser.add_argument("--dead-options", metavar="JSON|YAML|FILE",
-                        help="for --check's dead-endpoint check: the tier's options pointed at an endpoint that "
+                        help="for the dead-endpoint conformance check: the tier's options pointed at an endpoint that "
                              "is down (a closed port, a missing mount); open() must fail with BackendUnavailable")
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
-    if args.check:
+    if args.conformance:
         dead = parse_options(args.dead_options, "--dead-options") if args.dead_options else None
-        return check_backend(args.check, parse_options(args.options), as_json=args.json, dead_options=dead)
+        return run_conformance(args.conformance, parse_options(args.options), as_json=args.json, dead_options=dead)
     infos = installed_plugins()
     if args.json:
         print(json.dumps([info.__dict__ for info in infos], indent=2))
@@ -68,7 +72,7 @@ def parse_options(text: str, source: str = "--options") -> dict[str, Any]:
     return options
 
 
-def check_backend(name: str, options: dict[str, Any], *, as_json: bool,
+def run_conformance(name: str, options: dict[str, Any], *, as_json: bool,
                   dead_options: dict[str, Any] | None = None) -> int:
     """Select and open the tier once (errors there are one clear line), then run every check."""
     from kvbench_core.contracts.conformance import BackendHarness, CheckSkipped, reopen_probe, run_checks
@@ -78,7 +82,7 @@ def check_backend(name: str, options: dict[str, Any], *, as_json: bool,
         tier = {"name": "check", "backend": name, "options": tier_options}
         return lambda context: create_backend(tier, context, path=where)
 
-    factory = factory_for(options, "--check")
+    factory = factory_for(options, "--conformance")
 
     def dead(context: BackendContext) -> StorageBackend:
         if dead_options is None:

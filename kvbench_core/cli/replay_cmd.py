@@ -23,8 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--warmup", type=int, default=0, help="unmeasured passes first (default 0)")
     parser.add_argument("--concurrency", type=int, default=1, help="objects in flight (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="payload seed (default 0)")
-    parser.add_argument("--io-log", metavar="TRACE", help="log every device command of the first measured pass "
-                        "(JSONL, joined by trace id) for `kvbench validate`")
+    parser.add_argument("--io-log", metavar="IO_LOG", help="log every device command of the first measured pass "
+                        "(JSONL, joined by trace id) for `kvbench score`")
     parser.add_argument("--diskstats", action="store_true",
                         help="compare the plan with the device's /proc/diskstats deltas")
     parser.add_argument("--prefill-tokens-per-sec", type=float,

@@ -1,4 +1,4 @@
-"""``kvbench spec validate|schema|declare``: check a spec, print the composed schema, list what to declare."""
+"""``kvbench spec validate|schema|declare``: validate a spec, print the composed schema, list what to declare."""
 
 from __future__ import annotations
 
@@ -46,8 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = parser.add_subparsers(dest="spec_command", metavar="SUBCOMMAND", required=True)
     validate = sub.add_parser("validate", help="validate a spec file (and overrides)")
     validate.add_argument("files", nargs="+", metavar="file",
-                          help="the run spec (YAML or JSON), or a result JSON to check the spec it carries; several "
-                               "files (specs/*.yaml) are each checked, and every error is reported")
+                          help="the run spec (YAML or JSON), or a result JSON to validate the spec it carries; several "
+                               "files (specs/*.yaml) are each validated, and every error is reported")
     validate.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
                           help="override a field as `kvbench run` would, e.g. --set cache.tiers[1].capacity=8GiB")
     validate.add_argument("--resolved", action="store_true", help="print the resolved spec (defaults filled)")
@@ -64,7 +64,7 @@ def handle_validate(args: argparse.Namespace) -> int:
     if len(args.files) == 1:  # one file: its error is the command's error, as for every other command
         _validate_one(args.files[0], args)
         return 0
-    # Several (specs/*.yaml): check them all, one error line per bad file naming it, the worst exit code.
+    # Several (specs/*.yaml): validate them all, one error line per bad file naming it, the worst exit code.
     worst = 0
     for file in args.files:
         try:

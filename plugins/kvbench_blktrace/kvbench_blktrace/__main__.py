@@ -1,10 +1,10 @@
-"""Trace any process the way a traced kvbench run does, and distil the capture into an fio job.
+"""Block-trace any process the way a ``tracing: block`` run does, and distil the capture into an fio job.
 
-``python -m kvbench_blktrace --pid PID --path DIR`` prints the bpftrace program kvbench
-would run (for an inference engine, fio, or to reproduce the test capture); run
+``python -m kvbench_blktrace --pid PID --path DIR`` prints the bpftrace program of kvbench's block trace
+as a run would start it (for an inference engine, fio, or to reproduce the test capture); run
 it with ``bpftrace`` as root and stop it with Ctrl-C, keeping its output.
 ``python -m kvbench_blktrace fio CAPTURE`` turns that output into an fio job, as
-``kvbench fio`` does for a traced kvbench result.
+``kvbench fio`` does for a result with a block trace.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from kvbench_core.spec.units import parse_duration, parse_size
 
 def program(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m kvbench_blktrace",
-                                     description="Print the bpftrace program kvbench would run.",
+                                     description="Print the bpftrace program of kvbench's block trace.",
                                      epilog="python -m kvbench_blktrace fio --help: distil a capture into an fio job")
     parser.add_argument("--pid", type=int, required=True, help="process whose file syscalls are traced")
     parser.add_argument("--path", required=True, help="directory whose disk's block requests are traced")
@@ -39,7 +39,7 @@ def program(argv: list[str]) -> int:
 
 def fio(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m kvbench_blktrace fio",
-                                     description="Write an fio job reproducing a standalone capture's block I/O.")
+                                     description="Write an fio job reproducing a block-trace capture's block I/O.")
     parser.add_argument("capture", help="bpftrace's output of the program (stopped with Ctrl-C)")
     parser.add_argument("--name", default="capture", help="job name, e.g. the traced process (vllm)")
     parser.add_argument("--directory", default=".", help="where fio creates its files (default: .)")

@@ -49,7 +49,7 @@ def test_traced_run_records_kernel_histograms_and_distils_to_fio(tmp_path: Path,
     assert set(section["l4"]["nvme"]) == {"read", "write"}
 
     capsys.readouterr()
-    assert main(["fio", str(path), "--source", "trace"]) == 0
+    assert main(["fio", str(path), "--source", "block-trace"]) == 0
     job = capsys.readouterr().out
     assert "; source: block trace" in job and "bssplit=" in job
     if shutil.which("fio"):

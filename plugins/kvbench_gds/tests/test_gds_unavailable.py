@@ -111,7 +111,7 @@ def test_require_gds_refuses_a_fallback_before_the_run(tmp_path: Path, monkeypat
 @pytest.mark.skipif(gpu_host_problem() is None, reason="this is a GPU host with kvikio: the tier opens")
 def test_plugins_check_reports_the_blocker_and_exits_non_zero(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["plugins", "--check", "gds", "--options", f'{{"path": "{tmp_path / "gds"}"}}'])
+    code = main(["plugins", "--conformance", "gds", "--options", f'{{"path": "{tmp_path / "gds"}"}}'])
     err = capsys.readouterr().err
     assert code in (MissingDependency.exit_code, BackendUnavailable.exit_code)
     assert err.startswith("kvbench: error: ")

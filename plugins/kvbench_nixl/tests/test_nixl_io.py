@@ -191,7 +191,7 @@ def test_plugins_check_passes_on_real_files(tmp_path: Path, capsys: pytest.Captu
     from kvbench_core.cli import main
 
     options = json.dumps({"nixl_backend": "POSIX", "path": str(tmp_path / "tier"), "transfer_size": "64KiB"})
-    code = main(["plugins", "--check", "nixl", "--options", options, "--json"])
+    code = main(["plugins", "--conformance", "nixl", "--options", options, "--json"])
     report = json.loads(capsys.readouterr().out)
     assert code == 0, report
     assert {check["status"] for check in report["checks"]} <= {"pass", "skip"}

@@ -1,3 +1,3 @@
-"""kvbench trace replay: ShareGPT, BurstGPT and Mooncake traces as workload sources."""
+"""kvbench-workloads: ShareGPT, BurstGPT and Mooncake workload traces as workload sources."""
 
 __version__ = "0.1.0"

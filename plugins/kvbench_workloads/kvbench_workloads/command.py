@@ -1,7 +1,7 @@
-"""``kvbench workload stats FILE``: what a trace holds, as a run would replay it.
+"""``kvbench workload stats FILE``: what a workload trace holds, as a run would replay it.
 
 The plugin contributes this command through the ``kvbench_cli_commands`` hook, so
-the core CLI knows nothing of trace formats.  The figures are the ones the sources
+the core CLI knows nothing of workload trace formats.  The figures are the ones the sources
 put into every result that used the trace (``kvbench_workloads.survey``).
 """
 
@@ -25,8 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     stats = commands.add_parser(
         "stats", help="request count, input/output lengths, conversations, prefix reuse, inter-arrival times",
     )
-    stats.add_argument("file", help="trace file, or a directory of trace files")
-    stats.add_argument("--format", choices=FORMATS, help="trace format (default: from the file name or content)")
+    stats.add_argument("file", help="workload trace file, or a directory of them (one format)")
+    stats.add_argument("--format", choices=FORMATS,
+                       help="workload trace format (default: from the file name or content)")
     stats.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
                        help="source option as in a spec's workload.options, YAML value (e.g. -o models=[GPT-4])")
     stats.add_argument("--json", action="store_true", help="machine-readable output")

@@ -1,4 +1,8 @@
-"""``kvbench validate``: score a measured command trace against a kvio plan, or LMCache's semantic trace."""
+"""``kvbench score``: score a measured I/O log against a kvio plan, or against LMCache's semantic trace.
+
+The seed's ``kvio_validate``; kvbench calls it ``score`` because "validate" is what ``kvbench spec
+validate`` does to a spec (docs/cli.md).  ``kvbench validate`` still works for one release.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from typing import Any
 
 from kvbench_core.cli.console import console, set_report_handler
 from kvbench_core.cli.plan_cmd import add_geometry_arguments, geometry_from, size_argument
+from kvbench_core.cli.renamed import add_renamed_switch
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.kvio.commands import TransferGeometry
 from kvbench_core.kvio.manifest import Manifest
@@ -27,17 +32,17 @@ FAILED_EXIT = 1
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("validate", help="score a measured I/O trace against a kvio plan "
+    parser = subparsers.add_parser("score", help="score a measured I/O log against a kvio plan "
                                    "(exact-match, WAPE, size-distribution TV); exit 1 when a threshold is missed")
     expected = parser.add_mutually_exclusive_group(required=True)
     expected.add_argument("--plan", help="manifest (`kvbench plan --record`) or plan JSON (`--json`)")
-    expected.add_argument("--semantic", help="LMCache's semantic trace (LMCACHE_KVIO_TRACE JSONL): validate against "
+    expected.add_argument("--semantic", help="LMCache's semantic trace (LMCACHE_KVIO_TRACE JSONL): score against "
                                              "what the engine meant to store/load, split by the geometry flags")
-    parser.add_argument("--measured", "--tracer", dest="measured", required=True,
-                        help="JSONL trace: `kvbench replay --io-log` or the eBPF nvme_uring_cmd_monitor "
-                             "(--tracer is the seed's spelling)")
+    parser.add_argument("--measured", "--tracer", dest="measured", required=True, metavar="IO_LOG",
+                        help="the I/O log, one JSONL record per device command: `kvbench replay --io-log` or "
+                             "the seed's eBPF nvme_uring_cmd_monitor (--tracer is the seed's spelling)")
     parser.add_argument("--nlb-bytes", type=int,
-                        help="recompute tracer bytes as nlb × this (when the capture's --lba-size was wrong)")
+                        help="recompute the eBPF monitor's bytes as nlb × this (when its --lba-size was wrong)")
     add_geometry_arguments(parser)
     # The kvio seed's spellings: its --lba-bytes is the engine's block_align (kvbench's --align), its
     # --mdts-bytes the largest command (--max-transfer).
@@ -47,19 +52,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the seed's name for --max-transfer")
     parser.set_defaults(max_transfer=None, align=None, store_header_bytes=None)  # None: not given
     parser.add_argument("--ops", choices=("store", "load", "store,load"),
-                        help="the ops the capture holds (default: those in the trace; an expected op the "
-                             "trace lacks then fails)")
-    parser.add_argument("--check-offsets", action="store_true",
-                        help="also check offsets: each object's commands tile one extent, loads read within it")
-    parser.add_argument("--check-order", action="store_true",
-                        help="also check order: ascending offsets within an object, objects in the expected order")
+                        help="the ops the I/O log holds (default: those in it; an expected op the "
+                             "log lacks then fails)")
+    parser.add_argument("--offsets", action="store_true",
+                        help="also score offsets: each object's commands tile one extent, loads read within it")
+    parser.add_argument("--order", action="store_true",
+                        help="also score order: ascending offsets within an object, objects in the expected order")
+    add_renamed_switch(parser, "--check-offsets", "--offsets", dest="offsets")
+    add_renamed_switch(parser, "--check-order", "--order", dest="order")
     parser.add_argument("--min-exact", type=float, default=100.0, metavar="PCT",
                         help="least exact-match, in %% of objects, overall and per op (default 100)")
     parser.add_argument("--max-wape", type=float, default=0.0, metavar="PCT", help="largest WAPE in %% (default 0)")
     parser.add_argument("--max-tv", type=float, default=0.0, help="largest size-distribution TV, 0..1 (default 0)")
     parser.epilog = ("The geometry flags apply to --semantic; a plan carries the geometry it was made with. "
                      "Exit status 1 when a threshold is missed.")
-    set_report_handler(parser, build, render, "validation report")
+    set_report_handler(parser, build, render, "score report")
 
 
 def _geometry(args: argparse.Namespace, manifest: Manifest | None) -> TransferGeometry:
@@ -79,9 +86,9 @@ def _geometry(args: argparse.Namespace, manifest: Manifest | None) -> TransferGe
 
 def build(args: argparse.Namespace) -> dict[str, Any]:
     options = ValidationOptions(ops=tuple(args.ops.split(",")) if args.ops else None,
-                                check_offsets=args.check_offsets, check_order=args.check_order)
+                                check_offsets=args.offsets, check_order=args.order)
     thresholds = Thresholds(args.min_exact / 100, args.max_wape / 100, args.max_tv)
-    measured = read_trace(args.measured, args.nlb_bytes, keep_extents=args.check_offsets or args.check_order)
+    measured = read_trace(args.measured, args.nlb_bytes, keep_extents=args.offsets or args.order)
     if args.semantic:
         semantic = read_semantic(args.semantic, _geometry(args, None))
         report = {"semantic": args.semantic, "measured": args.measured,

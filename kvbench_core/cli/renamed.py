@@ -1,0 +1,77 @@
+"""Old spellings of renamed commands, flags and values, still accepted for one release (docs/cli.md).
+
+Each word of the command line means one thing ("check" a result against rules, "conformance" of a
+backend, "validate" a spec, "score" an I/O log against a kvio plan); the spellings that meant
+something else before keep working so that users' scripts do not break, but each use prints one
+line on stderr naming the new spelling, and ``--help`` lists only the new ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+#: Old top-level command -> the command it is now (the same parser answers to both names).
+RENAMED_COMMANDS = {"validate": "score"}
+
+
+def notice(old: str, new: str) -> None:
+    """The one line a renamed spelling costs: old scripts go on working, and say what to write."""
+    print(f"kvbench: `{old}` is now `{new}`", file=sys.stderr)
+
+
+def alias_renamed_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Let every old command name reach its new command's parser, unlisted in ``kvbench --help``
+    (argparse lists only the commands registered with a ``help``)."""
+    for old, new in RENAMED_COMMANDS.items():
+        subparsers.choices.setdefault(old, subparsers.choices[new])
+
+
+def announce_renamed_command(argv: Sequence[str]) -> None:
+    """Print the notice when the command word is an old one.  Before parsing, so the notice comes even
+    when the rest of the line is refused; the command is the first word that is not an option (the
+    top-level options, ``--version`` and ``--help``, take no value)."""
+    command = next((word for word in argv if not word.startswith("-")), None)
+    if command in RENAMED_COMMANDS:
+        notice(command, RENAMED_COMMANDS[command])
+
+
+def _command_of(parser: argparse.ArgumentParser) -> str:
+    """``kvbench plugins`` -> ``plugins``: how the notice names the command a flag belongs to."""
+    return parser.prog.removeprefix("kvbench ")
+
+
+class RenamedFlag(argparse.Action):
+    """An old flag spelling: stores into the new flag's destination after the notice.  Add it with
+    ``help=argparse.SUPPRESS`` so ``--help`` shows only the new flag; ``new`` is the new spelling."""
+
+    def __init__(self, option_strings: list[str], dest: str, *, new: str, **kwargs: Any) -> None:
+        self.new = new
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        command = _command_of(parser)
+        notice(f"{command} {option_string}", f"{command} {self.new}")
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)  # a switch stores const
+
+
+def add_renamed_switch(parser: argparse.ArgumentParser, old: str, new: str, dest: str) -> None:
+    """An old spelling of the ``store_true`` switch ``new``."""
+    parser.add_argument(old, dest=dest, action=RenamedFlag, new=new, nargs=0, const=True,
+                        help=argparse.SUPPRESS)
+
+
+def renamed_values(flag: str, renamed: dict[str, str]) -> Callable[[str], str]:
+    """An argparse ``type`` for a flag whose values were renamed: an old value becomes the new one (after
+    the notice) before argparse checks it against the flag's choices, which list only the new ones."""
+
+    def convert(value: str) -> str:
+        if value in renamed:
+            notice(f"{flag} {value}", f"{flag} {renamed[value]}")
+            return renamed[value]
+        return value
+
+    return convert

@@ -1,0 +1,74 @@
+"""One word per concept on the command line (docs/cli.md): ``--help`` shows only the new spellings, and
+each old one still works for one release, printing exactly one line that names the new spelling.
+
+The old spellings of ``kvbench score`` and ``kvbench fio --source`` are tested beside those commands
+(tests/test_kvio_validate.py, tests/test_fio_distiller.py), where their inputs are built."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from kvbench_core.cli import main
+from kvbench_core.cli.renamed import RENAMED_COMMANDS
+
+
+def _help(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    with pytest.raises(SystemExit) as stopped:
+        main([*argv, "--help"])
+    assert stopped.value.code == 0
+    return capsys.readouterr().out
+
+
+def notices(err: str) -> list[str]:
+    """The rename notices in a command's stderr."""
+    return [line for line in err.splitlines() if re.fullmatch(r"kvbench: `[^`]+` is now `[^`]+`", line)]
+
+
+def test_the_command_list_has_the_new_names_only(capsys: pytest.CaptureFixture[str]) -> None:
+    listed = set(re.findall(r"^    (\w+)\s", _help(capsys), flags=re.MULTILINE))
+    assert {"check", "score", "spec", "plugins", "fio", "workload"} <= listed
+    assert not listed & set(RENAMED_COMMANDS)
+
+
+@pytest.mark.parametrize(("argv", "new", "old"), [
+    (["plugins"], ["--conformance BACKEND"], ["--check"]),
+    (["score"], ["--offsets", "--order", "--measured IO_LOG"], ["--check-offsets", "--check-order"]),
+    (["fio"], ["{auto,block-trace,record}"], ["{auto,trace,record}"]),
+    (["replay"], ["--io-log IO_LOG"], ["--io-log TRACE"]),
+])
+def test_a_commands_help_shows_the_new_spelling_only(argv: list[str], new: list[str], old: list[str],
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    text = _help(capsys, *argv)
+    assert all(spelling in text for spelling in new)
+    assert not any(spelling in text for spelling in old)
+
+
+def test_an_old_command_is_the_new_one_and_says_so_once_even_when_its_line_is_refused(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert "usage: kvbench score" in _help(capsys, "validate")
+    with pytest.raises(SystemExit) as refused:
+        main(["validate"])  # --plan/--semantic and --measured are required: the notice still comes first
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == "kvbench: `validate` is now `score`"
+    assert notices(err) == ["kvbench: `validate` is now `score`"]
+
+
+def test_the_new_conformance_flag_says_nothing_and_the_old_one_runs_the_same_checks(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plugins", "--conformance", "cpu"]) == 0
+    new = capsys.readouterr()
+    assert notices(new.err) == []
+    assert main(["plugins", "--check", "cpu"]) == 0
+    old = capsys.readouterr()
+    assert notices(old.err) == ["kvbench: `plugins --check` is now `plugins --conformance`"]
+    assert len(_statuses(new.out)) == 10
+    assert _statuses(old.out) == _statuses(new.out)  # details may differ: one says how much memory was free
+    assert new.out.rstrip().endswith("cpu: 9 passed, 0 failed, 1 skipped")
+
+
+def _statuses(out: str) -> list[tuple[str, str]]:
+    """(status, check name) for each line a conformance run prints per check."""
+    return re.findall(r"^(PASS|FAIL|SKIP)\s+(\w+)", out, flags=re.MULTILINE)
