@@ -8,7 +8,7 @@ Payload bytes come from the seeded noise pool and reads are discarded, so
 the timing is the tier's, not Python's.
 
 The optional I/O log covers exactly one pass (the first measured iteration),
-so its commands join one-to-one with the manifest in ``kvbench validate``.
+so its commands join one-to-one with the manifest in ``kvbench score``.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def replay(manifest: Manifest, tier: dict[str, Any], settings: ReplaySettings, *
         if log and not cls.volatile and manifest.geometry.store_header_bytes:
             # kvbench's tiers store the payload alone; LMCache raw_block writes a header block first
             warnings.append(f"the plan expects a {manifest.geometry.store_header_bytes} B header op before each "
-                            f"store, which the {tier['backend']} tier does not write: `kvbench validate` will "
+                            f"store, which the {tier['backend']} tier does not write: `kvbench score` will "
                             "find every store one command short (plan with --store-header-bytes 0)")
         backend.open()
         try:

@@ -19,7 +19,7 @@ does not know count as mispredicted bytes.  Optionally the commands' offsets
 (each object's commands tile one extent; a load reads within what was
 stored) and their order (ascending offsets within an object, objects in the
 expected order) are checked too.  ``gate`` turns a report into the list of
-missed thresholds (exit status 1 in ``kvbench validate``).
+missed thresholds (exit status 1 in ``kvbench score``).
 
 Two trace layouts are read, line by line: kvbench's own I/O log
 (``{trace_id, op: write|read, offset, bytes, …}``; a command's size is its

@@ -126,7 +126,7 @@ def next_step(result: dict[str, Any], dominant: Share | None, sla_ms: float, met
                 "contexts) or fewer concurrent users")
     if dominant.layer == "host":
         return (f"next: {dominant.tier}'s host side (copies, system calls) dominates, not its device: try "
-                f"direct: true or a larger transfer_size, and `kvbench plugins --check` its backend")
+                f"direct: true or a larger transfer_size, and `kvbench plugins --conformance` its backend")
     moved = bytes_per_request(result)
     need = "" if moved is None else (
         f"; a request moves {format_bytes(moved)} one entry after another, so {sla_ms:,.0f} ms needs "
