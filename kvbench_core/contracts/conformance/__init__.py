@@ -49,21 +49,16 @@ A tier's own tests beyond the conformance checks share ``backend_fixtures``
 and ``verify_read``.  A tier that owns a directory (``directory_option``) subclasses
 ``FileTierConformance`` instead: cleanup and the dead endpoint then come ready-made.
 
-The checks live in ``conformance.checks``, the pytest face in ``conformance.suite``;
-this package's names are the public ones a vendor imports.
+The data checks live in ``conformance.checks``, the cleanup and dead-endpoint checks in
+``conformance.lifecycle``, the payloads and sinks they share in ``conformance.probes``, the
+harness in ``conformance.harness``, the pytest face in ``conformance.suite``; this package's
+names are the public ones a vendor imports (the modules behind them may move).
 """
 
-from kvbench_core.contracts.conformance.checks import (
-    CHECKS,
-    TIMING_RELATIVE_SLACK,
-    BackendHarness,
-    CheckResult,
-    CheckSkipped,
-    check_timing,
-    remaining_files,
-    reopen_probe,
-    run_checks,
-)
+from kvbench_core.contracts.conformance.checks import CHECKS, run_checks
+from kvbench_core.contracts.conformance.harness import BackendHarness, CheckResult, CheckSkipped
+from kvbench_core.contracts.conformance.lifecycle import remaining_files, reopen_probe
+from kvbench_core.contracts.conformance.probes import TIMING_RELATIVE_SLACK, check_timing
 from kvbench_core.contracts.conformance.suite import (
     BackendConformance,
     FileTierConformance,

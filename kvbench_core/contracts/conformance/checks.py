@@ -1,196 +1,22 @@
-"""The conformance checks themselves, runnable with or without pytest (``kvbench plugins --check``)."""
+"""The conformance checks, in the order they run, runnable with or without pytest (``kvbench plugins --check``).
+
+The checks of a backend's data (round trips, overwrite, delete, ranges, timing, threads, capacity, describe)
+are here; those of what it owns over its life (cleanup, dead endpoint) in ``lifecycle``; the payloads and
+sinks they share in ``probes``; how they obtain backends in ``harness``.
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import threading
-import uuid
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from kvbench_core.contracts.backend import DISCARD, BackendContext, ByteSource, IOTiming, StorageBackend
-from kvbench_core.contracts.errors import BackendUnavailable
-from kvbench_core.engine.payload import NoisePool, VerifySink
-
-#: Slack allowed on ``host + device <= total``, relative to the total: the three come from separate clock
-#: reads, so their sum may overshoot by a hair, never by a whole layer.  Relative, because an absolute
-#: slack hides double counting wherever operations are short (100 us passed host time counted twice on
-#: 64 KiB transfers, caught only at 1 MiB); ``TIMING_CLOCK_S`` covers the clock's own granularity.
-TIMING_RELATIVE_SLACK = 0.01
-TIMING_CLOCK_S = 2e-6
-_POOL_BYTES = 1 << 20  # small pool: start-up stays fast, the stamps still make every block unique
-
-
-class CheckSkipped(Exception):
-    """A check that cannot run for this backend (no probe given); the reason says what to provide."""
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """The outcome of one check, as ``kvbench plugins check`` prints it."""
-
-    name: str
-    status: str  # "pass", "fail" or "skip"
-    detail: str = ""
-
-
-@dataclass
-class BackendHarness:
-    """How the checks obtain backends: everything backend-specific the suite needs, as callables.
-
-    ``factory`` builds an *unopened* backend for a context (the checks open and
-    close it).  ``remaining_entries`` and ``dead_factory`` enable the
-    ``cleanup`` and ``dead_endpoint`` checks.  ``quick`` trims sizes and thread
-    counts for the command line, where the tier may be a real remote service.
-    """
-
-    factory: Callable[[BackendContext], StorageBackend]
-    remaining_entries: Callable[[StorageBackend], Iterable[str]] | None = None
-    dead_factory: Callable[[BackendContext], StorageBackend] | None = None
-    sizes: Callable[[int], list[int]] | None = None
-    quick: bool = False
-    seed: int = 20240611
-    threads: int = 4
-    _pools: dict[tuple[int, int], NoisePool] = field(default_factory=dict, repr=False)
-    _scratch: threading.local = field(default_factory=threading.local, repr=False)
-
-    def context(self) -> BackendContext:
-        """A fresh context with a unique run id, so parallel checks never share keys."""
-        return BackendContext(
-            tier_name="conformance",
-            run_id=f"kvbconf-{uuid.uuid4().hex[:10]}",
-            seed=self.seed,
-            concurrency=self.threads,
-        )
-
-    @contextmanager
-    def opened(self) -> Iterator[StorageBackend]:
-        """An opened backend that is closed (cleaned up) however the check ends."""
-        backend = self.factory(self.context())
-        backend.open()
-        try:
-            yield backend
-        finally:
-            backend.close()
-
-    def pool(self, backend: StorageBackend, seed_offset: int = 0) -> NoisePool:
-        """A noise pool whose pieces fit the backend's transfer size (cached: generation costs)."""
-        key = (backend.transfer_size, seed_offset)
-        if key not in self._pools:
-            self._pools[key] = NoisePool(self.seed + seed_offset, pool_bytes=_POOL_BYTES,
-                                         max_piece=backend.transfer_size)
-        return self._pools[key]
-
-    def scratch(self, nbytes: int) -> np.ndarray:
-        """A per-thread verification buffer, reused: fresh large allocations cost page faults."""
-        buffer = getattr(self._scratch, "buffer", None)
-        if buffer is None or buffer.shape[0] < nbytes:
-            buffer = self._scratch.buffer = np.empty(nbytes, dtype=np.uint8)
-        return buffer
-
-    def entry_sizes(self, transfer_size: int) -> list[int]:
-        """Round-trip sizes: tiny, around 512 B/4 KiB blocks, around one and two transfer sizes."""
-        if self.sizes is not None:
-            return self.sizes(transfer_size)
-        if self.quick:
-            return sorted({1, 4096 + 3, transfer_size + 1})
-        return sorted({1, 7, 512, 4096 + 3, transfer_size, transfer_size + 1, 2 * transfer_size + 4099})
-
-
-# --- probes the checks share ------------------------------------------------------------------
-
-
-class _BoundedSource:
-    """Wraps a payload and fails when the backend asks for a piece larger than its transfer size."""
-
-    def __init__(self, inner: ByteSource, limit: int) -> None:
-        self.inner, self.limit, self.size = inner, limit, inner.size
-
-    def fill(self, offset: int, out: memoryview) -> None:
-        if len(out) > self.limit:
-            raise AssertionError(f"write asked for a {len(out)}-byte piece, over transfer_size {self.limit}")
-        if offset < 0 or offset + len(out) > self.size:
-            raise AssertionError(f"write asked for bytes [{offset}, {offset + len(out)}) of a {self.size}-byte entry")
-        self.inner.fill(offset, out)
-
-
-class _CoverageSink:
-    """Verifies every piece against the payload and that the pieces tile ``[0, size)`` exactly once."""
-
-    def __init__(self, pool: NoisePool, key: str, size: int, limit: int, scratch: np.ndarray) -> None:
-        self._verify = VerifySink(pool, key, scratch)
-        self._size, self._limit = size, limit
-        self._pieces: list[tuple[int, int]] = []
-        self._lock = threading.Lock()  # a backend may hand pieces over from its own I/O threads
-
-    def consume(self, offset: int, data: memoryview) -> None:
-        if len(data) > self._limit:
-            raise AssertionError(f"read handed over a {len(data)}-byte piece, over transfer_size {self._limit}")
-        with self._lock:
-            self._pieces.append((offset, len(data)))
-            self._verify.consume(offset, data)
-
-    def check(self, key: str) -> None:
-        if self._verify.mismatches:
-            raise AssertionError(f"read of {key!r} ({self._size} B) returned wrong bytes "
-                                 f"(first bad piece at offset {self._verify.first_bad_offset})")
-        position = 0
-        for offset, length in sorted(self._pieces):
-            if offset != position:
-                raise AssertionError(f"read of {key!r} ({self._size} B): pieces leave a gap or overlap at "
-                                     f"offset {position} (next piece starts at {offset})")
-            position += length
-        if position != self._size:
-            raise AssertionError(f"read of {key!r}: sink received {position} bytes, expected {self._size}")
-
-
-def check_timing(timing: IOTiming, nbytes: int, what: str) -> None:
-    """The IOTiming contract: non-negative parts, ``host + device <= total``, bytes and commands right."""
-    if not isinstance(timing, IOTiming):
-        raise AssertionError(f"{what} returned {type(timing).__name__}, not IOTiming")
-    for part in ("total", "host", "device"):
-        if getattr(timing, part) < 0:
-            raise AssertionError(f"{what}: IOTiming.{part} is negative ({getattr(timing, part)})")
-    if timing.host + timing.device > timing.total * (1 + TIMING_RELATIVE_SLACK) + TIMING_CLOCK_S:
-        raise AssertionError(f"{what}: host {timing.host:.6f} s + device {timing.device:.6f} s "
-                             f"exceeds total {timing.total:.6f} s by more than {TIMING_RELATIVE_SLACK:.0%} "
-                             "(is a part counted twice?)")
-    if timing.nbytes != nbytes:
-        raise AssertionError(f"{what}: IOTiming.nbytes is {timing.nbytes}, expected {nbytes}")
-    if timing.commands < 1:
-        raise AssertionError(f"{what}: IOTiming.commands is {timing.commands}, expected >= 1")
-
-
-def write_entry(harness: BackendHarness, backend: StorageBackend, key: str, size: int, seed_offset: int = 0) -> None:
-    """Write the generated payload of ``key`` and check the returned timing."""
-    payload = harness.pool(backend, seed_offset).payload(key, size)
-    timing = backend.write(key, _BoundedSource(payload, backend.transfer_size))
-    check_timing(timing, size, f"write of {key!r} ({size} B)")
-
-
-def verify_entry(harness: BackendHarness, backend: StorageBackend, key: str, size: int, seed_offset: int = 0) -> None:
-    """Read ``key`` back and fail unless the bytes are exactly the payload's."""
-    sink = _CoverageSink(harness.pool(backend, seed_offset), key, size, backend.transfer_size,
-                         harness.scratch(backend.transfer_size))
-    timing = backend.read(key, size, sink)
-    check_timing(timing, size, f"read of {key!r} ({size} B)")
-    sink.check(key)
-
-
-def remaining_files(root: str | os.PathLike[str]) -> list[str]:
-    """Every file under ``root`` (relative paths): the ``remaining_entries`` probe of directory tiers."""
-    base = Path(root)
-    if not base.exists():
-        return []
-    return sorted(str(path.relative_to(base)) for path in base.rglob("*") if path.is_file())
-
-
-# --- the checks -------------------------------------------------------------------------------
+from kvbench_core.contracts.backend import DISCARD
+from kvbench_core.contracts.conformance.harness import BackendHarness, CheckResult, CheckSkipped
+from kvbench_core.contracts.conformance.lifecycle import check_cleanup, check_dead_endpoint
+from kvbench_core.contracts.conformance.probes import verify_entry, write_entry
 
 
 def check_round_trip(harness: BackendHarness) -> str:
@@ -299,52 +125,6 @@ def check_concurrency(harness: BackendHarness) -> str:
     return f"{threads} threads x {keys_per_thread} keys"
 
 
-#: The entries ``check_cleanup`` writes (the first is deleted again before ``close()``).
-CLEANUP_KEYS = ("cl0", "cl1", "cl2")
-
-
-def check_cleanup(harness: BackendHarness) -> str:
-    """``close()`` removes every entry the run created (``keep`` is false)."""
-    if harness.remaining_entries is None:
-        raise CheckSkipped("no remaining_entries() probe given for this backend")
-    backend = harness.factory(harness.context())
-    backend.open()
-    try:
-        for index, key in enumerate(CLEANUP_KEYS):
-            write_entry(harness, backend, key, 4096 * (index + 1) + 1)
-        backend.delete(CLEANUP_KEYS[0])
-    finally:
-        backend.close()
-    left = list(harness.remaining_entries(backend))
-    if left:
-        raise AssertionError(f"close() left {len(left)} entries behind: {left[:5]}")
-    return "nothing left"
-
-
-def reopen_probe(factory: Callable[[BackendContext], StorageBackend]) -> Callable[[StorageBackend], list[str]]:
-    """A ``remaining_entries`` probe for any backend, for when its own listing is not at hand (the command
-    line): open a second backend on the closed one's context (same run id, so the same directory, prefix
-    or namespace) and try to read one byte of each entry ``check_cleanup`` wrote.  An entry that still
-    reads was left behind; one that raises is gone.  The probe's own ``close()`` then removes leftovers."""
-
-    def remaining(closed: StorageBackend) -> list[str]:
-        probe = factory(closed.context)
-        probe.open()
-        try:
-            left = []
-            for key in CLEANUP_KEYS:
-                try:
-                    probe.read_range(key, 0, memoryview(bytearray(1)))
-                except Exception:  # any failure to read means the entry is not there
-                    continue
-                left.append(key)
-            return left
-        finally:
-            probe.close()
-
-    return remaining
-
-
 def check_describe(harness: BackendHarness) -> str:
     """``describe()`` is a JSON-serialisable dict naming the backend (it goes into the result)."""
     with harness.opened() as backend:
@@ -357,21 +137,6 @@ def check_describe(harness: BackendHarness) -> str:
         raise AssertionError(f"describe() is not JSON-serialisable: {error}") from None
     return f"backend={info['backend']}"
 
-
-def check_dead_endpoint(harness: BackendHarness) -> str:
-    """A backend pointed at a dead endpoint fails in ``open()`` with ``BackendUnavailable``."""
-    if harness.dead_factory is None:
-        raise CheckSkipped("no dead-endpoint backend given for this backend")
-    backend = harness.dead_factory(harness.context())
-    try:
-        backend.open()
-    except BackendUnavailable as error:
-        return str(error)
-    except Exception as error:
-        raise AssertionError(f"open() on a dead endpoint raised {type(error).__name__}: {error}; "
-                             "expected kvbench_core.contracts.errors.BackendUnavailable") from error
-    backend.close()
-    raise AssertionError("open() on a dead endpoint succeeded; expected BackendUnavailable")
 
 
 #: Every check, in the order they run and print.

@@ -13,7 +13,9 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 
 from kvbench_core.contracts.backend import BackendContext, StorageBackend
-from kvbench_core.contracts.conformance.checks import CHECKS, BackendHarness, CheckSkipped, remaining_files
+from kvbench_core.contracts.conformance.checks import CHECKS
+from kvbench_core.contracts.conformance.harness import BackendHarness, CheckSkipped
+from kvbench_core.contracts.conformance.lifecycle import remaining_files
 from kvbench_core.engine.payload import NoisePool, VerifySink
 
 
