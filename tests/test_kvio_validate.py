@@ -179,7 +179,7 @@ def test_a_trace_without_tagged_commands_cannot_be_scored(tmp_path, manifest):
     path.write_text(json.dumps({"event_type": "nvme_cmp", "user_data": 1}) + "\n")
     with pytest.raises(InputFileError, match="no tagged store or load commands"):
         validate(manifest, read_trace(str(path)))
-    with pytest.raises(InputFileError, match="no such trace file"):
+    with pytest.raises(InputFileError, match="no such I/O log"):
         read_trace(str(tmp_path / "missing.jsonl"))
 
 
@@ -187,7 +187,7 @@ def test_a_trace_of_another_plan_is_refused_not_scored(tmp_path, manifest):
     """Every trace id unknown (the plan of another model or seed): a 0-score report would hide the mistake."""
     other = build_manifest(resolve_model("llama3.1-8b"), TransferGeometry(), 64, num_chunks=2)
     trace = read_trace(_log(tmp_path / "other.jsonl", other))
-    with pytest.raises(InputFileError, match=r"none of the trace's 2 trace ids is in the plan"):
+    with pytest.raises(InputFileError, match=r"none of the I/O log's 2 trace ids is in the plan"):
         validate(manifest, trace)
 
 
@@ -320,8 +320,8 @@ def test_a_capture_that_lost_its_stores_fails_unless_it_is_declared_load_only(tm
     path.write_text("\n".join(lines) + "\n")
     code, report = _cli(tmp_path, "--plan", str(tmp_path / "m.json"), "--measured", str(path))
     assert code == 1 and report["ops_missing"] == ["store"]
-    assert "stores: planned for 4 objects, none in the trace" in report["gate"]["missed"][0]
-    assert "store: none in the trace" in capsys.readouterr().out
+    assert "stores: planned for 4 objects, none in the I/O log" in report["gate"]["missed"][0]
+    assert "store: none in the I/O log" in capsys.readouterr().out
     assert _cli(tmp_path, "--plan", str(tmp_path / "m.json"), "--measured", str(path), "--ops", "load")[0] == 0
     declared_both = _cli(tmp_path, "--plan", str(tmp_path / "m.json"), "--measured", str(path), "--ops", "store,load")
     assert declared_both[0] == 1 and declared_both[1]["by_op"]["store"]["exact_match"]["matched"] == 0

@@ -117,7 +117,7 @@ def render(report: dict[str, Any]) -> int:
     for op, scores in report["by_op"].items():
         out.print(_line(f"[bold]{op}[/bold]", scores))
     for op in report["ops_missing"]:
-        out.print(f"[bold]{op}[/bold]: none in the trace ({report['objects']} objects expected)")
+        out.print(f"[bold]{op}[/bold]: none in the I/O log ({report['objects']} objects expected)")
     out.print(_line(f"all ({', '.join(report['ops_scored'])})", report))
     for part, scores in report.get("by_part", {}).items():
         out.print(_line(f"  part {part}", scores))

@@ -1,4 +1,4 @@
-"""Score a measured command trace against a projection, joined per KV object by ``trace_id``.
+"""Score a measured I/O log against a projection, joined per KV object by ``trace_id``.
 
 Three complementary scores (the seed's; AUC is deliberately absent: the
 geometry is deterministic, there is no class label):
@@ -21,7 +21,7 @@ stored) and their order (ascending offsets within an object, objects in the
 expected order) are checked too.  ``gate`` turns a report into the list of
 missed thresholds (exit status 1 in ``kvbench score``).
 
-Two trace layouts are read, line by line: kvbench's own I/O log
+Two I/O log layouts are read, line by line: kvbench's own I/O log
 (``{trace_id, op: write|read, offset, bytes, …}``; a command's size is its
 ``requested`` length where the tier logged one, else the ``bytes`` the
 syscall returned) and the eBPF
@@ -128,9 +128,9 @@ def read_trace(path: str, nlb_bytes: int | None = None, *, keep_extents: bool = 
             for number, line in enumerate(handle, start=1):
                 _parse_line(trace, line, f"{path}: line {number}", nlb_bytes)
     except FileNotFoundError:
-        raise InputFileError(f"{path}: no such trace file") from None
+        raise InputFileError(f"{path}: no such I/O log") from None
     except (OSError, UnicodeDecodeError) as error:
-        raise InputFileError(f"{path}: cannot read the trace: {getattr(error, 'strerror', None) or error}") from None
+        raise InputFileError(f"{path}: cannot read the I/O log: {getattr(error, 'strerror', None) or error}") from None
     return trace
 
 
@@ -309,7 +309,7 @@ def validate_expected(expected: list[Expected], trace: MeasuredTrace, *, source:
     in_trace = [op for op in OPS if any(key_op == op for _, key_op in trace.commands)]
     ops = [op for op in OPS if op in options.ops] if options.ops is not None else in_trace
     if not in_trace:
-        raise InputFileError("the measured trace holds no tagged store or load commands to validate")
+        raise InputFileError("the I/O log holds no tagged store or load commands to score")
     expected_ops = {unit.op for unit in expected}
     known = {unit.trace_id for unit in expected}
     unattributed: dict[str, Counter[int]] = {op: Counter() for op in OPS}
@@ -319,7 +319,7 @@ def validate_expected(expected: list[Expected], trace: MeasuredTrace, *, source:
             unattributed[op].update(commands)
             foreign_ids.add(trace_id)
     if foreign_ids and len(foreign_ids) == len({trace_id for trace_id, _ in trace.commands}):
-        raise InputFileError(f"none of the trace's {len(foreign_ids)} trace ids is in the {source}: is it the "
+        raise InputFileError(f"none of the I/O log's {len(foreign_ids)} trace ids is in the {source}: is it the "
                              f"{source} this I/O was recorded against (same model, keys and seed)?")
     units: dict[str, list[tuple[Counter[int], Counter[int]]]] = {op: [] for op in ops}
     parts: dict[str, list[tuple[Counter[int], Counter[int]]]] = defaultdict(list)
@@ -370,7 +370,7 @@ class Thresholds:
 
 def gate(report: dict[str, Any], thresholds: Thresholds) -> list[str]:
     """Every threshold ``report`` misses, one line each (empty: it passes)."""
-    missed = [f"{op}s: planned for {report['objects']} objects, none in the trace (declare a {other}-only "
+    missed = [f"{op}s: planned for {report['objects']} objects, none in the I/O log (declare a {other}-only "
               f"capture with --ops {other})" for op, other in (("store", "load"), ("load", "store"))
               if op in report["ops_missing"] and op not in report["ops_scored"]]
     for label, scores in [("all", report), *report["by_op"].items()]:
