@@ -1,4 +1,4 @@
-"""Turn bpftrace's maps into the result's ``block_trace`` section (format: docs/tracing.md).
+"""Turn bpftrace's maps into the result's ``block_trace`` section (format: docs/block-trace.md).
 
 Histograms keep their buckets (so a report can draw them and runs can be
 compared bucket by bucket) and gain a count and percentiles.  bpftrace's
