@@ -28,6 +28,7 @@ from kvbench_core.engine.waterfall import MultiTierCache
 from kvbench_core.results.result import build_result
 from kvbench_core.spec.loader import resolve, validate
 from kvbench_core.spec.overrides import _deep_merge
+from kvbench_core.spec.plan import plan_run
 
 sigint_reaches_children()  # the signal tests interrupt kvbench children
 
@@ -88,7 +89,7 @@ def run_spec(tmp_path: Path) -> Callable[..., tuple[RunState, dict[str, Any]]]:
     def run(raw: dict[str, Any]) -> tuple[RunState, dict[str, Any]]:
         raw = _deep_merge({"output": {"directory": str(tmp_path / "results")}}, raw)
         validate(raw)
-        state = Runner(resolve(raw, str(tmp_path))).run()
+        state = Runner(plan_run(resolve(raw, str(tmp_path)))).run()
         if state.crash is not None:
             raise state.crash
         return state, build_result(state, raw)

@@ -11,8 +11,8 @@ import yaml
 from conftest import small_spec
 
 from kvbench_core.cli import main
-from kvbench_core.engine.dryrun import build_plan
-from kvbench_core.spec.loader import load_spec
+from kvbench_core.engine.dryrun import dry_run_estimate
+from kvbench_core.spec.loader import load_plan
 
 
 def nvme_spec(tmp_path: Path) -> Path:
@@ -37,9 +37,9 @@ def test_dry_run_prints_the_plan_and_touches_no_storage(tmp_path: Path, capsys: 
 
 
 def test_the_plan_is_deterministic_and_its_capacities_are_in_mean_entries(tmp_path: Path) -> None:
-    _, spec = load_spec(str(nvme_spec(tmp_path)))
-    plan = build_plan(spec)
-    assert plan == build_plan(spec)  # same spec + seed -> same stream -> same plan
+    _, run_plan = load_plan(str(nvme_spec(tmp_path)))
+    plan = dry_run_estimate(run_plan)
+    assert plan == dry_run_estimate(run_plan)  # same spec + seed -> same stream -> same plan
     profile = plan["profiles"]["chatbot"]
     assert profile["requests"] == plan["workload"]["sampled_requests"] == 4 * 50
     per_token = plan["model"]["bytes_per_token"]
@@ -56,7 +56,7 @@ def test_offered_load_is_users_over_think_plus_generation(tmp_path: Path) -> Non
         "profiles": {"chatbot": {"context": [16, 64], "generate": [100, 100], "think_s": [0.5, 0.5]}}}})
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(raw))
-    plan = build_plan(load_spec(str(path))[1])
+    plan = dry_run_estimate(load_plan(str(path))[1])
     cycle = 0.5 + 100 * 0.010  # think + 100 tokens at 10 ms
     assert plan["offered"]["requests_per_s"] == pytest.approx(4 / cycle)
     moved = plan["profiles"]["chatbot"]["entry_bytes_mean"] + plan["profiles"]["chatbot"]["read_bytes_per_request_mean"]

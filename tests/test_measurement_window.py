@@ -20,6 +20,7 @@ from kvbench_core.engine.window import default_drain_timeout
 from kvbench_core.results.result import build_result
 from kvbench_core.spec.loader import resolve, validate
 from kvbench_core.spec.overrides import _deep_merge
+from kvbench_core.spec.plan import plan_run
 
 PIECE = 64 << 10
 
@@ -73,7 +74,7 @@ def slow_spec(tmp_path: Any, *, piece_s: float, **extra: Any) -> dict[str, Any]:
 
 def start(spec: dict[str, Any], tmp_path: Any) -> tuple[Runner, threading.Thread, list[Any]]:
     validate(spec)
-    runner = Runner(resolve(spec, str(tmp_path)))
+    runner = Runner(plan_run(resolve(spec, str(tmp_path))))
     out: list[Any] = []
     thread = threading.Thread(target=lambda: out.append(runner.run()), daemon=True)
     thread.start()

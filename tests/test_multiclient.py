@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import select
@@ -18,11 +19,11 @@ import pytest
 from tiny_spec import assert_valid_result, tiny_spec
 
 from kvbench_core.engine.histogram import DEFAULT_ACCURACY, LatencyHistogram
-from kvbench_core.engine.runner import users_for_client
 from kvbench_core.results.merge import ClientReport, merge_results
-from kvbench_core.scaleout.clients import ClientLayout, DirectorySnapshot, client_seed, client_spec, tier_directories
+from kvbench_core.scaleout.clients import ClientLayout, DirectorySnapshot, client_plan, client_seed, tier_directories
 from kvbench_core.scaleout.session import run_session
-from kvbench_core.spec.loader import load_spec
+from kvbench_core.spec.loader import load_plan
+from kvbench_core.spec.plan import thaw
 
 PYTHON = sys.executable
 
@@ -31,23 +32,23 @@ PYTHON = sys.executable
 def single(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """(as_written, resolved spec, result) of one real tiny run, the template for crafted client results."""
     tmp = tmp_path_factory.mktemp("single")
-    as_written, spec = load_spec(tiny_spec(tmp, duration="1s"))
-    outcome = run_session(as_written, spec, quiet=True)
+    as_written, plan = load_plan(tiny_spec(tmp, duration="1s"))
+    outcome = run_session(as_written, plan, quiet=True)
     assert outcome.exit_code == 0
-    return as_written, spec, outcome.results[0]
+    return as_written, thaw(plan.spec), outcome.results[0]
 
 
 def test_each_client_gets_its_own_directory_seed_and_share_of_users(tmp_path: Path) -> None:
-    _, spec = load_spec(tiny_spec(tmp_path, workload={"users": 5, "users_scope": "split"}))
+    _, plan = load_plan(tiny_spec(tmp_path, workload={"users": 5, "users_scope": "split"}))
     layout = ClientLayout("client", 3)
-    specs = [client_spec(spec, layout, i) for i in range(3)]
-    assert [tier_directories(s) for s in specs] == [[str(tmp_path / "cache" / f"client{i}")] for i in range(3)]
-    assert specs[0]["seed"] == 42 and len({s["seed"] for s in specs}) == 3
-    assert client_seed(42, 2) == specs[2]["seed"]  # reproducible
-    assert [users_for_client(s["workload"], 3, i) for i, s in enumerate(specs)] == [2, 2, 1]
-    assert spec["cache"]["tiers"][1]["options"]["path"] == str(tmp_path / "cache")  # the original is untouched
-    per_client = dict(spec, workload=dict(spec["workload"], users_scope="per_client"))
-    assert [users_for_client(per_client["workload"], 3, i) for i in range(3)] == [5, 5, 5]
+    plans = [client_plan(plan, layout, i) for i in range(3)]
+    assert [tier_directories(p) for p in plans] == [[str(tmp_path / "cache" / f"client{i}")] for i in range(3)]
+    assert plans[0].seed == 42 and len({p.seed for p in plans}) == 3
+    assert client_seed(42, 2) == plans[2].seed  # reproducible
+    assert [p.users_for_client(i) for i, p in enumerate(plans)] == [2, 2, 1]
+    assert plan.tiers[1].backend.options["path"] == str(tmp_path / "cache")  # the original is untouched
+    per_client = dataclasses.replace(plan, workload=dataclasses.replace(plan.workload, users_scope="per_client"))
+    assert [per_client.users_for_client(i) for i in range(3)] == [5, 5, 5]
 
 
 def test_dead_client_leftovers_are_removed_without_touching_what_was_there(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from kvbench_core.engine.telemetry import OpStats, Telemetry
 from kvbench_core.results.result import build_result, read_result, write_result
 from kvbench_core.results.schema import VALIDATE_ENV
 from kvbench_core.spec.loader import load_spec, resolve, spec_sha256, validate
+from kvbench_core.spec.plan import plan_run
 
 SECRET = "hunter2-4f9c81d7e2"  # an environment credential's value
 URL_PASSWORD = "pa55w0rd-in-a-url"
@@ -41,7 +42,7 @@ def two_tier_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, An
     with pytest.MonkeyPatch.context() as env:
         env.setenv("KVBENCH_TEST_PASSWORD", SECRET)
         validate(raw)
-        state = Runner(resolve(raw, str(tmp))).run()
+        state = Runner(plan_run(resolve(raw, str(tmp)))).run()
         assert state.crash is None and state.status == "completed", state.stop_reason
         result = build_result(state, raw)
         path = write_result(result, tmp / "out" / "result.json")

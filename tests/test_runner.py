@@ -18,6 +18,7 @@ from kvbench_core.contracts.workload import DEFAULT_QOS, Phase, Read, Request, W
 from kvbench_core.engine.runner import Runner
 from kvbench_core.engine.scheduler import EventHeap, PriorityRequestQueue
 from kvbench_core.spec.loader import resolve, validate
+from kvbench_core.spec.plan import plan_run
 
 # -- phases and decode reads (executor) ------------------------------------------------------------------------
 
@@ -250,7 +251,7 @@ def test_failed_requests_count_toward_the_request_limit(probe: type[Probe], tmp_
                      cache={"tiers": [{"name": "bad", "backend": "probe", "capacity": "64MiB",
                                        "options": {"fail_writes": True}}]})
     validate(raw)
-    runner = Runner(resolve(raw, str(tmp_path)))
+    runner = Runner(plan_run(resolve(raw, str(tmp_path))))
     thread = threading.Thread(target=runner.run, daemon=True)
     thread.start()
     thread.join(10)

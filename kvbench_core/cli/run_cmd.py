@@ -13,12 +13,12 @@ import sys
 from typing import Any
 
 from kvbench_core.codecs.figures import codec_line
-from kvbench_core.engine.dryrun import build_plan
+from kvbench_core.engine.dryrun import dry_run_estimate
 from kvbench_core.reports.verdicts import explain
 from kvbench_core.results.checks import attention_lines
 from kvbench_core.results.rerun import OVERRIDE_FLAG
 from kvbench_core.scaleout.session import run_session
-from kvbench_core.spec.loader import load_spec
+from kvbench_core.spec.loader import load_plan
 from kvbench_core.spec.units import format_bytes
 
 
@@ -47,12 +47,12 @@ def handle(args: argparse.Namespace) -> int:
     for field, value in (("trials", args.trials), ("clients", args.clients), ("output.directory", args.output)):
         if value is not None:
             overrides.append(f"{field}={value}")
-    as_written, spec = load_spec(args.spec, overrides, accept_edited=args.accept_edited)
+    as_written, plan = load_plan(args.spec, overrides, accept_edited=args.accept_edited)
     if args.dry_run or args.verbose:
-        print(render_plan(spec, build_plan(spec), dry_run=args.dry_run))
+        print(render_plan(plan.spec, dry_run_estimate(plan), dry_run=args.dry_run))
         if args.dry_run:
             return 0
-    outcome = run_session(as_written, spec, quiet=args.quiet)
+    outcome = run_session(as_written, plan, quiet=args.quiet)
     if not outcome.writer:  # an MPI rank other than 0: rank 0 reports for everyone
         return outcome.exit_code
     for result, path in zip(outcome.results, outcome.paths, strict=True):

@@ -73,6 +73,14 @@ def check_codec_choices(raw: dict[str, Any]) -> None:
                             "as corrupt; use a lossless codec or verify: false")
 
 
+def check_codec(choice: dict[str, Any] | str | None, *, path: str) -> None:
+    """The options of one tier's codec choice against the codec's schema (a tier built outside a spec)."""
+    choice = codec_choice(choice) if isinstance(choice, str) else choice
+    if choice is not None and choice["name"] != "none":
+        cls = lookup("codec", choice["name"], path=f"{path}.codec")
+        validate_or_raise(choice["options"], cls.options_schema, root=f"{path}.codec.options")
+
+
 def resolve_codecs(spec: dict[str, Any]) -> None:
     """Give every tier of a resolved spec that runs through a codec its effective ``codec`` (resolved form);
     a spec without codecs resolves exactly as it did before codecs existed."""
@@ -87,11 +95,12 @@ def resolve_codecs(spec: dict[str, Any]) -> None:
 
 
 def with_codec(backend: StorageBackend, choice: dict[str, Any] | None, *, path: str) -> StorageBackend:
-    """``backend`` behind the chosen codec stage; the backend itself for no codec or ``none``."""
+    """``backend`` behind the chosen codec stage; the backend itself for no codec or ``none``.  The choice's
+    options were checked where the choice was made (``check_codec_choices`` for a spec, ``check_codec``
+    for a tier built outside one), not again here."""
     choice = codec_choice(choice) if isinstance(choice, str) else choice
     if choice is None or choice["name"] == "none":
         return backend
     cls = lookup("codec", choice["name"], path=f"{path}.codec")
-    validate_or_raise(choice["options"], cls.options_schema, root=f"{path}.codec.options")
     require_dependencies(cls, what=f"{path}.codec ('{choice['name']}')")
     return CodecTier(backend, cls(choice["options"]), chunk_bytes=choice["chunk"], segment_bytes=choice["segment"])

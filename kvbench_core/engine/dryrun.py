@@ -17,22 +17,22 @@ from typing import Any
 import numpy as np
 
 from kvbench_core.contracts.workload import Phase, decode_read_count, derive_phase
-from kvbench_core.engine.setup import build_source, model_of, users_for_client
+from kvbench_core.engine.setup import build_source
+from kvbench_core.spec.plan import RunPlan
 
 #: Requests drawn per user for the plan (capped in total), enough for stable means in well under a second.
 SAMPLE_PER_USER = 50
 SAMPLE_MAX = 5000
 
 
-def build_plan(spec: dict[str, Any]) -> dict[str, Any]:
-    """The dry-run plan of a resolved spec (see the module docstring)."""
-    model = model_of(spec)
+def dry_run_estimate(plan: RunPlan) -> dict[str, Any]:
+    """What a run plan will ask of the storage (see the module docstring)."""
+    model = plan.model
     per_token = model.bytes_per_token_all_ranks
-    workload = spec["workload"]
-    users = users_for_client(workload, spec.get("clients_total", 1), 0)
-    source = build_source(spec, users, per_token)  # the run's own source: same seed, same stream, no tier
-    decode_batch = workload["decode_batch"]
-    generation_s = workload["generation_ms_per_token"] / 1000.0
+    users = plan.users_for_client(0)
+    source = build_source(plan, users)  # the run's own source: same seed, same stream, no tier
+    decode_batch = plan.workload.decode_batch
+    generation_s = plan.workload.generation_s_per_token
     profiles: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     cycle_s: list[float] = []
     arrivals: list[float] = []
@@ -65,20 +65,21 @@ def build_plan(spec: dict[str, Any]) -> dict[str, Any]:
     rate = _offered_rate(users, cycle_s, arrivals)
     return {
         "model": {"name": model.geometry.name, "dtype": model.dtype, "tp": model.tp, "bytes_per_token": per_token},
-        "workload": {"source": workload["source"], "users": users, "max_inflight": workload["max_inflight"],
-                     "generation_ms_per_token": workload["generation_ms_per_token"],
-                     "warmup_s": spec.get("warmup") or 0.0, "duration_s": spec.get("duration"),
-                     "requests": spec.get("requests"), "sampled_requests": drawn},
+        "workload": {"source": plan.workload.source.name, "users": users,
+                     "max_inflight": plan.workload.max_inflight,
+                     "generation_ms_per_token": plan.workload.generation_s_per_token * 1e3,
+                     "warmup_s": plan.window.warmup_s, "duration_s": plan.window.duration_s,
+                     "requests": plan.window.request_limit, "sampled_requests": drawn},
         "profiles": {name: {"requests": len(row["entry_bytes"]),
                             "context_tokens_mean": float(np.mean(row["context_tokens"])),
                             "entry_bytes_mean": float(np.mean(row["entry_bytes"])),
                             "entry_bytes_p95": float(np.percentile(row["entry_bytes"], 95)),
                             "read_bytes_per_request_mean": float(np.mean(row["read_bytes"]))}
                      for name, row in profiles.items()},
-        "tiers": [{"name": t["name"], "backend": t["backend"], "capacity_bytes": t["capacity"],
-                   "capacity_entries": (t["capacity"] / mean_entry
-                                        if isinstance(t["capacity"], int | float) and mean_entry else None)}
-                  for t in spec["cache"]["tiers"]],
+        "tiers": [{"name": t.name, "backend": t.backend.name, "capacity_bytes": t.capacity,
+                   "capacity_entries": (t.capacity / mean_entry
+                                        if isinstance(t.capacity, int | float) and mean_entry else None)}
+                  for t in plan.tiers],
         "offered": {"requests_per_s": rate,
                     "bytes_per_s": None if rate is None or not moved else rate * float(np.mean(moved)),
                     "write_bytes_per_s": None if rate is None or not every else rate * mean_entry,

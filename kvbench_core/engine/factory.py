@@ -1,20 +1,32 @@
-"""Build a storage backend from one tier entry of a spec: lookup, dependency check, options check."""
+"""Build a storage backend: from a plan's tier (its options checked once, by the plan), or from one tier
+entry of a spec for a caller that has no plan (``plugins --conformance``, ``replay``, the conformance suite)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from kvbench_core.codecs.stage import with_codec
+from kvbench_core.codecs.stage import check_codec, with_codec
 from kvbench_core.contracts.backend import BackendContext, StorageBackend
 from kvbench_core.contracts.plugins import lookup, require_dependencies
-from kvbench_core.contracts.validation import validate_or_raise
+from kvbench_core.contracts.validation import validate_or_raise, with_defaults
+from kvbench_core.spec.plan import PluginChoice, freeze, thaw
+
+
+def build_backend(choice: PluginChoice, context: BackendContext, *, codec: Mapping[str, Any] | None = None
+                  ) -> StorageBackend:
+    """An unopened backend for a chosen plugin (behind its codec stage, if any); no option is checked again."""
+    require_dependencies(choice.cls, what=f"{choice.field} (backend '{choice.name}')")
+    return with_codec(choice.cls(thaw(choice.options), context), thaw(codec) if codec else None, path=choice.field)
 
 
 def create_backend(tier: dict[str, Any], context: BackendContext, *, path: str = "tier") -> StorageBackend:
-    """An unopened backend for ``{name, backend, options, codec}`` (behind its codec stage, if any); errors
-    name ``path``."""
+    """An unopened backend for ``{name, backend, options, codec}`` outside a run plan: its options are
+    validated against the backend's schema here; errors name ``path``."""
     cls = lookup("backend", tier["backend"], path=f"{path}.backend")
     options = dict(tier.get("options") or {})
     validate_or_raise(options, cls.options_schema, root=f"{path}.options")
-    require_dependencies(cls, what=f"{path} (backend '{tier['backend']}')")
-    return with_codec(cls(options, context), tier.get("codec"), path=path)
+    check_codec(tier.get("codec"), path=path)
+    choice = PluginChoice(kind="backend", name=tier["backend"], cls=cls, field=path,
+                          options=freeze(with_defaults(cls.options_schema, options)))
+    return build_backend(choice, context, codec=tier.get("codec"))

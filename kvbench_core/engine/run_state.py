@@ -1,7 +1,7 @@
 """What a run did (``RunState``, for the result builder) and what plugins may see of it (``RunView``).
 
 The runner fills ``RunState`` as it goes.  Lifecycle hooks get a ``RunView`` instead: frozen and typed,
-so a plugin can read the run (its id, spec, tiers, telemetry, window) but cannot change what the runner
+so a plugin can read the run (its id, plan, spec, tiers, telemetry, window) but cannot change what the runner
 relies on.
 """
 
@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 from kvbench_core.contracts.errors import UserError
 from kvbench_core.contracts.workload import WorkloadSource
 from kvbench_core.engine.cache_types import Tier
 from kvbench_core.engine.telemetry import Telemetry
+from kvbench_core.spec.plan import RunPlan
 
 
 @dataclass
@@ -23,7 +23,7 @@ class RunState:
     """What the run did, for the result builder."""
 
     run_id: str
-    spec: dict[str, Any]
+    plan: RunPlan
     client_index: int = 0
     tiers: list[Tier] = field(default_factory=list)
     model: Any = None
@@ -56,6 +56,11 @@ class RunState:
     crash: BaseException | None = None  # an unexpected exception (a bug), re-raised after the result is saved
 
     @property
+    def spec(self) -> Mapping[str, Any]:
+        """The resolved spec the plan was made from (frozen): the record the result embeds."""
+        return self.plan.spec
+
+    @property
     def measured_s(self) -> float:
         """Length of the measured window (the duration, not the drain)."""
         if self.measure_start is None or self.measure_end is None:
@@ -69,6 +74,7 @@ class RunView:
 
     run_id: str
     client_index: int
+    plan: RunPlan
     spec: Mapping[str, Any]
     tiers: tuple[Tier, ...]
     telemetry: Telemetry | None
@@ -77,6 +83,6 @@ class RunView:
 
     @classmethod
     def of(cls, state: RunState) -> RunView:
-        return cls(run_id=state.run_id, client_index=state.client_index, spec=MappingProxyType(state.spec),
+        return cls(run_id=state.run_id, client_index=state.client_index, plan=state.plan, spec=state.spec,
                    tiers=tuple(state.tiers), telemetry=state.telemetry, measure_start=state.measure_start,
                    measure_end=state.measure_end)

@@ -1,6 +1,6 @@
 """One run of a resolved spec: set up tiers and workload, drive users, measure, drain, clean up.
 
-Data flows one way: resolved spec -> tiers + cache (``setup``) -> workload source -> arrival process
+Data flows one way: run plan (``spec/plan.py``) -> tiers + cache (``setup``) -> workload source -> arrival process
 (``arrivals``: closed-loop users or open-loop arrivals, bounded backlog) -> worker pool (``workers``:
 ``max_inflight`` threads, QoS priority) -> cache -> telemetry -> result.  The measurement window
 (``window``) says when measuring starts and stops and how long the drain may last.  The runner never
@@ -31,29 +31,28 @@ from kvbench_core.engine.payload import NoisePool
 from kvbench_core.engine.precondition import precondition_bottom_tier
 from kvbench_core.engine.run_state import RunState, RunView
 from kvbench_core.engine.scheduler import EventHeap
-from kvbench_core.engine.setup import users_for_client
 from kvbench_core.engine.telemetry import Telemetry
 from kvbench_core.engine.waterfall import MultiTierCache
 from kvbench_core.engine.window import CANCEL_GRACE_S, MeasurementWindow, default_drain_timeout
 from kvbench_core.engine.workers import Finished, WorkerPool
+from kvbench_core.spec.plan import RunPlan
 
-__all__ = ["RunState", "RunView", "Runner", "new_run_id", "users_for_client"]
+__all__ = ["RunState", "RunView", "Runner", "new_run_id"]
 
-UNLIMITED_WORKERS = 256  # max_inflight 0 = "unlimited": one worker per user up to this many threads
 POLL_S = 0.05  # the scheduler wakes at least this often (stop requests, signals)
 
 
 class Runner:
-    """Executes a resolved spec once (one trial, one client)."""
+    """Executes a run plan once (one trial, one client)."""
 
-    def __init__(self, spec: dict[str, Any], *, run_id: str | None = None, client_index: int = 0,
+    def __init__(self, plan: RunPlan, *, run_id: str | None = None, client_index: int = 0,
                  on_progress: Callable[[dict[str, Any]], None] | None = None,
                  barrier: Callable[[], None] | None = None) -> None:
-        self.spec = spec
-        self.state = RunState(run_id=run_id or new_run_id(spec), spec=spec, client_index=client_index)
+        self.plan = plan
+        self.state = RunState(run_id=run_id or new_run_id(), plan=plan, client_index=client_index)
         self.on_progress = on_progress
         self.barrier = barrier
-        self.qos = setup.qos_classes(spec)
+        self.qos = plan.qos
         self._stop = threading.Event()
         self._stop_lock = threading.Lock()
         self._cancel = CancelToken()
@@ -89,14 +88,8 @@ class Runner:
         return self._stop.is_set()
 
     # -- set-up ------------------------------------------------------------------------------------------
-    def _users(self) -> int:
-        return users_for_client(self.spec["workload"], self.spec.get("clients_total", 1), self.state.client_index)
-
-    def _build_source(self, bytes_per_token: int) -> WorkloadSource:
-        return setup.build_source(self.spec, self._users(), bytes_per_token)
-
     def _recorder(self, tier: str) -> CommandRecorder:
-        path = self.spec["output"].get("io_log")
+        path = self.plan.output.io_log
         if path and self._log is None:
             from kvbench_core.engine.iolog import IOLog
 
@@ -106,24 +99,21 @@ class Runner:
 
     # -- the run -----------------------------------------------------------------------------------------
     def run(self) -> RunState:
-        state, spec = self.state, self.spec
-        state.model = setup.model_of(spec)
+        state, plan = self.state, self.plan
+        state.model = plan.model
         # Every TP rank stores its own object, so the storage sees all ranks' bytes per token.
-        state.bytes_per_token = state.model.bytes_per_token_all_ranks
-        autoscaler = setup.build_autoscaler(spec, self._users())
-        users = self._users()
-        max_inflight = spec["workload"]["max_inflight"]
-        worker_cap = autoscaler.max_users if autoscaler else users
-        workers = max_inflight if max_inflight > 0 else min(UNLIMITED_WORKERS, worker_cap)
-        state.worker_count = workers
+        state.bytes_per_token = plan.model.bytes_per_token_all_ranks
+        users = plan.users_for_client(state.client_index)
+        autoscaler = setup.build_autoscaler(plan, users)
+        state.worker_count = workers = plan.workers(users)
         state.telemetry = Telemetry(list(self.qos))
         try:
             # The workload first: a malformed trace is reported before any tier is opened or written.
-            state.source = source = self._build_source(state.bytes_per_token)
+            state.source = source = setup.build_source(plan, users)
             executor = self._build_cache(workers)
             state.preload = setup.preload(source, executor.cache, workers, state.bytes_per_token)
-            if spec.get("precondition") and not self.stopped:
-                state.precondition = precondition_bottom_tier(state.tiers[-1], executor.pool, spec["precondition"],
+            if plan.precondition and not self.stopped:
+                state.precondition = precondition_bottom_tier(state.tiers[-1], executor.pool, plan.precondition,
                                                               self._stop)
             if self.barrier is not None:
                 self.barrier()
@@ -142,32 +132,31 @@ class Runner:
         return state
 
     def _build_cache(self, workers: int) -> RequestExecutor:
-        spec, state = self.spec, self.state
-        setup.build_tiers(spec, state.tiers, run_id=state.run_id, client_index=state.client_index, workers=workers,
-                    io_log_for=self._recorder)
-        policy = EvictionPolicy(**spec["cache"]["eviction"])
+        plan, state = self.plan, self.state
+        setup.build_tiers(plan, state.tiers, run_id=state.run_id, client_index=state.client_index, workers=workers,
+                          io_log_for=self._recorder)
+        policy = EvictionPolicy(**plan.eviction)
         setup.check_an_entry_fits(state.tiers, state.bytes_per_token, policy.large_entry_limit_ratio)
         max_piece = max(int(t.backend.transfer_size) for t in state.tiers)
-        pool = NoisePool(spec["seed"], pool_bytes=32 << 20, max_piece=max(max_piece, 1 << 20),
-                         kind=spec.get("payload", "random"))  # the declared payload kind (docs/codecs.md)
+        pool = NoisePool(plan.seed, pool_bytes=32 << 20, max_piece=max(max_piece, 1 << 20),
+                         kind=plan.payload)  # the declared payload kind (docs/codecs.md)
         assert state.telemetry is not None
         self.cache = MultiTierCache(state.tiers, state.telemetry, pool.payload, policy=policy,
-                                    promotion=spec["cache"]["promotion"], cancel=self._cancel)
-        return RequestExecutor(self.cache, state.telemetry, state.bytes_per_token, spec["workload"]["decode_batch"],
-                               pool=pool, verify=spec["verify"])
+                                    promotion=plan.promotion, cancel=self._cancel)
+        return RequestExecutor(self.cache, state.telemetry, state.bytes_per_token, plan.workload.decode_batch,
+                               pool=pool, verify=plan.verify)
 
     def _drive(self, source: WorkloadSource, executor: RequestExecutor, autoscaler: Autoscaler | None,
                users: int, workers: int) -> None:
         """The scheduler loop: open the window, issue work, book completions, tick, until a stop."""
-        spec = self.spec
-        duration = spec.get("duration")
-        drain = spec.get("drain_timeout")
+        planned = self.plan.window
+        duration, drain = planned.duration_s, planned.drain_timeout_s
         self.window = window = MeasurementWindow(
-            started_at=time.perf_counter(), warmup_s=spec.get("warmup") or 0.0, duration_s=duration,
-            request_limit=spec.get("requests"),
+            started_at=time.perf_counter(), warmup_s=planned.warmup_s, duration_s=duration,
+            request_limit=planned.request_limit,
             drain_timeout_s=default_drain_timeout(duration) if drain is None else float(drain))
         self.pool = pool = WorkerPool(
-            workers, executor, self._events, generation_s_per_token=spec["workload"]["generation_ms_per_token"] / 1e3,
+            workers, executor, self._events, generation_s_per_token=self.plan.workload.generation_s_per_token,
             on_storage_error=self._storage_error, on_crash=self._crash,
             priority={name: cls.priority for name, cls in self.qos.items()})
         self.users = UserPool(users)
@@ -176,7 +165,7 @@ class Runner:
             OpenLoopArrivals(source, self.users, window.started_at, limit, counting=lambda: window.is_open)
             if source.open_loop else ClosedLoopArrivals(source, self.users, self._events, limit))
         self.autoscaler = autoscaler
-        self._interval = float(spec["output"]["interval"])
+        self._interval = self.plan.output.interval_s
         self._next_tick = window.started_at + self._interval
         self._next_scale: float | None = None
         pool.start()
@@ -242,7 +231,7 @@ class Runner:
         self.pool.submit(request, now)
 
     def _storage_error(self, error: StorageError) -> None:
-        if self.spec["on_error"] == "stop":
+        if self.plan.on_error == "stop":
             self.request_stop(f"storage error: {error}", status="failed", error=error)
 
     def _crash(self, error: BaseException) -> None:
@@ -317,7 +306,7 @@ class Runner:
         decision = self.autoscaler.decide(sample)
         self.state.autoscaling.append(trajectory_entry(self.window.elapsed(now), len(self.users), sample, decision))
         self.users.resize(decision.users)
-        if decision.converged and self.spec["autoscaler"].get("stop_when_converged"):
+        if decision.converged and self.plan.autoscaler is not None and self.plan.autoscaler.stop_when_converged:
             self.request_stop(f"autoscaler converged: {decision.reason}")
 
     def _progress(self, point: dict[str, Any], now: float) -> dict[str, Any]:
@@ -374,7 +363,7 @@ class Runner:
 
     def _cleanup(self) -> None:
         """Remove every entry this run wrote (unless keep_files) and close the tiers."""
-        if self.cache is not None and not self.spec["output"]["keep_files"]:
+        if self.cache is not None and not self.plan.output.keep_files:
             try:
                 self.cache.clear()
             except Exception as error:  # a kvbench bug: the tiers still close, the result is still written
@@ -389,6 +378,6 @@ class Runner:
             self._log.close()
 
 
-def new_run_id(spec: dict[str, Any]) -> str:
+def new_run_id() -> str:
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     return f"{stamp}-{secrets.token_hex(3)}"

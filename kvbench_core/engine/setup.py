@@ -1,6 +1,7 @@
-"""Building what a run needs from its spec: the model, the QoS classes, the tiers, the source, the autoscaler.
+"""Building what a run needs from its plan: the tiers, the source, the autoscaler.
 
-Each piece is built once, with errors naming the spec field, before any tier is written.  A spec in which
+Each piece is built once, from options the plan validated and defaulted once, with errors naming the spec
+field, before any tier is written.  A spec in which
 no tier can hold even one entry is refused here: every KV write of such a run would fail, and its
 "throughput" would be made of requests that stored nothing.
 """
@@ -8,7 +9,6 @@ no tier can hold even one entry is refused here: every KV write of such a run wo
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -17,89 +17,55 @@ from typing import Any
 from kvbench_core.contracts.autoscaler import Autoscaler
 from kvbench_core.contracts.backend import BackendContext
 from kvbench_core.contracts.errors import BackendUnavailable, SpecError
-from kvbench_core.contracts.plugins import lookup, require_dependencies
-from kvbench_core.contracts.validation import validate_or_raise
-from kvbench_core.contracts.workload import DEFAULT_QOS, QoSClass, WorkloadContext, WorkloadSource
+from kvbench_core.contracts.plugins import require_dependencies
+from kvbench_core.contracts.workload import WorkloadContext, WorkloadSource
 from kvbench_core.engine.cache_types import Tier
-from kvbench_core.engine.factory import create_backend
+from kvbench_core.engine.factory import build_backend
 from kvbench_core.engine.waterfall import MultiTierCache
-from kvbench_core.spec.geometry import resolve_model
+from kvbench_core.spec.plan import RunPlan, TierPlan, autoscaler_ceiling, thaw
 
 
-def model_of(spec: dict[str, Any]) -> Any:
-    config = spec["model"].get("config")
-    if config and not os.path.isabs(config):
-        config = os.path.join(spec.get("spec_dir", "."), config)
-    name = spec["model"].get("name")
-    # A name plus a config picks that model from a multi-model file (the LMCache calculator's json).
-    return resolve_model(name or config, spec["model"].get("dtype"), spec["model"].get("tp", 1),
-                         config=config if name else None)
+def build_source(plan: RunPlan, users: int) -> WorkloadSource:
+    """The workload source of one client driving ``users`` (its options are the plan's, checked once)."""
+    choice = plan.workload.source
+    require_dependencies(choice.cls, what=f"workload source '{choice.name}'")
+    context = WorkloadContext(seed=plan.seed, users=users, bytes_per_token=plan.model.bytes_per_token_all_ranks,
+                              mode=plan.workload.mode, decode_batch=plan.workload.decode_batch,
+                              duration_s=plan.window.duration_s, qos_classes=dict(plan.qos), spec_dir=plan.spec_dir)
+    return choice.cls(thaw(choice.options), context)
 
 
-def qos_classes(spec: dict[str, Any]) -> dict[str, QoSClass]:
-    """The seed's QoS table, with the spec's per-class ``qos.<class>.p95/p99`` targets over it."""
-    classes = dict(DEFAULT_QOS)
-    for name, targets in (spec.get("qos") or {}).items():
-        base = classes[name]
-        classes[name] = QoSClass(name, base.priority, float(targets.get("p95", base.p95_target_s)),
-                                 float(targets.get("p99", base.p99_target_s)))
-    return classes
-
-
-def users_for_client(workload: dict[str, Any], clients_total: int, client_index: int) -> int:
-    """Users one client (process or MPI rank) drives: all of ``workload.users``, or its share under ``split``."""
-    users = workload["users"]
-    if workload["users_scope"] == "split" and clients_total > 1:
-        base, extra = divmod(users, clients_total)
-        users = base + (1 if client_index < extra else 0)
-    return max(1, users)
-
-
-def build_source(spec: dict[str, Any], users: int, bytes_per_token: int) -> WorkloadSource:
-    workload = spec["workload"]
-    cls = lookup("source", workload["source"], path="workload.source")
-    validate_or_raise(workload["options"], cls.options_schema, root="workload.options")
-    require_dependencies(cls, what=f"workload source '{workload['source']}'")
-    context = WorkloadContext(seed=spec["seed"], users=users, bytes_per_token=bytes_per_token,
-                              mode=workload["mode"], decode_batch=workload["decode_batch"],
-                              duration_s=spec.get("duration"), qos_classes=qos_classes(spec),
-                              spec_dir=spec.get("spec_dir", "."))
-    return cls(workload["options"], context)
-
-
-def build_autoscaler(spec: dict[str, Any], users: int) -> Autoscaler | None:
-    config = spec.get("autoscaler")
-    if not config:
+def build_autoscaler(plan: RunPlan, users: int) -> Autoscaler | None:
+    if plan.autoscaler is None:
         return None
-    cls = lookup("autoscaler", config["name"], path="autoscaler.name")
-    validate_or_raise(config["options"], cls.options_schema, root="autoscaler.options")
-    max_users = config.get("max_users") or max(users * 64, 1024)
-    return cls(config["options"], initial_users=users, max_users=max_users)
+    choice = plan.autoscaler.choice
+    return choice.cls(thaw(choice.options), initial_users=users, max_users=autoscaler_ceiling(plan.autoscaler, users))
 
 
-def build_tiers(spec: dict[str, Any], tiers: list[Tier], *, run_id: str, client_index: int, workers: int,
+def build_tiers(plan: RunPlan, tiers: list[Tier], *, run_id: str, client_index: int, workers: int,
                 io_log_for: Any) -> None:
-    """Create and open every enabled tier into ``tiers`` (``io_log_for(tier name)`` is the tier's command
-    recorder).  Each is appended as it opens, so a failure half-way still leaves the open ones to close."""
-    for index, tier_spec in enumerate(spec["cache"]["tiers"]):
-        if tier_spec["capacity"] == 0:
-            continue
-        context = BackendContext(tier_name=tier_spec["name"], run_id=run_id, seed=spec["seed"],
-                                 concurrency=workers, keep=spec["output"]["keep_files"],
-                                 io_log=io_log_for(tier_spec["name"]), extra={"client_index": client_index})
-        backend = create_backend(tier_spec, context, path=f"cache.tiers[{index}]")
+    """Create every enabled tier's backend, then open each into ``tiers`` (``io_log_for(tier name)`` is the
+    tier's command recorder).  All are built before any is opened, so a constructor's refusal writes
+    nothing; each is appended as it opens, so a failure half-way still leaves the open ones to close."""
+    built = []
+    for tier in plan.enabled_tiers:
+        context = BackendContext(tier_name=tier.name, run_id=run_id, seed=plan.seed, concurrency=workers,
+                                 keep=plan.output.keep_files, io_log=io_log_for(tier.name),
+                                 extra={"client_index": client_index})
+        built.append((tier, build_backend(tier.backend, context, codec=tier.codec)))
+    for tier, backend in built:
         backend.open()
-        tiers.append(Tier(name=tier_spec["name"], backend=backend, capacity=_capacity(tier_spec, backend, index),
-                          cold_after=tier_spec.get("cold_after"), description=backend.describe()))
+        tiers.append(Tier(name=tier.name, backend=backend, capacity=_capacity(tier, backend),
+                          cold_after=tier.cold_after, description=backend.describe()))
 
 
-def _capacity(tier_spec: dict[str, Any], backend: Any, index: int) -> float:
-    if tier_spec["capacity"] != "auto":
-        return float(tier_spec["capacity"])
+def _capacity(tier: TierPlan, backend: Any) -> float:
+    if tier.capacity != "auto":
+        return float(tier.capacity)
     detected = backend.capacity_bytes()
     if detected is None:
         raise BackendUnavailable(
-            f"cache.tiers[{index}].capacity: 'auto' is not supported by backend '{tier_spec['backend']}' "
+            f"{tier.field}.capacity: 'auto' is not supported by backend '{tier.backend.name}' "
             "here; declare a size such as 8GiB")
     return float(detected)
 

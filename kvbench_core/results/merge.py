@@ -22,12 +22,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvbench_core.engine.setup import qos_classes
 from kvbench_core.engine.telemetry import SERIES_COUNTS, series_rates
 from kvbench_core.results.checks import run_checks
 from kvbench_core.results.metrics import Metrics, sum_dicts
 from kvbench_core.results.result import rerun_section, spec_section
 from kvbench_core.spec.declaration import contradictions
+from kvbench_core.spec.plan import qos_classes
 
 MAX_LISTED_ERRORS = 100
 
@@ -70,7 +70,8 @@ def merge_results(clients: list[ClientReport], *, mode: str, label: str, run_id:
     measured = [c.result for c in reported if c.result["metrics"]]
     base = measured[0] if measured else reported[0].result  # a client that got furthest describes the run
     per_token = base["model"]["bytes_per_token_all_ranks"] if base["model"] else 0
-    metrics = Metrics.merge([Metrics.from_json(r["metrics"], bytes_per_token=per_token, qos=qos_classes(spec))
+    qos = qos_classes(spec.get("qos"))
+    metrics = Metrics.merge([Metrics.from_json(r["metrics"], bytes_per_token=per_token, qos=qos)
                              for r in measured]).to_json() if measured else {}
     failures = [c.describe_failure(label) for c in clients if c.failed]
     statuses = {c.result["run"]["status"] for c in reported}

@@ -30,7 +30,6 @@ from kvbench_core.contracts.workload import DEFAULT_QOS, QoSClass
 from kvbench_core.engine.histogram import LatencyHistogram
 from kvbench_core.engine.opstats import OpStats
 from kvbench_core.engine.runner import RunState
-from kvbench_core.engine.setup import qos_classes
 from kvbench_core.spec.redact import environment_secrets, redact
 
 GB = 1e9
@@ -127,7 +126,7 @@ class Metrics:
                     "integrity_errors": telemetry.counters.get("integrity_errors", 0),
                     "mismatches": list(telemetry.integrity_errors)},
             process_cpu_s=usage.ru_utime + usage.ru_stime, peak_rss_bytes=usage.ru_maxrss * 1024,
-            bytes_per_token=state.bytes_per_token, qos=qos_classes(state.spec))
+            bytes_per_token=state.bytes_per_token, qos=dict(state.plan.qos))
 
     @classmethod
     def from_json(cls, metrics: dict[str, Any], *, bytes_per_token: int,

@@ -20,6 +20,7 @@ from kvbench_core.contracts.errors import UserError
 from kvbench_core.engine.progress import ProgressPrinter
 from kvbench_core.engine.runner import Runner, RunState
 from kvbench_core.results.result import build_result
+from kvbench_core.spec.plan import RunPlan
 
 
 @dataclass
@@ -43,7 +44,7 @@ class Launcher(Protocol):
     def agree_stop(self, stop: bool) -> bool:
         """Whether to stop between trials; every process must take the same decision."""
 
-    def run_trial(self, as_written: dict[str, Any], spec: dict[str, Any], *, run_id: str, trial: int,
+    def run_trial(self, as_written: dict[str, Any], plan: RunPlan, *, run_id: str, trial: int,
                   printer: ProgressPrinter) -> TrialRun:
         """Run one trial and return it (merged over the clients where there are several)."""
 
@@ -51,12 +52,12 @@ class Launcher(Protocol):
         """Stop the trial in progress cleanly (a signal arrived)."""
 
 
-def run_once(spec: dict[str, Any], as_written: dict[str, Any], runners: list[Runner], *, run_id: str,
+def run_once(plan: RunPlan, as_written: dict[str, Any], runners: list[Runner], *, run_id: str,
              trial: int, client_index: int = 0, on_progress: Callable[[dict[str, Any]], None] | None = None,
              barrier: Callable[[], None] | None = None) -> tuple[dict[str, Any], RunState]:
-    """Run ``spec`` once with a ``Runner`` (published in ``runners`` so signals can stop it) and build
+    """Run ``plan`` once with a ``Runner`` (published in ``runners`` so signals can stop it) and build
     its result."""
-    runner = Runner(spec, run_id=run_id, client_index=client_index, on_progress=on_progress, barrier=barrier)
+    runner = Runner(plan, run_id=run_id, client_index=client_index, on_progress=on_progress, barrier=barrier)
     runners[:] = [runner]
     started = time.time()
     state = runner.run()
@@ -120,9 +121,9 @@ class InProcess:
     def agree_stop(self, stop: bool) -> bool:
         return stop
 
-    def run_trial(self, as_written: dict[str, Any], spec: dict[str, Any], *, run_id: str, trial: int,
+    def run_trial(self, as_written: dict[str, Any], plan: RunPlan, *, run_id: str, trial: int,
                   printer: ProgressPrinter) -> TrialRun:
-        result, state = run_once(spec, as_written, self.runners, run_id=run_id, trial=trial, on_progress=printer)
+        result, state = run_once(plan, as_written, self.runners, run_id=run_id, trial=trial, on_progress=printer)
         printer.finish()
         return TrialRun(result, error=state.error, crash=state.crash)
 

@@ -1,7 +1,7 @@
 """What one client of a scaled-out run is: its seed, its cache subdirectory, its users, its run id.
 
 A run scales out as several clients (local processes, or MPI ranks), each a
-complete ``Runner`` over its own copy of the resolved spec.  Both launchers
+complete ``Runner`` over its own copy of the run plan.  Both launchers
 derive that copy here, so a local run and an MPI run of the same spec give
 client ``i`` the same request stream, the same directory layout and the same
 share of users.  See docs/scale-out.md.
@@ -9,16 +9,14 @@ share of users.  See docs/scale-out.md.
 
 from __future__ import annotations
 
-import copy
 import os
 import shutil
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from kvbench_core.contracts.errors import UserError
-from kvbench_core.contracts.plugins import registry
+from kvbench_core.spec.plan import RunPlan, TierPlan
 
 
 class ClientFailed(UserError):
@@ -51,30 +49,24 @@ def client_seed(seed: int, index: int) -> int:
     return int(np.random.SeedSequence([seed, index]).generate_state(1, dtype=np.uint32)[0])
 
 
-def client_spec(spec: dict[str, Any], layout: ClientLayout, index: int) -> dict[str, Any]:
-    """The resolved spec client ``index`` runs: own seed, own cache subdirectory, the client count for
+def client_plan(plan: RunPlan, layout: ClientLayout, index: int) -> RunPlan:
+    """The plan client ``index`` runs: own seed, own cache subdirectory, the client count for
     ``users_scope: split``, one client (it does not spawn clients itself)."""
-    mine = copy.deepcopy(spec)
-    mine["seed"] = client_seed(spec["seed"], index)
-    mine["clients"] = 1
-    mine["clients_total"] = layout.total
-    for tier in mine["cache"]["tiers"]:
-        option = _directory_option(tier)
-        if option:
-            tier["options"][option] = os.path.join(tier["options"][option], layout.directory(index))
-    return mine
+    directories = {tier.name: os.path.join(path, layout.directory(index))
+                   for tier in plan.tiers if (path := _directory(tier)) is not None}
+    return plan.for_client(seed=client_seed(plan.seed, index), clients_total=layout.total, directory_of=directories)
 
 
-def _directory_option(tier: dict[str, Any]) -> str | None:
-    """The option of this tier that names a directory it owns (``StorageBackend.directory_option``), if set."""
-    option = registry("backend")[tier["backend"]].directory_option
-    return option if option and isinstance(tier["options"].get(option), str) else None
+def _directory(tier: TierPlan) -> str | None:
+    """The directory this tier owns (its ``StorageBackend.directory_option``), if the tier names one."""
+    option = tier.backend.cls.directory_option
+    path = tier.backend.options.get(option) if option else None
+    return path if isinstance(path, str) else None
 
 
-def tier_directories(spec: dict[str, Any]) -> list[str]:
-    """Absolute directories the enabled tiers of a (client) spec own."""
-    return [os.path.abspath(tier["options"][option]) for tier in spec["cache"]["tiers"]
-            if tier["capacity"] != 0 and (option := _directory_option(tier))]
+def tier_directories(plan: RunPlan) -> list[str]:
+    """Absolute directories the enabled tiers of a (client) plan own."""
+    return [os.path.abspath(path) for tier in plan.enabled_tiers if (path := _directory(tier)) is not None]
 
 
 class DirectorySnapshot:

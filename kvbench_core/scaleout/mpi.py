@@ -29,10 +29,11 @@ from typing import Any
 
 from kvbench_core.contracts.errors import MissingDependency, SpecError
 from kvbench_core.engine.progress import ProgressPrinter
-from kvbench_core.engine.runner import Runner, users_for_client
+from kvbench_core.engine.runner import Runner
 from kvbench_core.results.merge import ClientReport, merge_results
 from kvbench_core.results.trial import TrialRun, run_once, stop_runners
-from kvbench_core.scaleout.clients import ClientFailed, ClientLayout, DirectorySnapshot, client_spec, tier_directories
+from kvbench_core.scaleout.clients import ClientFailed, ClientLayout, DirectorySnapshot, client_plan, tier_directories
+from kvbench_core.spec.plan import RunPlan
 
 #: World-size variables set by common MPI launchers (Open MPI, MPICH/Intel MPI hydra, MVAPICH).
 SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE")
@@ -58,9 +59,9 @@ def detect_world() -> Any | None:
 class MpiRanks:
     """Each MPI rank runs one client; rank 0 merges and writes."""
 
-    def __init__(self, comm: Any, spec: dict[str, Any]) -> None:
-        if spec["clients"] > 1:
-            raise SpecError(f"clients: {spec['clients']} cannot be combined with mpirun: each MPI rank is one "
+    def __init__(self, comm: Any, plan: RunPlan) -> None:
+        if plan.clients > 1:
+            raise SpecError(f"clients: {plan.clients} cannot be combined with mpirun: each MPI rank is one "
                             "client; drop clients (or set 1) and choose the count with mpirun -np N")
         from mpi4py import MPI
 
@@ -71,7 +72,7 @@ class MpiRanks:
         self.runners: list[Runner] = []
         # Taken before the first collective, so no rank has created a directory yet.
         self.snapshot = DirectorySnapshot([d for r in range(self.size)
-                                           for d in tier_directories(client_spec(spec, self.layout, r))])
+                                           for d in tier_directories(client_plan(plan, self.layout, r))])
 
     def agree(self, run_id: str) -> str:
         return self.comm.bcast(run_id if self.rank == 0 else None, root=0)
@@ -82,9 +83,9 @@ class MpiRanks:
     def stop(self, reason: str) -> None:
         stop_runners(self.runners, reason)
 
-    def run_trial(self, as_written: dict[str, Any], spec: dict[str, Any], *, run_id: str, trial: int,
+    def run_trial(self, as_written: dict[str, Any], plan: RunPlan, *, run_id: str, trial: int,
                   printer: ProgressPrinter) -> TrialRun:
-        mine = client_spec(spec, self.layout, self.rank)
+        mine = client_plan(plan, self.layout, self.rank)
         released: list[float] = []
 
         def start_together() -> None:
@@ -108,15 +109,14 @@ class MpiRanks:
         gathered = self.comm.gather(mine_report, root=0)
         merged, error_line, exit_code = None, None, 0
         if self.rank == 0:
-            reports = [ClientReport(index=r, run_id=self.layout.run_id(run_id, r),
-                                    seed=client_spec(spec, self.layout, r)["seed"],
-                                    users=users_for_client(spec["workload"], self.size, r),
-                                    directories=tier_directories(client_spec(spec, self.layout, r)),
+            plans = [client_plan(plan, self.layout, r) for r in range(self.size)]
+            reports = [ClientReport(index=r, run_id=self.layout.run_id(run_id, r), seed=plans[r].seed,
+                                    users=plans[r].users_for_client(r), directories=tier_directories(plans[r]),
                                     host=g["host"], pid=g["pid"], result=g["result"], released_at=g["released_at"],
                                     extra={"exit_code": g["exit_code"]})
                        for r, g in enumerate(gathered)]
             merged = merge_results(reports, mode="mpi", label="rank", run_id=run_id, trial=trial,
-                                   as_written=as_written, spec=spec, started_at=started)
+                                   as_written=as_written, spec=plan.spec, started_at=started)
             failed = [r for r in reports if r.failed]
             if failed:
                 error_line = "; ".join(r.describe_failure("rank") for r in failed)

@@ -36,10 +36,11 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from kvbench_core.engine.progress import ProgressPrinter
-from kvbench_core.engine.runner import Runner, users_for_client
+from kvbench_core.engine.runner import Runner
 from kvbench_core.results.merge import ClientReport, merge_results
 from kvbench_core.results.trial import TrialRun, run_once, stop_on_signals, stop_runners
-from kvbench_core.scaleout.clients import ClientFailed, ClientLayout, DirectorySnapshot, client_spec, tier_directories
+from kvbench_core.scaleout.clients import ClientFailed, ClientLayout, DirectorySnapshot, client_plan, tier_directories
+from kvbench_core.spec.plan import RunPlan
 
 POLL_S = 0.2
 JOIN_S = 10.0  # after its result, a client only has to exit; past this it is killed
@@ -50,7 +51,7 @@ class ClientJob:
     """What a client process needs (pickled to it by ``spawn``)."""
 
     index: int
-    spec: dict[str, Any]
+    plan: RunPlan
     as_written: dict[str, Any]
     run_id: str
     trial: int
@@ -61,8 +62,8 @@ class LocalClients:
 
     writer = True
 
-    def __init__(self, spec: dict[str, Any]) -> None:
-        self.layout = ClientLayout("client", spec["clients"])
+    def __init__(self, plan: RunPlan) -> None:
+        self.layout = ClientLayout("client", plan.clients)
         self._stop_reasons: list[str] = []
 
     def agree(self, run_id: str) -> str:
@@ -75,19 +76,19 @@ class LocalClients:
         """A signal here (noted; the coordinator loop stops every client, a second signal kills them)."""
         self._stop_reasons.append(reason)
 
-    def run_trial(self, as_written: dict[str, Any], spec: dict[str, Any], *, run_id: str, trial: int,
+    def run_trial(self, as_written: dict[str, Any], plan: RunPlan, *, run_id: str, trial: int,
                   printer: ProgressPrinter) -> TrialRun:
         context = multiprocessing.get_context("spawn")
         total = self.layout.total
-        specs = [client_spec(spec, self.layout, i) for i in range(total)]
-        snapshot = DirectorySnapshot([d for s in specs for d in tier_directories(s)])
+        plans = [client_plan(plan, self.layout, i) for i in range(total)]
+        snapshot = DirectorySnapshot([d for p in plans for d in tier_directories(p)])
         host = socket.gethostname()
-        reports = [ClientReport(index=i, run_id=self.layout.run_id(run_id, i), seed=specs[i]["seed"],
-                                users=users_for_client(spec["workload"], total, i),
-                                directories=tier_directories(specs[i]), host=host) for i in range(total)]
+        reports = [ClientReport(index=i, run_id=self.layout.run_id(run_id, i), seed=plans[i].seed,
+                                users=plans[i].users_for_client(i), directories=tier_directories(plans[i]), host=host)
+                   for i in range(total)]
         pipes = [context.Pipe() for _ in range(total)]
         processes = [context.Process(target=client_main, name=f"kvbench-client{i}",
-                                     args=(ClientJob(i, specs[i], as_written, reports[i].run_id, trial), pipes[i][1]))
+                                     args=(ClientJob(i, plans[i], as_written, reports[i].run_id, trial), pipes[i][1]))
                      for i in range(total)]
         printer.prefix = f"{printer.prefix}{total} clients "
         self._stop_reasons.clear()
@@ -119,7 +120,7 @@ class LocalClients:
         if not any(r.result for r in reports):
             return TrialRun(None, error=error)
         merged = merge_results(reports, mode="local", label="client", run_id=run_id, trial=trial,
-                               as_written=as_written, spec=spec, started_at=started)
+                               as_written=as_written, spec=plan.spec, started_at=started)
         return TrialRun(merged, error=error)
 
 
@@ -280,7 +281,7 @@ def client_main(job: ClientJob, conn: Connection) -> None:
 
     threading.Thread(target=listen, name="kvbench-coordinator", daemon=True).start()
     with stop_on_signals(lambda reason: stop_runners(runners, reason), received):
-        result, state = run_once(job.spec, job.as_written, runners, run_id=job.run_id, trial=job.trial,
+        result, state = run_once(job.plan, job.as_written, runners, run_id=job.run_id, trial=job.trial,
                                  client_index=job.index, barrier=start_together,
                                  on_progress=lambda point: send("progress", point))
     send("result", {"result": result, "exit_code": state.error.exit_code if state.error else 0})

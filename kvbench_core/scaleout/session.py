@@ -23,6 +23,7 @@ from kvbench_core.reports import require_formats, write_reports
 from kvbench_core.reports.aggregate import summarize_trials
 from kvbench_core.results.result import write_result
 from kvbench_core.results.trial import InProcess, Launcher, stop_on_signals
+from kvbench_core.spec.plan import RunPlan
 
 
 @dataclass
@@ -38,7 +39,7 @@ class SessionOutcome:
     save_error: UserError | None = None  # a result that had to go to the temp directory
 
 
-def launcher_for(spec: dict[str, Any]) -> Launcher:
+def launcher_for(plan: RunPlan) -> Launcher:
     """MPI ranks when started by mpirun, local processes for ``clients > 1``, else this process."""
     from kvbench_core.scaleout.mpi import detect_world
 
@@ -46,42 +47,42 @@ def launcher_for(spec: dict[str, Any]) -> Launcher:
     if comm is not None:
         from kvbench_core.scaleout.mpi import MpiRanks
 
-        return MpiRanks(comm, spec)
-    if spec["clients"] > 1:
+        return MpiRanks(comm, plan)
+    if plan.clients > 1:
         from kvbench_core.scaleout.multiclient import LocalClients
 
-        return LocalClients(spec)
+        return LocalClients(plan)
     return InProcess()
 
 
-def result_path(spec: dict[str, Any], session_id: str, suffix: str = "") -> Path:
+def result_path(plan: RunPlan, session_id: str, suffix: str = "") -> Path:
     """``<directory>/<name>-<session id><suffix>.json``; suffix ``-trial<n>`` or ``-summary`` with trials."""
-    directory = Path(spec["output"]["directory"]).expanduser()
+    directory = Path(plan.output.directory).expanduser()
     if not directory.is_absolute():
         directory = Path.cwd() / directory
-    return directory / f"{spec.get('name') or 'run'}-{session_id}{suffix}.json"
+    return directory / f"{plan.spec.get('name') or 'run'}-{session_id}{suffix}.json"
 
 
-def run_session(as_written: dict[str, Any], spec: dict[str, Any], *, quiet: bool = False) -> SessionOutcome:
-    """Run every trial of ``spec``; each trial writes its own result, even when it fails or is stopped."""
-    formats = spec["output"]["formats"]
+def run_session(as_written: dict[str, Any], plan: RunPlan, *, quiet: bool = False) -> SessionOutcome:
+    """Run every trial of ``plan``; each trial writes its own result, even when it fails or is stopped."""
+    formats = list(plan.output.formats)
     require_formats(formats)  # a missing reports extra fails now, not after a 300 s run
-    launcher = launcher_for(spec)
+    launcher = launcher_for(plan)
     outcome = SessionOutcome(writer=launcher.writer)
-    trials = spec["trials"]
+    trials = plan.trials
     received: list[int] = []
-    session_id = launcher.agree(new_run_id(spec))
+    session_id = launcher.agree(new_run_id())
     with stop_on_signals(launcher.stop, received):
         for trial in range(1, trials + 1):
-            printer = ProgressPrinter("off" if quiet or not launcher.writer else spec["output"]["progress"],
+            printer = ProgressPrinter("off" if quiet or not launcher.writer else plan.output.progress,
                                       prefix=f"trial {trial}/{trials} " if trials > 1 else "",
-                                      duration_s=spec.get("duration"), warmup_s=spec.get("warmup") or 0.0)
+                                      duration_s=plan.window.duration_s, warmup_s=plan.window.warmup_s)
             printer.phase("setup")
-            run = launcher.run_trial(as_written, spec, run_id=session_id if trials == 1 else f"{session_id}-t{trial}",
+            run = launcher.run_trial(as_written, plan, run_id=session_id if trials == 1 else f"{session_id}-t{trial}",
                                      trial=trial, printer=printer)
             if run.result is not None:
                 printer.phase("results")
-                path = result_path(spec, session_id, f"-trial{trial}" if trials > 1 else "")
+                path = result_path(plan, session_id, f"-trial{trial}" if trials > 1 else "")
                 outcome.results.append(run.result)
                 saved = _save(run.result, path, outcome)
                 outcome.paths.append(saved)
@@ -94,22 +95,22 @@ def run_session(as_written: dict[str, Any], spec: dict[str, Any], *, quiet: bool
                 outcome.error = run.error
                 break
             if trial < trials and (launcher.agree_stop(bool(received))
-                                   or launcher.agree_stop(_pause(spec["trial_pause"], received))):
+                                   or launcher.agree_stop(_pause(plan.trial_pause_s, received))):
                 break
     if trials > 1 and outcome.results:
         outcome.summary = summarize_trials(outcome.results, outcome.paths, session_id=session_id, requested=trials)
-        wanted = result_path(spec, session_id, "-summary")
+        wanted = result_path(plan, session_id, "-summary")
         outcome.summary_path = _save(outcome.summary, wanted, outcome)
         if outcome.summary_path == wanted:
             outcome.reports += write_reports(outcome.summary, outcome.summary_path, formats)
     if received:
         outcome.error = Interrupted(received[0])
-    if spec["verify"] and not outcome.error:
+    if plan.verify and not outcome.error:
         errors = sum(r["metrics"].get("verify", {}).get("integrity_errors", 0) for r in outcome.results if r["metrics"])
         if errors:
             outcome.error = IntegrityError(f"{errors} verified reads returned bytes different from what was written")
     if not outcome.error:  # the run went on past storage errors; the exit code must not say "all fine"
-        outcome.error = counted_storage_errors(outcome.results, spec["on_error"])
+        outcome.error = counted_storage_errors(outcome.results, plan.on_error)
     if not outcome.error:
         outcome.error = outcome.save_error
     outcome.exit_code = outcome.error.exit_code if outcome.error else 0

@@ -1,10 +1,11 @@
 """The run spec: one YAML file describing a whole run, validated against a JSON Schema that the
 core composes from its own fragment and every installed plugin's option fragments.
 
-Flow: ``load_spec(path, overrides)`` -> parse YAML (or a result JSON, whose
+Flow: ``load_plan(path, overrides)`` -> parse YAML (or a result JSON, whose
 embedded spec is re-run) -> apply ``--set`` overrides -> validate (errors name
-the JSON path) -> fill defaults -> resolve sizes and durations.  Inner code
-trusts the resolved spec.
+the JSON path; plugin options are validated here, by the composed schema, and
+nowhere else) -> fill defaults -> resolve sizes and durations -> the frozen
+``RunPlan`` (``spec/plan.py``).  Inner code trusts the plan.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from typing import Any
 
 from kvbench_core.codecs.stage import check_codec_choices, resolve_codecs
 from kvbench_core.contracts.backend import BackendContext
-from kvbench_core.contracts.errors import InputFileError, SpecError
+from kvbench_core.contracts.errors import SpecError
 from kvbench_core.contracts.plugins import lookup
 from kvbench_core.contracts.validation import validate_or_raise
 from kvbench_core.spec.bounds import check_memory_tiers, check_parsed_bounds
 from kvbench_core.spec.overrides import _deep_merge, apply_overrides
+from kvbench_core.spec.plan import RunPlan, plan_run, thaw
 from kvbench_core.spec.reading import _read_spec
 from kvbench_core.spec.redact import register_spec_secrets
 from kvbench_core.spec.safepaths import expanded, overlap_reason, tier_paths, unset_variable
@@ -123,10 +125,11 @@ def resolve(raw: dict[str, Any], spec_dir: str) -> dict[str, Any]:
     return spec
 
 
-def load_spec(path: str | os.PathLike[str], overrides: list[str] | None = None, *,
-              accept_edited: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(as_written, resolved)``: the spec with overrides applied, and its resolved form.  A result file's
-    spec is verified first (``kvbench_core.results.rerun``); ``resolved["rerun_of"]`` then says so."""
+def load_plan(path: str | os.PathLike[str], overrides: list[str] | None = None, *,
+              accept_edited: bool = False) -> tuple[dict[str, Any], RunPlan]:
+    """``(as_written, plan)``: the spec with overrides applied, and its run plan (``spec.plan``), every
+    check done.  A result file's spec is verified first (``kvbench_core.results.rerun``); the plan's
+    ``spec["rerun_of"]`` then says so."""
     written, recorded_dir, result = _read_spec(path)
     rerun_of = None
     if result is not None:
@@ -139,7 +142,6 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | None = None, 
     validate(raw)
     # A re-run result resolves relative paths (model config, traces) where the original run did.
     spec_dir = recorded_dir if recorded_dir and Path(recorded_dir).is_dir() else str(Path(path).resolve().parent)
-    check_model(raw["model"], spec_dir)
     check_output_paths(raw.get("output") or {}, clients=raw.get("clients", 1))
     check_tier_paths(raw["cache"]["tiers"])
     check_parsed_bounds(raw)
@@ -147,7 +149,17 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | None = None, 
     resolved = resolve(raw, spec_dir)
     if rerun_of is not None:
         resolved["rerun_of"] = rerun_of
-    return raw, resolved
+    # The model is resolved here, once: an unknown name, a broken config.json or an impossible TP degree
+    # is an error naming its field before any tier is opened.
+    return raw, plan_run(resolved)
+
+
+def load_spec(path: str | os.PathLike[str], overrides: list[str] | None = None, *,
+              accept_edited: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(as_written, resolved)``: ``load_plan`` with every check, for a caller that reads the resolved
+    spec itself (``spec validate --resolved``, tests); a run uses the plan."""
+    as_written, plan = load_plan(path, overrides, accept_edited=accept_edited)
+    return as_written, thaw(plan.spec)
 
 
 def check_tier_paths(tiers: list[dict[str, Any]]) -> None:
@@ -199,21 +211,6 @@ def check_output_paths(output: dict[str, Any], *, clients: int = 1) -> None:
             raise SpecError(f"{field}: {shown} cannot be created: {existing} is not a directory")
         if not os.access(existing, os.W_OK | os.X_OK):
             raise SpecError(f"{field}: {shown} is not writable here ({existing}: permission denied or read-only)")
-
-
-def check_model(model: dict[str, Any], spec_dir: str) -> None:
-    """Resolve the model once at load time, so an unknown name, a broken config.json or an impossible
-    TP degree is an error naming its field before any tier is opened (the runner resolves it again)."""
-    from kvbench_core.spec.geometry import resolve_model
-
-    name, config = model.get("name"), model.get("config")
-    if config and not os.path.isabs(config):
-        config = os.path.join(spec_dir, config)
-    for field, tp in (("model.config" if config else "model.name", 1), ("model.tp", model.get("tp", 1))):
-        try:
-            resolve_model(name or config, model.get("dtype"), tp, config=config if name else None)
-        except (SpecError, InputFileError) as error:
-            raise type(error)(f"{field}: {error}") from None
 
 
 def spec_sha256(as_written: dict[str, Any]) -> str:
