@@ -98,7 +98,7 @@ def test_unreadable_manifests_are_clear(tmp_path):
         Manifest.read(str(tmp_path / "bad.json"))
     # the wrong kind of file, given by mistake: say what it is and where it goes
     (tmp_path / "io.jsonl").write_text('{"trace_id": 1, "op": "write"}\n{"trace_id": 1, "op": "read"}\n')
-    with pytest.raises(InputFileError, match=r"a JSONL trace .* goes to --measured"):
+    with pytest.raises(InputFileError, match=r"not a kvio manifest; an I/O log goes to --measured"):
         Manifest.read(str(tmp_path / "io.jsonl"))
     (tmp_path / "result.json").write_text('{"kvbench_result": 1, "run": {}}')
     with pytest.raises(InputFileError, match="a kvbench result, not a kvio manifest"):

@@ -171,8 +171,8 @@ class Manifest:
         try:
             data, text = read_json_text(path, "manifest")
         except JsonLinesGiven:
-            raise InputFileError(f"{path}: a JSONL trace (one record per line), not a kvio manifest; "
-                                 "a measured trace goes to --measured") from None
+            raise InputFileError(f"{path}: JSON lines (one record per line), not a kvio manifest; an I/O log "
+                                 "goes to --measured, LMCache's semantic trace to --semantic") from None
         if isinstance(data, dict) and "kvbench_result" in data:
             raise InputFileError(f"{path}: a kvbench result, not a kvio manifest; make one with "
                                  "`kvbench plan --record MANIFEST`") from None

@@ -110,7 +110,7 @@ def _detected_declaration(state: RunState, spec: dict[str, Any], tiers: dict[str
                      else None,
                      "concurrency": f"{state.users_final} users, max_inflight {spec['workload']['max_inflight']}",
                      "arrival_process": describe.get("arrival_process") or
-                     ("open loop (trace timestamps)" if state.source and state.source.open_loop
+                     ("open loop (workload trace timestamps)" if state.source and state.source.open_loop
                       else "closed loop with think time"),
                      "warmup": f"{spec.get('warmup') or 0:g}s excluded from metrics"},
     }

@@ -69,7 +69,7 @@ CHECKLIST: dict[str, dict[str, tuple[dict[str, Any], str]]] = {
         "prefix_reuse_rate": (_NUMBER, "share of requests hitting a cached prefix"),
         "prefix_length_distribution": ({"type": ["object", "string", "null"]}, "prefix lengths"),
         "concurrency": (_SCALAR, "users / in-flight requests"),
-        "arrival_process": (_TEXT, "closed loop with think time, Poisson, trace replay"),
+        "arrival_process": (_TEXT, "closed loop with think time, Poisson, workload trace replay"),
         "warmup": (_TEXT, "warm-up procedure"),
     },
     "distributed": {
