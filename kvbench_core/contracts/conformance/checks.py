@@ -1,4 +1,4 @@
-"""The conformance checks, in the order they run, runnable with or without pytest (``kvbench plugins --check``).
+"""The conformance checks, in the order they run, runnable with or without pytest (``kvbench plugins --conformance``).
 
 The checks of a backend's data (round trips, overwrite, delete, ranges, timing, threads, capacity, describe)
 are here; those of what it owns over its life (cleanup, dead endpoint) in ``lifecycle``; the payloads and
