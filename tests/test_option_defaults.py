@@ -33,10 +33,22 @@ def test_mutable_defaults_are_never_shared():
     assert SCHEMA["properties"]["keys"]["default"] == ["a_", "b_"]
 
 
-def test_only_top_level_defaults_are_filled():
-    """A nested object the user left out is not conjured up by its inner defaults."""
+def test_a_nested_object_given_gets_its_defaults_but_an_absent_one_is_not_created():
+    """A partial section keeps its other defaults; a section the user left out is not conjured up by its
+    inner defaults unless the section itself declares a default."""
     assert "nested" not in with_defaults(SCHEMA, {})
-    assert with_defaults(SCHEMA, {"nested": {}})["nested"] == {}
+    given = {"nested": {}}
+    assert with_defaults(SCHEMA, given)["nested"] == {"depth": 2}
+    assert given == {"nested": {}}  # the inner dict is copied, not filled in place
+    assert with_defaults(SCHEMA, {"nested": {"depth": 5}})["nested"] == {"depth": 5}
+    section = {"properties": {"nested": {**SCHEMA["properties"]["nested"], "default": {}}}}
+    assert with_defaults(section, {}) == {"nested": {"depth": 2}}
+
+
+def test_one_of_branches_are_not_followed():
+    schema = {"properties": {"qos": {"oneOf": [{"type": "string"}, {"type": "object", "properties": {
+        "batch": {"type": "number", "default": 1.0}}}]}}}
+    assert with_defaults(schema, {"qos": {}}) == {"qos": {}}
 
 
 def test_a_schema_without_properties_returns_a_copy():

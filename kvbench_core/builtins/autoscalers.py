@@ -32,23 +32,29 @@ class QoSAutoscaler(Autoscaler):
     options_schema: ClassVar[dict[str, Any]] = {
         "type": "object", "additionalProperties": False,
         "properties": {
-            "interval_s": _POSITIVE, "target_saturation": _RATIO, "low": _RATIO, "high": _RATIO,
-            "step_up": _RATIO, "step_down": _RATIO, "cooldown_s": _RATIO,
-            "stable_intervals": {"type": "integer", "minimum": 1}, "min_users": {"type": "integer", "minimum": 1},
+            "interval_s": {**_POSITIVE, "default": 5.0},
+            "target_saturation": {**_RATIO, "default": 0.8},
+            "low": {**_RATIO, "description": "scale up below this saturation (default target_saturation - 0.1)"},
+            "high": {**_RATIO, "description": "scale down above this saturation (default target_saturation + 0.1)"},
+            "step_up": {**_RATIO, "default": 0.15}, "step_down": {**_RATIO, "default": 0.10},
+            "cooldown_s": {**_RATIO, "default": 30.0},
+            "stable_intervals": {"type": "integer", "minimum": 1, "default": 3},
+            "min_users": {"type": "integer", "minimum": 1, "default": 1},
         },
     }
 
     def __init__(self, options: dict[str, Any], *, initial_users: int, max_users: int) -> None:
         super().__init__(options, initial_users=initial_users, max_users=max_users)
         # The seed: compare saturation with the target (0.8) and hold within +-0.1 of it.
-        target = float(options.get("target_saturation", 0.8))
-        self.low = float(options.get("low", round(target - 0.1, 9)))
-        self.high = float(options.get("high", round(target + 0.1, 9)))
-        self.step_up = float(options.get("step_up", 0.15))
-        self.step_down = float(options.get("step_down", 0.10))
-        self.cooldown_s = float(options.get("cooldown_s", 30.0))
-        self.stable_intervals = int(options.get("stable_intervals", 3))
-        self.min_users = int(options.get("min_users", 1))
+        # The band's edges follow the target, so their defaults are derived here, not in the schema.
+        target = float(self.options["target_saturation"])
+        self.low = float(self.options.get("low", round(target - 0.1, 9)))
+        self.high = float(self.options.get("high", round(target + 0.1, 9)))
+        self.step_up = float(self.options["step_up"])
+        self.step_down = float(self.options["step_down"])
+        self.cooldown_s = float(self.options["cooldown_s"])
+        self.stable_intervals = int(self.options["stable_intervals"])
+        self.min_users = int(self.options["min_users"])
         self.users = initial_users
         self._cooldown_until = -math.inf
         self._holds = 0
@@ -104,25 +110,22 @@ class CapacityAutoscaler(Autoscaler):
     name = "capacity"
     options_schema: ClassVar[dict[str, Any]] = {
         "type": "object", "additionalProperties": False,
-        "properties": {"interval_s": {"type": "number", "minimum": MIN_STAGE_S},
-                       "fast_growth": _RATIO, "fine_factor": _POSITIVE, "ramp_factor": _POSITIVE,
-                       "min_stage_requests": {"type": "integer", "minimum": 1}},
+        "properties": {"interval_s": {"type": "number", "minimum": MIN_STAGE_S, "default": 10.0},
+                       "fast_growth": {**_RATIO, "default": 0.2}, "fine_factor": {**_POSITIVE, "default": 1.5},
+                       "ramp_factor": {**_POSITIVE, "default": 2.0},
+                       "min_stage_requests": {"type": "integer", "minimum": 1, "default": MIN_STAGE_REQUESTS}},
     }
 
     def __init__(self, options: dict[str, Any], *, initial_users: int, max_users: int) -> None:
         super().__init__(options, initial_users=initial_users, max_users=max_users)
-        self.fast_growth = float(options.get("fast_growth", 0.2))
-        self.ramp_factor = float(options.get("ramp_factor", 2.0))
-        self.fine_factor = float(options.get("fine_factor", 1.5))
-        self.min_stage_requests = int(options.get("min_stage_requests", MIN_STAGE_REQUESTS))
+        self.fast_growth = float(self.options["fast_growth"])
+        self.ramp_factor = float(self.options["ramp_factor"])
+        self.fine_factor = float(self.options["fine_factor"])
+        self.min_stage_requests = int(self.options["min_stage_requests"])
         self.users = initial_users
         self._previous: float | None = None
         self._best = (0.0, initial_users)
         self._done = False
-
-    @property
-    def interval_s(self) -> float:
-        return float(self.options.get("interval_s", 10.0))
 
     def decide(self, sample: TelemetrySample) -> Decision:
         throughput = sample.generated_tokens_per_s

@@ -177,7 +177,7 @@ class GPUMemoryBackend(StorageBackend):
 
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)
-        self.device_name = options.get("device", "cuda")
+        self.device_name = self.options["device"]
         self._entries: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._staging = threading.local()

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from kvbench_core.contracts.errors import SpecError
+from kvbench_core.contracts.validation import with_defaults
 from kvbench_core.contracts.workload import Phase, Read, Request, WorkloadContext, WorkloadSource, Write
 
 DEFAULT_PROFILES: dict[str, dict[str, list[float]]] = {
@@ -49,31 +50,49 @@ _RANGE = {"type": "array", "items": {"type": "number", "minimum": 0}, "minItems"
 _PROB = {"type": "number", "minimum": 0, "maximum": 1}
 
 
-def _section(properties: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "object", "additionalProperties": False, "properties": properties}
+def _section(properties: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"type": "object", "additionalProperties": False, "properties": properties, **extra}
 
 
+def _defaulted(schema: dict[str, Any], default: Any) -> dict[str, Any]:
+    return {**schema, "default": default}
+
+
+def _defaulted_section(properties: dict[str, Any]) -> dict[str, Any]:
+    """A section a spec may leave out or give in part: every field it omits takes its own default."""
+    return _section(properties, default={})
+
+
+#: Every default lives here (``with_defaults`` fills a section's fields even when the spec gives some of them),
+#: except the profiles: a spec's ``profiles`` are merged over ``DEFAULT_PROFILES`` range by range.
 OPTIONS_SCHEMA: dict[str, Any] = _section({
     "profiles": {"type": "object", "additionalProperties": _section(
-        {"context": _RANGE, "generate": _RANGE, "think_s": _RANGE})},
-    "profile_mix": {"type": "object", "additionalProperties": {"type": "number", "minimum": 0}},
-    "qos_mix": _section({name: _PROB for name in DEFAULT_QOS_MIX}),
-    "multi_turn": _section({"enabled": {"type": "boolean"}, "max_turns": {"type": "integer", "minimum": 1},
-                            "end_probability": _PROB,
-                            "max_live_conversations": {"type": "integer", "minimum": 1},
-                            "turn_tokens": _RANGE}),
-    "prefix_caching": _section({"enabled": {"type": "boolean"}, "probability": _PROB,
-                                "prompts": {"type": "integer", "minimum": 1, "maximum": 1000},
-                                "prefix_tokens": _RANGE}),
-    "rag": _section({"enabled": {"type": "boolean"}, "probability": _PROB,
-                     "documents": {"type": "integer", "minimum": 1},
-                     "chunks_per_document": {"type": "integer", "minimum": 1},
-                     "chunk_tokens": {"type": "integer", "minimum": 1},
-                     "top_k": {"type": "integer", "minimum": 1}}),
-    "arrival": _section({"process": {"enum": ["closed", "poisson"]},
-                         "rate": {"type": "number", "exclusiveMinimum": 0,
-                                  "description": "requests per second (poisson)"}}),
-    "no_reads": {"type": "boolean", "description": "prefill-only: issue no reads at all"},
+        {"context": _RANGE, "generate": _RANGE, "think_s": _RANGE}),
+        "description": "ranges per user profile, over the seed's chatbot/coding/document ranges"},
+    "profile_mix": {"type": "object", "additionalProperties": {"type": "number", "minimum": 0},
+                    "description": "weight per profile (default: the seed's three profiles, equally)"},
+    "qos_mix": _defaulted_section({name: _defaulted(_PROB, share) for name, share in DEFAULT_QOS_MIX.items()}),
+    "multi_turn": _defaulted_section({
+        "enabled": {"type": "boolean", "default": True}, "max_turns": {"type": "integer", "minimum": 1,
+                                                                      "default": MAX_TURNS},
+        "end_probability": _defaulted(_PROB, 0.2),
+        "max_live_conversations": {"type": "integer", "minimum": 1, "default": MAX_LIVE_CONVERSATIONS},
+        "turn_tokens": _defaulted(_RANGE, [64, 1024])}),
+    "prefix_caching": _defaulted_section({
+        "enabled": {"type": "boolean", "default": True}, "probability": _defaulted(_PROB, 0.5),
+        "prompts": {"type": "integer", "minimum": 1, "maximum": 1000, "default": len(SYSTEM_PROMPTS)},
+        "prefix_tokens": _defaulted(_RANGE, [128, 1024])}),
+    "rag": _defaulted_section({
+        "enabled": {"type": "boolean", "default": False}, "probability": _defaulted(_PROB, 0.1),
+        "documents": {"type": "integer", "minimum": 1, "default": 20},
+        "chunks_per_document": {"type": "integer", "minimum": 1, "default": 8},
+        "chunk_tokens": {"type": "integer", "minimum": 1, "default": 512},
+        "top_k": {"type": "integer", "minimum": 1, "default": 5}}),
+    "arrival": _defaulted_section({"process": {"enum": ["closed", "poisson"], "default": "closed"},
+                                   "rate": {"type": "number", "exclusiveMinimum": 0, "default": 10.0,
+                                            "description": "requests per second (poisson)"}}),
+    "no_reads": {"type": "boolean", "default": False,
+                 "description": "prefill-only: issue no reads at all (no turns, prefixes or RAG)"},
 })
 
 
@@ -103,27 +122,24 @@ class SyntheticSource(WorkloadSource):
     def __init__(self, options: dict[str, Any], context: WorkloadContext) -> None:
         super().__init__(options, context)
         self.check_options(options)
-        self.profiles = merged_profiles(options)
-        mix = options.get("profile_mix") or {name: 1.0 for name in DEFAULT_PROFILES}
+        self.profiles = merged_profiles(self.options)
+        mix = self.options.get("profile_mix") or {name: 1.0 for name in DEFAULT_PROFILES}
         self.profile_names = [name for name in mix if mix[name] > 0]
         weights = np.array([mix[name] for name in self.profile_names], dtype=float)
         self.profile_weights = weights / weights.sum()
-        qos_mix = {**DEFAULT_QOS_MIX, **options.get("qos_mix", {})}
+        qos_mix = {name: self.options["qos_mix"][name] for name in DEFAULT_QOS_MIX}  # the draw's order is fixed
         self.qos_names = [name for name in qos_mix if qos_mix[name] > 0]
         qos_weights = np.array([qos_mix[name] for name in self.qos_names], dtype=float)
         self.qos_weights = qos_weights / qos_weights.sum()
         prefill_only = context.mode == "prefill-only"
-        no_reads = prefill_only and options.get("no_reads", False)
-        self.multi_turn = {"enabled": not no_reads, "max_turns": MAX_TURNS, "end_probability": 0.2,
-                           "max_live_conversations": MAX_LIVE_CONVERSATIONS, "turn_tokens": [64, 1024],
-                           **options.get("multi_turn", {})}
-        self.prefix = {"enabled": not no_reads, "probability": 0.5, "prompts": len(SYSTEM_PROMPTS),
-                       "prefix_tokens": [128, 1024], **options.get("prefix_caching", {})}
-        self.rag = {"enabled": False, "probability": 0.1, "documents": 20, "chunks_per_document": 8,
-                    "chunk_tokens": 512, "top_k": 5, **options.get("rag", {})}
+        no_reads = prefill_only and self.options["no_reads"]
+        # Copies: no_reads switches them off below, and self.options keeps what the spec and schema said.
+        self.multi_turn = dict(self.options["multi_turn"])
+        self.prefix = dict(self.options["prefix_caching"])
+        self.rag = dict(self.options["rag"])
         if no_reads:
             self.multi_turn["enabled"] = self.prefix["enabled"] = self.rag["enabled"] = False
-        arrival = {"process": "closed", "rate": 10.0, **options.get("arrival", {})}
+        arrival = self.options["arrival"]
         self.open_loop = arrival["process"] == "poisson"
         self.arrival_rate = float(arrival["rate"])
         self._arrival_rng = np.random.default_rng([context.seed, 0xA771])
@@ -138,6 +154,7 @@ class SyntheticSource(WorkloadSource):
 
         The spec validation calls this too, so ``kvbench spec validate`` reports these before a run.
         """
+        filled = with_defaults(OPTIONS_SCHEMA, options)
         profiles = merged_profiles(options)
         for name in options.get("profiles") or {}:
             for field in ("context", "generate", "think_s"):
@@ -147,8 +164,7 @@ class SyntheticSource(WorkloadSource):
         ranges_at = [(f"{path}.profiles.{name}.{field}", bounds) for name, profile in profiles.items()
                      for field, bounds in profile.items()]
         for section, field in (("multi_turn", "turn_tokens"), ("prefix_caching", "prefix_tokens")):
-            if field in (options.get(section) or {}):
-                ranges_at.append((f"{path}.{section}.{field}", options[section][field]))
+            ranges_at.append((f"{path}.{section}.{field}", filled[section][field]))
         for where, (low, high) in ranges_at:
             if low > high:
                 raise SpecError(f"{where}: expected [low, high] with low <= high, got [{low}, {high}]")
@@ -160,7 +176,7 @@ class SyntheticSource(WorkloadSource):
                                 f"known: {', '.join(sorted(profiles))}")
             if not any(weight > 0 for weight in mix.values()):
                 raise SpecError(f"{path}.profile_mix: every weight is 0; give at least one profile a weight")
-        if not any(weight > 0 for weight in {**DEFAULT_QOS_MIX, **(options.get("qos_mix") or {})}.values()):
+        if not any(weight > 0 for weight in filled["qos_mix"].values()):
             raise SpecError(f"{path}.qos_mix: every share is 0; give at least one QoS class a share")
 
     # -- set-up ----------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ class BF16PlanesCodec(Codec):
     options_schema: ClassVar[dict[str, Any]] = level_options(-7, 22, 1, "zstd level for the two planes")
 
     def __init__(self, options: dict[str, Any]) -> None:
-        super().__init__({"level": 1, **options})
+        super().__init__(options)
         self.level = int(self.options["level"])
         self._local = threading.local()
 

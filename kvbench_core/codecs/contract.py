@@ -17,6 +17,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from kvbench_core.contracts.validation import with_defaults
+
 #: Install hint for the built-in entropy coders (zstd and lz4 through cramjam's buffer-to-buffer API).
 CODECS_EXTRA_HINT = "pip install 'kvbench-core[codecs]'"
 
@@ -34,7 +36,8 @@ class Codec(abc.ABC):
     requires: ClassVar[dict[str, str]] = {}
 
     def __init__(self, options: dict[str, Any]) -> None:
-        self.options = options
+        # Defaults live once, in ``options_schema``; subclasses read ``self.options["key"]``.
+        self.options = with_defaults(type(self).options_schema, options)
 
     @abc.abstractmethod
     def max_encoded_size(self, nbytes: int) -> int:

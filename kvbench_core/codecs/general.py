@@ -58,7 +58,7 @@ class ZstdCodec(Codec):
     options_schema: ClassVar[dict[str, Any]] = level_options(-7, 22, 3, "zstd level (3 is zstd's default)")
 
     def __init__(self, options: dict[str, Any]) -> None:
-        super().__init__({"level": 3, **options})
+        super().__init__(options)
         self.level = int(self.options["level"])
 
     def max_encoded_size(self, nbytes: int) -> int:
@@ -82,7 +82,7 @@ class Lz4Codec(Codec):
     options_schema: ClassVar[dict[str, Any]] = level_options(0, 12, 0, "0 = LZ4 fast; 1..12 = LZ4 HC at that level")
 
     def __init__(self, options: dict[str, Any]) -> None:
-        super().__init__({"level": 0, **options})
+        super().__init__(options)
         self.level = int(self.options["level"])
 
     def max_encoded_size(self, nbytes: int) -> int:

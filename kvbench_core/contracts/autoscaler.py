@@ -11,6 +11,11 @@ import abc
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+from kvbench_core.contracts.validation import with_defaults
+
+#: The seed samples telemetry every 5 s: the decision period of an autoscaler that declares none.
+SEED_SAMPLING_PERIOD_S = 5.0
+
 
 @dataclass(frozen=True, slots=True)
 class TelemetrySample:
@@ -60,13 +65,16 @@ class Autoscaler(abc.ABC):
     requires: ClassVar[dict[str, str]] = {}
 
     def __init__(self, options: dict[str, Any], *, initial_users: int, max_users: int) -> None:
-        self.options = options
+        # Defaults live once, in ``options_schema``; subclasses read ``self.options["key"]``.
+        self.options = with_defaults(type(self).options_schema, options)
         self.initial_users = initial_users
         self.max_users = max_users
 
     @property
     def interval_s(self) -> float:
-        return float(self.options.get("interval_s", 5.0))
+        """Seconds between decisions: the ``interval_s`` option (give it a schema ``default``); an
+        autoscaler whose schema has no such option decides at the seed's sampling period."""
+        return float(self.options.get("interval_s", SEED_SAMPLING_PERIOD_S))
 
     @abc.abstractmethod
     def decide(self, sample: TelemetrySample) -> Decision:

@@ -20,6 +20,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
+from kvbench_core.contracts.validation import with_defaults
+
 
 @dataclass(slots=True)
 class IOTiming:
@@ -109,14 +111,11 @@ class StorageBackend(abc.ABC):
     writes_device_tensors: ClassVar[bool] = False
 
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
-        self.options = options
+        # Defaults live once, in ``options_schema``: a subclass reads ``self.options["key"]``, never
+        # ``options.get("key", <a second copy of the default>)``, and a backend built outside a spec
+        # (a bench script, a test) holds the values a validated spec would give it.
+        self.options = with_defaults(type(self).options_schema, options)
         self.context = context
-
-    def options_with_defaults(self) -> dict[str, Any]:
-        """``options`` over the ``default`` of every property in ``options_schema``, so a backend built
-        outside a spec (a bench script, a test) gets the values a validated spec would give it."""
-        properties = self.options_schema.get("properties", {})
-        return {**{key: spec["default"] for key, spec in properties.items() if "default" in spec}, **self.options}
 
     def open(self) -> None:  # noqa: B027 - optional hook, most memory tiers need nothing
         """Connect, create directories, check the endpoint; fail early with ``BackendUnavailable``."""

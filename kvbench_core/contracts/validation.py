@@ -123,20 +123,40 @@ def _describe_alternatives(error: ValidationError, root: str) -> str:
 
 
 def with_defaults(schema: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
-    """A new dict: ``options`` with the ``default`` of every top-level ``properties`` entry of ``schema``
-    filled where the key is absent, so a plugin's defaults live once, in its options schema, and a class
-    built outside a spec (a bench script, a test) holds what a validated spec gives it.
+    """A new dict: ``options`` with the ``default`` of every ``properties`` entry of ``schema`` filled where
+    the key is absent, so a plugin's defaults live once, in its options schema, and a class built outside a
+    spec (a bench script, a test) holds what a validated spec gives it.
 
-    Defaults are deep-copied (a list or dict default is never shared between instances, nor with the
-    schema).  Top level only: no installed plugin declares a ``default`` below the top level of its
-    options, and filling a nested object's defaults would also create objects the user left out.
-    ``options`` itself is not changed.
+    Nested objects: a value whose schema has ``properties`` of its own gets their defaults too (the synthetic
+    source's ``multi_turn: {max_turns: 8}`` keeps the other multi-turn defaults), but a nested object the
+    options leave out is created only where its own schema entry has a ``default`` (``{}`` says "the section
+    with all its defaults").  Only plain ``properties`` are followed, not ``oneOf``/``anyOf`` branches: which
+    branch applies is the validator's call.  Defaults are deep-copied, so no instance shares a list or dict
+    with another or with the schema; ``options`` itself is not changed.
     """
     filled = dict(options)
     for key, prop in schema.get("properties", {}).items():
-        if key not in filled and isinstance(prop, Mapping) and "default" in prop:
+        if not isinstance(prop, Mapping):
+            continue
+        if key not in filled and "default" in prop:
             filled[key] = copy.deepcopy(prop["default"])
+        if "properties" in prop and isinstance(filled.get(key), Mapping):
+            filled[key] = with_defaults(prop, filled[key])
     return filled
+
+
+def chosen_options(schema: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
+    """The top-level options whose value is not their schema ``default``: what the spec chose.
+
+    Cross-field rules ("``url`` excludes ``host``", "``fsync`` applies to file backends only") judge these,
+    so they hold whether or not the defaults were filled in first (the run plan fills them before a class
+    is built, and ``with_defaults`` does in every base class).  An option given at its default value counts
+    as not chosen: it asks for nothing the defaults would not have done.
+    """
+    properties = schema.get("properties", {})
+    return {key: value for key, value in options.items()
+            if not (isinstance(properties.get(key), Mapping) and "default" in properties[key]
+                    and properties[key]["default"] == value)}
 
 
 def non_finite_numbers(instance: Any, root: str = "") -> list[str]:

@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from kvbench_core.contracts.validation import with_defaults
+
 PREFILL_ONLY_CONTEXT_TOKENS = 10_000  # seed §3.1: contexts this long are prefill-only
 
 
@@ -122,7 +124,8 @@ class WorkloadSource(abc.ABC):
     open_loop: bool = False
 
     def __init__(self, options: dict[str, Any], context: WorkloadContext) -> None:
-        self.options = options
+        # Defaults live once, in ``options_schema``; subclasses read ``self.options["key"]``.
+        self.options = with_defaults(type(self).options_schema, options)
         self.context = context
 
     @staticmethod  # noqa: B027 - optional hook, most sources need nothing

@@ -22,25 +22,24 @@ from kvbench_blktrace.parse import TraceOutputError, Value, parse_maps
 from kvbench_blktrace.section import build_section
 from kvbench_blktrace.tracer import ActiveTrace, TracingUnavailable, bpftrace_version, start_trace
 from kvbench_core.contracts.plugins import hookimpl
+from kvbench_core.contracts.validation import with_defaults
 from kvbench_core.spec.units import DURATION_PATTERN, parse_duration
 
-DEFAULT_ATTACH_TIMEOUT_S = 120.0  # compiling ~20 probes took 40 s on a busy 2-core VM
-
 _MODE = {"enum": ["block", "none"], "description": "block: bpftrace block-layer and syscall histograms; none: off"}
+#: The long form's fields; their defaults live here once (``tracing_config`` fills them with ``with_defaults``).
+_TRACING_OPTIONS: dict[str, Any] = {
+    "type": "object", "additionalProperties": False, "required": ["mode"], "properties": {
+        "mode": _MODE,
+        "required": {"type": "boolean", "default": False,
+                     "description": "fail the run when tracing is not possible (default: run untraced)"},
+        "attach_timeout": {"oneOf": [{"type": "number", "minimum": 1},
+                                     {"type": "string", "pattern": DURATION_PATTERN}],
+                           "default": "120s",  # compiling ~20 probes took 40 s on a busy 2-core VM
+                           "description": "how long bpftrace may take to compile and attach its probes"},
+    }}
 TRACING_SCHEMA: dict[str, Any] = {
     "description": "block-layer latency tracing around the measured window (needs root and bpftrace)",
-    "oneOf": [
-        _MODE,
-        {"type": "object", "additionalProperties": False, "required": ["mode"], "properties": {
-            "mode": _MODE,
-            "required": {"type": "boolean", "default": False,
-                         "description": "fail the run when tracing is not possible (default: run untraced)"},
-            "attach_timeout": {"oneOf": [{"type": "number", "minimum": 1},
-                                         {"type": "string", "pattern": DURATION_PATTERN}],
-                               "default": "120s",
-                               "description": "how long bpftrace may take to compile and attach its probes"},
-        }},
-    ],
+    "oneOf": [_MODE, _TRACING_OPTIONS],
 }
 
 
@@ -53,12 +52,10 @@ class TracingConfig:
 def tracing_config(spec: dict[str, Any]) -> TracingConfig | None:
     """The spec's tracing settings; None when tracing is off (absent or ``none``)."""
     value = spec.get("tracing")
-    options = value if isinstance(value, dict) else {"mode": value}
-    if options.get("mode") != "block":
+    options = with_defaults(_TRACING_OPTIONS, value if isinstance(value, dict) else {"mode": value})
+    if options["mode"] != "block":
         return None
-    timeout = options.get("attach_timeout")
-    return TracingConfig(required=bool(options.get("required", False)),
-                         attach_timeout_s=DEFAULT_ATTACH_TIMEOUT_S if timeout is None else parse_duration(timeout))
+    return TracingConfig(required=bool(options["required"]), attach_timeout_s=parse_duration(options["attach_timeout"]))
 
 
 #: Traces in progress and reasons for untraced runs, per (run id, client index), between the two hooks.

@@ -110,18 +110,17 @@ class GDSBackend(EntryFilesBackend):
     }
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)
-        resolved = self.options_with_defaults()
         self.label = f"tier '{context.tier_name}' ({self.name})"
-        self.device_name: str = resolved["device"]
-        self.num_threads: int = resolved["num_threads"]
-        self.compat_mode: str = resolved["compat_mode"]
-        self.require_gds: bool = resolved["require_gds"]
-        self.bypass_page_cache: bool = resolved["bypass_page_cache"]
-        self.fsync: bool = resolved["fsync"]
-        self.payload_origin: str = resolved["payload_origin"]
-        self.transfer_size = self._size("transfer_size", resolved["transfer_size"], aligned=True)
-        self.task_size = self._size("task_size", resolved["task_size"], aligned=True)
-        self.directory = TierDirectory(resolved["path"], check_key(context.run_id),
+        self.device_name: str = self.options["device"]
+        self.num_threads: int = self.options["num_threads"]
+        self.compat_mode: str = self.options["compat_mode"]
+        self.require_gds: bool = self.options["require_gds"]
+        self.bypass_page_cache: bool = self.options["bypass_page_cache"]
+        self.fsync: bool = self.options["fsync"]
+        self.payload_origin: str = self.options["payload_origin"]
+        self.transfer_size = self._size("transfer_size", self.options["transfer_size"], aligned=True)
+        self.task_size = self._size("task_size", self.options["task_size"], aligned=True)
+        self.directory = TierDirectory(self.options["path"], check_key(context.run_id),
                                        allow_nonempty=False, label=self.label)
         self.status: KvikioStatus | None = None
         self.access: AccessPath | None = None

@@ -55,6 +55,7 @@ from kvbench_s3.backend import S3Backend
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, DiscardSink, IOTiming, check_key
 from kvbench_core.contracts.errors import BackendUnavailable, SpecError
+from kvbench_core.contracts.validation import chosen_options
 from kvbench_core.filetiers.directory import TierDirectory
 from kvbench_core.filetiers.entry_files import EntryFilesBackend
 from kvbench_core.filetiers.fsinfo import describe_location
@@ -102,23 +103,22 @@ class NixlBackend(EntryFilesBackend):
 
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)
-        resolved = self.options_with_defaults()
         self.label = f"tier '{context.tier_name}' ({self.name})"
         self.where = f"tiers.{context.tier_name}.options"
-        self.nixl_backend: str = resolved["nixl_backend"]
+        self.nixl_backend: str = self.options["nixl_backend"]
         self.files = self.nixl_backend in FILE_BACKENDS
-        check_combinations(self.options, self.where)
-        self.queue_depth: int = resolved["queue_depth"]
-        self.memory: str = resolved["memory"]
-        self.device: str = resolved["device"]
-        self.shared_agent = resolved["agents"] == "shared"
-        self.transfer_size = transfer_size(resolved["transfer_size"], self.where)
-        self.params = plugin_params(resolved.get("params", {}))
-        self.fsync: bool = resolved["fsync"]
-        self.drop_cache: bool = resolved["drop_cache"]
+        check_combinations(chosen_options(self.options_schema, self.options), self.where)
+        self.queue_depth: int = self.options["queue_depth"]
+        self.memory: str = self.options["memory"]
+        self.device: str = self.options["device"]
+        self.shared_agent = self.options["agents"] == "shared"
+        self.transfer_size = transfer_size(self.options["transfer_size"], self.where)
+        self.params = plugin_params(self.options["params"])
+        self.fsync: bool = self.options["fsync"]
+        self.drop_cache: bool = self.options["drop_cache"]
         if self.files:
-            self.directory = TierDirectory(resolved["path"], check_key(context.run_id),
-                                           allow_nonempty=resolved["allow_nonempty"], label=self.label)
+            self.directory = TierDirectory(self.options["path"], check_key(context.run_id),
+                                           allow_nonempty=self.options["allow_nonempty"], label=self.label)
         self.library: Library | None = None
         self.lanes: Lanes | None = None
         self.objects: ObjectPieces | None = None

@@ -113,13 +113,13 @@ def open_bucket(options: dict[str, Any], context: BackendContext) -> tuple[S3Bac
 
     control_options = {key: options[key] for key in ("bucket", "endpoint_url", "region", "profile",
                                                       "create_bucket", "prefix") if key in options}
-    control_options["addressing_style"] = "virtual" if options.get("virtual_addressing") else "path"
+    control_options["addressing_style"] = "virtual" if options["virtual_addressing"] else "path"
     control = S3Backend(control_options, context)
     control.open()
     session = boto3.session.Session(profile_name=options.get("profile"), region_name=options.get("region"))
     frozen = session.get_credentials().get_frozen_credentials()  # the chain control.open() just vetted
     params = {"bucket": options["bucket"], "access_key": frozen.access_key, "secret_key": frozen.secret_key,
-              "use_virtual_addressing": "true" if options.get("virtual_addressing") else "false",
+              "use_virtual_addressing": "true" if options["virtual_addressing"] else "false",
               "region": options.get("region") or session.region_name or "us-east-1"}
     if frozen.token:
         params["session_token"] = frozen.token

@@ -47,7 +47,7 @@ OPTIONS_SCHEMA: dict[str, Any] = {
         "agents": {"enum": ["separate", "shared"], "default": "separate",
                    "description": "one NIXL agent per concurrent operation (as one per engine worker), "
                                   "or one agent all operations share"},
-        "params": {"type": "object",
+        "params": {"type": "object", "default": {},
                    "propertyNames": {"not": {"pattern": _SECRET_NAMES},
                                      "description": "credentials come from the boto3 chain, never the spec"},
                    "additionalProperties": {"type": ["string", "integer", "boolean"]},

@@ -119,22 +119,21 @@ class NVMeBackend(EntryFilesBackend):
     }
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)
-        resolved = self.options_with_defaults()
-        self.fsync: bool = resolved["fsync"]
-        self.drop_cache: bool = resolved["drop_cache"]
-        self.direct: bool = resolved["direct"]
-        self.queue_depth: int = resolved["queue_depth"]
-        self.transfer_size = self._transfer_size(resolved["transfer_size"])
+        self.fsync: bool = self.options["fsync"]
+        self.drop_cache: bool = self.options["drop_cache"]
+        self.direct: bool = self.options["direct"]
+        self.queue_depth: int = self.options["queue_depth"]
+        self.transfer_size = self._transfer_size(self.options["transfer_size"])
         self.label = f"tier '{context.tier_name}' ({self.name})"
-        self.directory = TierDirectory(resolved["path"], check_key(context.run_id),
-                                       allow_nonempty=resolved["allow_nonempty"], label=self.label)
+        self.directory = TierDirectory(self.options["path"], check_key(context.run_id),
+                                       allow_nonempty=self.options["allow_nonempty"], label=self.label)
         self._write_flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
         self._read_flags = os.O_RDONLY | os.O_CLOEXEC
         if self.direct:
             direct_flag = getattr(os, "O_DIRECT", 0)  # absent on macOS: open() reports it
             self._write_flags |= direct_flag
             self._read_flags |= direct_flag
-        self.engine = make_engine(resolved["engine"], EngineSettings(
+        self.engine = make_engine(self.options["engine"], EngineSettings(
             transfer_size=self.transfer_size, queue_depth=self.queue_depth, direct=self.direct,
             concurrency=context.concurrency, thread_name=f"kvbench-{self.name}"))
 

@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, ClientBackend, IOTiming
 from kvbench_core.contracts.errors import BackendUnavailable
+from kvbench_core.contracts.validation import chosen_options
 from kvbench_core.engine.buffers import ThreadBuffers, consume_pieces, fill_pieces
 from kvbench_core.spec.units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
 from kvbench_redis.endpoint import Endpoint
@@ -96,7 +97,7 @@ class RedisBackend(ClientBackend):
             "cluster": {"type": "boolean", "default": False,
                         "description": "the endpoint is a Redis Cluster node; entries spread over its shards"},
             "part_size": {**_SIZE, "description": "largest value per key; default: the server's proto-max-bulk-len"},
-            "ttl": {**_DURATION, "description": "expire entries after this long (0: never)"},
+            "ttl": {**_DURATION, "default": 0, "description": "expire entries after this long (0: never)"},
             "shared_namespace": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$",
                                  "description": "a fixed key namespace shared by every process that names it, "
                                                 "for the entries shared_keys selects"},
@@ -113,17 +114,18 @@ class RedisBackend(ClientBackend):
 
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)
-        self.endpoint = Endpoint.from_options(options, where=f"tier '{context.tier_name}': options")
-        self.cluster = bool(options.get("cluster", False))
-        self.namespace = options.get("shared_namespace")
+        self.endpoint = Endpoint.from_options(self.options, chosen=chosen_options(self.options_schema, self.options),
+                                              where=f"tier '{context.tier_name}': options")
+        self.cluster = bool(self.options["cluster"])
+        self.namespace = self.options.get("shared_namespace")
         # Only the shared entries go under the shared namespace: every client has its own u5_c1_turn_1,
         # and those collided there (a KeyError, a size mismatch) when the namespace held every key.
         self.key_prefix = f"kvbench:{context.run_id}:"
         self.shared_prefix = f"kvbench:shared:{self.namespace}:" if self.namespace else None
-        self.shared_keys = tuple(options.get("shared_keys", SHARED_KEY_PREFIXES))
+        self.shared_keys = tuple(self.options["shared_keys"])
         self.pool_size = max(1, context.concurrency)
-        self._requested_part_size = parse_size(options["part_size"]) if "part_size" in options else None
-        self.ttl = parse_duration(options.get("ttl", 0))
+        self._requested_part_size = parse_size(self.options["part_size"]) if "part_size" in self.options else None
+        self.ttl = parse_duration(self.options["ttl"])
         self._expiry: tuple[Any, ...] = ("PX", max(1, round(self.ttl * 1000))) if self.ttl > 0 else ()
         self.part_size = self._requested_part_size or DEFAULT_PROTO_MAX_BULK_LEN  # final value from the server
         self.server = "unknown"
@@ -154,8 +156,8 @@ class RedisBackend(ClientBackend):
         common: dict[str, Any] = {
             "username": self.endpoint.username,
             "password": password,
-            "socket_connect_timeout": parse_duration(self.options.get("connect_timeout", "5s")),
-            "socket_timeout": parse_duration(self.options.get("socket_timeout", "30s")),
+            "socket_connect_timeout": parse_duration(self.options["connect_timeout"]),
+            "socket_timeout": parse_duration(self.options["socket_timeout"]),
             # A benchmark must see a failure when it happens, not after retries with backoff.
             "retry": Retry(NoBackoff(), 0),
             "client_name": "kvbench",
@@ -163,7 +165,7 @@ class RedisBackend(ClientBackend):
         if self.endpoint.tls:
             common.update(ssl_ca_certs=self.options.get("ssl_ca_file"), ssl_certfile=self.options.get("ssl_certfile"),
                           ssl_keyfile=self.options.get("ssl_keyfile"),
-                          ssl_check_hostname=self.options.get("ssl_check_hostname", True))
+                          ssl_check_hostname=self.options["ssl_check_hostname"])
         try:
             if self.cluster:
                 self._client = redis.RedisCluster(

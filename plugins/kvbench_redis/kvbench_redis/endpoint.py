@@ -37,30 +37,32 @@ class Endpoint:
         return "unix socket" if self.unix_socket else "TLS" if self.tls else "TCP"
 
     @classmethod
-    def from_options(cls, options: dict[str, Any], *, where: str) -> Endpoint:
+    def from_options(cls, options: dict[str, Any], *, chosen: dict[str, Any], where: str) -> Endpoint:
         """The endpoint the options name, after the cross-field rules a per-field schema cannot state.
 
+        ``options`` carry the values (the schema's defaults filled); the rules judge ``chosen``, the options
+        not at their default (``chosen_options``), since a ``url`` beside the *default* host is no clash.
         ``where`` prefixes errors (``tier 'shared': options``).
         """
-        _check_combinations(options, where)
+        _check_combinations(chosen, where)
         username = options.get("username")
-        tls = bool(options.get("ssl", False))
+        tls = bool(options["ssl"])
         if "url" in options:
             endpoint = cls._from_url(options["url"], where=f"{where}.url")
             endpoint = cls(endpoint.host, endpoint.port, endpoint.unix_socket, endpoint.db,
                            username or endpoint.username, tls or endpoint.tls)
         else:
             endpoint = cls(
-                host=options.get("host", "127.0.0.1"),
-                port=options.get("port", DEFAULT_PORT),
+                host=options["host"],
+                port=options["port"],
                 unix_socket=options.get("unix_socket"),
-                db=options.get("db", 0),
+                db=options["db"],
                 username=username,
                 tls=tls,
             )
         if endpoint.unix_socket and endpoint.tls:
             raise SpecError(f"{where}: TLS (ssl / rediss://) does not apply to a unix socket")
-        if options.get("cluster") and (endpoint.unix_socket or endpoint.db):
+        if options["cluster"] and (endpoint.unix_socket or endpoint.db):
             raise SpecError(f"{where}.cluster: a Redis Cluster is reached over TCP and has only db 0")
         tls_files = sorted(name for name in _TLS_FILES if name in options)
         if tls_files and not endpoint.tls:

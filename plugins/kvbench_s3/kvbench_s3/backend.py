@@ -87,7 +87,7 @@ class S3Backend(ClientBackend):
             "addressing_style": {"enum": ["auto", "path", "virtual"], "default": "auto"},
             "create_bucket": {"type": "boolean", "default": False,
                               "description": "create the bucket when it does not exist (it is never deleted)"},
-            "prefix": {"type": "string", "pattern": "^(?!/)",
+            "prefix": {"type": "string", "pattern": "^(?!/)", "default": "",
                        "description": "key prefix in front of kvbench/<run_id>/, e.g. team-a/"},
             "part_size": {**_SIZE, "default": "8MiB",
                           "description": "multipart part and ranged-GET size (AWS needs >= 5MiB except the last)"},
@@ -107,12 +107,12 @@ class S3Backend(ClientBackend):
 
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)
-        self.bucket: str = options["bucket"]
-        self.key_prefix = f"{options.get('prefix', '')}kvbench/{context.run_id}/"
-        self.part_size = parse_size(options.get("part_size", "8MiB"))
+        self.bucket: str = self.options["bucket"]
+        self.key_prefix = f"{self.options['prefix']}kvbench/{context.run_id}/"
+        self.part_size = parse_size(self.options["part_size"])
         self.transfer_size = min(self.part_size, PIECE)
-        self.max_concurrency: int = options.get("max_concurrency", 4)
-        self.endpoint = options.get("endpoint_url", "AWS S3")
+        self.max_concurrency: int = self.options["max_concurrency"]
+        self.endpoint = self.options.get("endpoint_url", "AWS S3")  # what messages name until open() connects
         self.identity_source = "none"
         self._client: Any = None
         self._finisher: Any = None  # the client for CompleteMultipartUpload: long read timeout, no retry
@@ -162,12 +162,12 @@ class S3Backend(ClientBackend):
 
         connections = self.context.concurrency * self.max_concurrency
         config = Config(
-            s3={"addressing_style": self.options.get("addressing_style", "auto")},
-            retries={"mode": "standard", "total_max_attempts": self.options.get("max_attempts", 3)},
+            s3={"addressing_style": self.options["addressing_style"]},
+            retries={"mode": "standard", "total_max_attempts": self.options["max_attempts"]},
             max_pool_connections=connections,
-            connect_timeout=parse_duration(self.options.get("connect_timeout", "10s")),
-            read_timeout=parse_duration(self.options.get("read_timeout", "60s")),
-            request_checksum_calculation=self.options.get("checksum", "when_supported"),
+            connect_timeout=parse_duration(self.options["connect_timeout"]),
+            read_timeout=parse_duration(self.options["read_timeout"]),
+            request_checksum_calculation=self.options["checksum"],
         )
         self._client = session.client("s3", endpoint_url=self.options.get("endpoint_url"), config=config)
         self._client.meta.events.register("before-send.s3", self._on_send)
@@ -175,7 +175,7 @@ class S3Backend(ClientBackend):
         # ("seek of closed file", the parts disposed under it), and any server may redo minutes of work.
         # So Complete gets the time it needs, and one attempt.
         finish = config.merge(Config(retries={"mode": "standard", "total_max_attempts": 1},
-                                     read_timeout=parse_duration(self.options.get("complete_timeout", "15m"))))
+                                     read_timeout=parse_duration(self.options["complete_timeout"])))
         self._finisher = session.client("s3", endpoint_url=self.options.get("endpoint_url"), config=finish)
         self._finisher.meta.events.register("before-send.s3", self._on_send)
         self.endpoint = self._client.meta.endpoint_url
@@ -192,7 +192,7 @@ class S3Backend(ClientBackend):
         except ClientError as error:
             if _code(error) not in _MISSING_BUCKET:
                 raise
-        if not self.options.get("create_bucket", False):
+        if not self.options["create_bucket"]:
             raise BackendUnavailable(f"{where}: bucket '{self.bucket}' does not exist at {self.endpoint}; "
                                      "create it or set create_bucket: true")
         params: dict[str, Any] = {"Bucket": self.bucket}
@@ -409,12 +409,12 @@ class S3Backend(ClientBackend):
             "region": self._client.meta.region_name if self._client else self.options.get("region"),
             "bucket": self.bucket,
             "key_prefix": self.key_prefix,
-            "addressing_style": self.options.get("addressing_style", "auto"),
+            "addressing_style": self.options["addressing_style"],
             "part_size": self.part_size,
             "max_concurrency": self.max_concurrency,
-            "max_attempts": self.options.get("max_attempts", 3),
-            "complete_timeout_s": parse_duration(self.options.get("complete_timeout", "15m")),
-            "checksum": self.options.get("checksum", "when_supported"),
+            "max_attempts": self.options["max_attempts"],
+            "complete_timeout_s": parse_duration(self.options["complete_timeout"]),
+            "checksum": self.options["checksum"],
             "identity_source": self.identity_source,  # not "credentials_…": the result redactor masks those keys
             "profile": self.options.get("profile"),
             "sdk": _sdk_versions(),

@@ -47,8 +47,8 @@ class BurstGPTSource(OpenLoopTraceSource):
 
     def parse_file(self, path: Path, report: LoadReport) -> Iterator[TraceEntry]:
         wanted = {
-            option: {value.casefold() for value in self.settings[option]}
-            for option in _FILTER_COLUMNS if option in self.settings
+            option: {value.casefold() for value in self.options[option]}
+            for option in _FILTER_COLUMNS if option in self.options
         }
         with reading(path), path.open(newline="", encoding="utf-8") as file:
             rows = csv.reader(file)
@@ -65,7 +65,7 @@ class BurstGPTSource(OpenLoopTraceSource):
                     report.bad_row(path, rows.line_num, error)
                     continue
                 reason = next((option for option, allowed in wanted.items() if values[option] not in allowed), None)
-                if reason is None and entry.output_tokens == 0 and self.settings["skip_failed"]:
+                if reason is None and entry.output_tokens == 0 and self.options["skip_failed"]:
                     reason = "failed"
                 if reason:
                     report.skip(reason)

@@ -35,7 +35,7 @@ class MooncakeSource(OpenLoopTraceSource):
     def parse_file(self, path: Path, report: LoadReport) -> Iterator[TraceEntry]:
         for line, row in json_lines(path, report):
             try:
-                entry = _entry(row, self.settings["block_tokens"], f"{path.name}:{line}")
+                entry = _entry(row, self.options["block_tokens"], f"{path.name}:{line}")
             except RowError as error:
                 report.bad_row(path, line, error)
                 continue

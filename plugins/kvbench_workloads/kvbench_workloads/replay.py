@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import abc
 import bisect
-import copy
 import hashlib
 import itertools
 import threading
@@ -61,10 +60,6 @@ def options_schema(properties: dict[str, Any], *, open_loop: bool) -> dict[str, 
             "properties": {**shared, **properties}}
 
 
-def option_defaults(schema: dict[str, Any]) -> dict[str, Any]:
-    return {name: copy.deepcopy(prop["default"]) for name, prop in schema["properties"].items() if "default" in prop}
-
-
 class QosPicker:
     """Draws a conversation's QoS class from ``hash(seed, key stem)`` over the configured weights."""
 
@@ -99,10 +94,9 @@ class TraceSource(WorkloadSource):
         if context.mode == "decode-only":
             raise SpecError("workload.mode: decode-only needs every entry stored before the window, but a trace "
                             "source stores its entries as it replays; use mixed or prefill-only")
-        self.settings = {**option_defaults(self.options_schema), **options}
-        self.files = trace_files(self.settings["path"], context.spec_dir, self.suffixes)
+        self.files = trace_files(self.options["path"], context.spec_dir, self.suffixes)
         self._hashes = [sha256_file(path) for path in self.files]
-        self._qos = QosPicker(self.settings["qos"], context.qos_classes, context.seed)
+        self._qos = QosPicker(self.options["qos"], context.qos_classes, context.seed)
         # The contract does not promise one polling thread, and a generator cannot be advanced by two at once.
         self._lock = threading.Lock()
         self._summary: dict[str, Any] = {}
@@ -144,7 +138,7 @@ class TraceSource(WorkloadSource):
             "source": self.name,
             "files": [{"path": str(path), "sha256": digest} for path, digest in zip(self.files, self._hashes,
                                                                                   strict=True)],
-            "options": self.settings,
+            "options": self.options,
             "stats": self._summary,
         }
 
@@ -190,9 +184,9 @@ class OpenLoopTraceSource(TraceSource):
 
     def __init__(self, options: dict[str, Any], context: WorkloadContext) -> None:
         super().__init__(options, context)
-        report = LoadReport(self.settings["skip_bad_rows"])
+        report = LoadReport(self.options["skip_bad_rows"])
         self._summarize(self._replay(1, report), report)
-        self._stream = self._replay(self.settings["cycles"], LoadReport(self.settings["skip_bad_rows"]))
+        self._stream = self._replay(self.options["cycles"], LoadReport(self.options["skip_bad_rows"]))
 
     @abc.abstractmethod
     def parse_file(self, path: Path, report: LoadReport) -> Iterator[TraceEntry]:
@@ -207,7 +201,7 @@ class OpenLoopTraceSource(TraceSource):
     def _replay(self, cycles: int, report: LoadReport) -> Iterator[tuple[Request, float]]:
         """Requests with their trace time, cycle after cycle (``cycles`` 0 = forever)."""
         clock = TraceClock()
-        speedup = self.settings["speedup"]
+        speedup = self.options["speedup"]
         seqs = [itertools.count() for _ in range(self.context.users)]
         ordinal = 0  # conversations begun so far, across cycles
         for cycle in itertools.count():

@@ -70,8 +70,8 @@ class ShareGPTSource(TraceSource):
 
     def __init__(self, options: dict[str, Any], context: WorkloadContext) -> None:
         super().__init__(options, context)
-        self.tokens = token_counter(self.settings["count_tokens"], self.settings["chars_per_token"])
-        report = LoadReport(self.settings["skip_bad_rows"])
+        self.tokens = token_counter(self.options["count_tokens"], self.options["chars_per_token"])
+        report = LoadReport(self.options["skip_bad_rows"])
         self._conversations = self._load(report)
         self._summarize(((request, None) for request in self._cycle_requests()), report)
         self._users = {user: self._user_requests(user) for user in range(context.users)}
@@ -87,7 +87,7 @@ class ShareGPTSource(TraceSource):
 
     def _user_requests(self, user: int) -> Iterator[Request]:
         seqs = itertools.count()
-        end = self.settings["cycles"] * len(self._conversations)  # 0: no end
+        end = self.options["cycles"] * len(self._conversations)  # 0: no end
         for ordinal in itertools.count(user % self.context.users, self.context.users):
             if end and ordinal >= end:
                 return
@@ -105,11 +105,11 @@ class ShareGPTSource(TraceSource):
         stem = cycle_stem(name, cycle) + (f".u{user}" if user >= self.context.users else "")
         conversation = self._conversation(stem, user, named=True)
         for entry in turns:
-            yield self._request(conversation, entry, next(seqs), think_s=self.settings["think_time"])
+            yield self._request(conversation, entry, next(seqs), think_s=self.options["think_time"])
 
     def _load(self, report: LoadReport) -> list[tuple[str, list[TraceEntry]]]:
         """``(key-safe id, turns)`` of each conversation that has a request, up to ``max_conversations``."""
-        limit = self.settings["max_conversations"]
+        limit = self.options["max_conversations"]
         conversations: list[tuple[str, list[TraceEntry]]] = []
         names: set[str] = set()
         for path in self.files:
@@ -134,7 +134,7 @@ class ShareGPTSource(TraceSource):
 
     def _turns(self, messages: list[tuple[str, str]], name: str, origin: str,
                report: LoadReport) -> list[TraceEntry]:
-        max_context, max_generate = self.settings["max_context_tokens"], self.settings["max_generate_tokens"]
+        max_context, max_generate = self.options["max_context_tokens"], self.options["max_generate_tokens"]
         turns: list[TraceEntry] = []
 
         def turn(context: int, generate: int) -> int:
@@ -160,7 +160,7 @@ class ShareGPTSource(TraceSource):
             history = (turn(history + pending, generate) if asked else history + pending) + generate
             pending, asked = 0, False
         if asked:
-            unanswered = self.settings["unanswered_generate_tokens"]
+            unanswered = self.options["unanswered_generate_tokens"]
             if unanswered is None:
                 report.skip("unanswered_prompts")
             else:

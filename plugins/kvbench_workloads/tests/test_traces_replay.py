@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from kvbench_workloads.burstgpt import BurstGPTSource
 from kvbench_workloads.mooncake import MooncakeSource
-from kvbench_workloads.replay import DEFAULT_QOS_MIX, TraceClock, option_defaults
+from kvbench_workloads.replay import DEFAULT_QOS_MIX, TraceClock
 from kvbench_workloads.sharegpt import ShareGPTSource
 from kvbench_workloads.survey import detect_format, trace_stats
 from trace_helpers import DATA, drain_open, drain_user, make_context
@@ -20,6 +20,7 @@ from trace_helpers import DATA, drain_open, drain_user, make_context
 from kvbench_core.cli import main
 from kvbench_core.contracts.errors import InputFileError, SpecError
 from kvbench_core.contracts.plugins import get_plugin_manager, registry
+from kvbench_core.contracts.validation import with_defaults
 from kvbench_core.contracts.workload import QoSClass
 from kvbench_core.spec.redact import redact
 
@@ -38,7 +39,7 @@ def test_options_schemas_are_closed_and_their_defaults_valid(name: str) -> None:
     schema = SOURCES[name].options_schema
     jsonschema.Draft202012Validator.check_schema(schema)
     assert schema["additionalProperties"] is False and schema["required"] == ["path"]
-    jsonschema.validate({"path": "x", **option_defaults(schema)}, schema)
+    jsonschema.validate({"path": "x", **with_defaults(schema, {})}, schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"path": "x", "speed_up": 2}, schema)
 
@@ -46,7 +47,7 @@ def test_options_schemas_are_closed_and_their_defaults_valid(name: str) -> None:
 @pytest.mark.parametrize("name", SOURCES)
 def test_descriptions_and_options_pass_result_redaction_unchanged(name: str) -> None:
     """A result re-runs its spec as written, so no option or figure may look like a credential."""
-    options = {**option_defaults(SOURCES[name].options_schema), "path": SAMPLES[name], "skip_bad_rows": True}
+    options = {**with_defaults(SOURCES[name].options_schema, {}), "path": SAMPLES[name], "skip_bad_rows": True}
     described = SOURCES[name](options, make_context()).describe()
     assert redact(described) == described
     assert redact(options) == options
