@@ -71,16 +71,17 @@ def _working_set(state: RunState, tiers: dict[str, Any]) -> dict[str, Any] | Non
                                      if isinstance(info["capacity_bytes"], int) and info["capacity_bytes"] > 0}}
 
 
-def _cache_state(state: RunState, spec: dict[str, Any]) -> str:
+def _cache_state(state: RunState) -> str:
     """warm when the measured window opened on a cache already holding entries (warm-up requests, or the
     decode-only / RAG population); preconditioning conditions the device, its entries are deleted."""
     if state.cache_state:  # detected when the window opened (kvbench_core/engine/cache_figures.py)
         return state.cache_state
-    return "warm" if spec.get("warmup") or (state.preload or {}).get("entries") else "cold"
+    return "warm" if state.plan.window.warmup_s or (state.preload or {}).get("entries") else "cold"
 
 
-def _detected_declaration(state: RunState, spec: dict[str, Any], tiers: dict[str, Any],
-                          workload: dict[str, Any], describe: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _detected_declaration(state: RunState, tiers: dict[str, Any], workload: dict[str, Any],
+                          describe: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    plan = state.plan
     chain = " -> ".join(f"{name} ({info['backend']})" for name, info in tiers.items())
     access = {name: {k: v for k, v in info["describe"].items()
                      if k in ("access_mechanism", "driver_layer", "medium", "queue_depth", "commands_in_flight",
@@ -91,15 +92,15 @@ def _detected_declaration(state: RunState, spec: dict[str, Any], tiers: dict[str
         "tiers": {"topology": chain,
                   "capacities": {name: info["capacity_bytes"] for name, info in tiers.items()},
                   "eviction_policy": "waterfall LRU (target usage {:.0%})".format(
-                      spec["cache"]["eviction"]["target_usage_ratio"]),
+                      plan.eviction["target_usage_ratio"]),
                   "admission_policy": "admit all; entries > {:.0%} of a tier skip to the next".format(
-                      spec["cache"]["eviction"]["large_entry_limit_ratio"]),
-                  "promotion_policy": "none (one-way waterfall)" if spec["cache"]["promotion"] == "none"
+                      plan.eviction["large_entry_limit_ratio"]),
+                  "promotion_policy": "none (one-way waterfall)" if plan.promotion == "none"
                   else "promote to top tier on read",
                   "working_set_vs_tier": _working_set(state, tiers),
-                  "cache_state": _cache_state(state, spec)},
+                  "cache_state": _cache_state(state)},
         "access": {"per_tier": access, "queue_depth": measured_queue_depth(tiers, state.measured_s),
-                   "request_concurrency": spec["workload"]["max_inflight"] or "unlimited",
+                   "request_concurrency": plan.workload.max_inflight or "unlimited",
                    "scheduler_integration": "synchronous per request (reads before prefill, no preloading)",
                    "preloading": False},
         "tensor": tensor_declaration(tiers, getattr(model, "dtype", None)),
@@ -108,11 +109,11 @@ def _detected_declaration(state: RunState, spec: dict[str, Any], tiers: dict[str
                      "prefix_reuse_rate": workload["prefix_reuse_rate"],
                      "prefix_length_distribution": workload["prefix_length"] if workload["prefix_length"]["count"]
                      else None,
-                     "concurrency": f"{state.users_final} users, max_inflight {spec['workload']['max_inflight']}",
+                     "concurrency": f"{state.users_final} users, max_inflight {plan.workload.max_inflight}",
                      "arrival_process": describe.get("arrival_process") or
                      ("open loop (workload trace timestamps)" if state.source and state.source.open_loop
                       else "closed loop with think time"),
-                     "warmup": f"{spec.get('warmup') or 0:g}s excluded from metrics"},
+                     "warmup": f"{plan.window.warmup_s:g}s excluded from metrics"},
     }
 
 
@@ -144,7 +145,7 @@ def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,
     paths = {t.name: t.backend.options["path"] for t in state.tiers if isinstance(t.backend.options.get("path"), str)}
     # Declared free text (fabric, notes) may quote a dashboard URL with its token: masked like the spec.
     environment = redact(detect_environment(paths), secrets)  # tier paths come from the spec
-    detected = {**(_detected_declaration(state, spec, tiers, workload, describe) if telemetry else {}),
+    detected = {**(_detected_declaration(state, tiers, workload, describe) if telemetry else {}),
                 **detected_system(environment)}
     declaration = redact(merge_declaration(spec.get("declaration") or {}, detected), secrets)
     result = {
