@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-from kvbench_core.contracts.validation import with_defaults
+import dataclasses
+import enum
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import numpy as np
+import pytest
+
+from kvbench_core.contracts.autoscaler import Autoscaler
+from kvbench_core.contracts.backend import BackendContext
+from kvbench_core.contracts.plugins import registry
+from kvbench_core.contracts.validation import chosen_options, validate_or_raise, with_defaults
+from kvbench_core.contracts.workload import WorkloadContext
 
 SCHEMA = {
     "type": "object",
@@ -55,3 +68,129 @@ def test_a_schema_without_properties_returns_a_copy():
     options = {"x": 1}
     filled = with_defaults({"type": "object"}, options)
     assert filled == options and filled is not options
+
+
+def test_chosen_options_are_those_not_at_their_default():
+    """Cross-field rules judge these, so filling the defaults first never makes a clash of its own."""
+    filled = with_defaults(SCHEMA, {"url": "redis://x", "timeout": "1s"})
+    assert chosen_options(SCHEMA, filled) == {"url": "redis://x", "timeout": "1s"}
+    assert chosen_options(SCHEMA, {"timeout": "5s", "keys": ["a_", "b_"]}) == {}
+    assert chosen_options(SCHEMA, {"keys": ["b_"], "other": 1}) == {"keys": ["b_"], "other": 1}
+
+
+# -- every installed plugin class: leaving an option out is the same as giving its schema default ----------
+
+KINDS = ("backend", "source", "autoscaler", "codec")
+WORKLOAD_DATA = Path(__file__).resolve().parents[1] / "plugins" / "kvbench_workloads" / "tests" / "data"
+#: The one sample trace each trace source replays when built here (they parse their file when constructed).
+TRACE_SAMPLES = {"sharegpt": "sharegpt_pairs.json", "burstgpt": "burstgpt_v3.csv",
+                 "mooncake": "mooncake_conversation.jsonl"}
+#: Values for the options a schema requires (nixl's POSIX backend then requires ``path`` too).
+REQUIRED_VALUES: dict[str, Any] = {"bucket": "kvbench-defaults", "nixl_backend": "POSIX"}
+
+
+def installed_classes() -> list[tuple[str, str, type]]:
+    return [(kind, name, cls) for kind in KINDS for name, cls in sorted(registry(kind).items())]
+
+
+def minimal_options(kind: str, name: str, cls: type, where: Path) -> dict[str, Any]:
+    """The fewest options the class's schema accepts: its required fields and nothing else."""
+    schema = cls.options_schema
+    options: dict[str, Any] = {}
+    for _ in range(2):  # a conditional ``required`` (nixl: path unless OBJ) shows after the first pass
+        for error in jsonschema.Draft202012Validator(schema).iter_errors(options):
+            if error.validator != "required":
+                continue
+            field = error.message.split("'")[1]
+            if field == "path":
+                options["path"] = str(WORKLOAD_DATA / TRACE_SAMPLES[name]) if kind == "source" else str(where)
+            elif field in REQUIRED_VALUES:
+                options[field] = REQUIRED_VALUES[field]
+            else:
+                pytest.skip(f"{kind} {name!r} requires option {field!r}, which this test has no value for "
+                            "(a third-party plugin: add it to REQUIRED_VALUES)")
+    validate_or_raise(options, schema, root=f"{kind}.{name}.options")
+    return options
+
+
+def build(kind: str, cls: type, options: dict[str, Any]) -> Any:
+    """An instance as the run builds it, without opening it (no server, device or GPU is touched)."""
+    if kind == "backend":
+        return cls(options, BackendContext(tier_name="t0", run_id="defaults1"))
+    if kind == "source":
+        return cls(options, WorkloadContext(seed=7, users=4, bytes_per_token=64, spec_dir=str(WORKLOAD_DATA)))
+    if kind == "autoscaler":
+        return cls(options, initial_users=2, max_users=64)
+    return cls(options)
+
+
+def plain(value: Any, depth: int = 0) -> Any:
+    """What an instance derived from its options, as comparable data; handles, locks and threads are left out."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return value
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [plain(item, depth) for item in value]
+    if isinstance(value, dict):
+        return {str(key): plain(item, depth) for key, item in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return plain({field.name: getattr(value, field.name) for field in dataclasses.fields(value)}, depth)
+    if depth < 2 and hasattr(value, "__dict__") and type(value).__module__.startswith(("kvbench", "kvbench_")):
+        return {key: plain(item, depth + 1) for key, item in vars(value).items() if plain(item, depth + 1) is not SKIP}
+    return SKIP
+
+
+SKIP = object()
+
+
+def derived_state(instance: Any) -> dict[str, Any]:
+    state = {key: plain(value) for key, value in vars(instance).items() if key != "options"}
+    state = {key: value for key, value in state.items() if value is not SKIP}
+    if isinstance(instance, Autoscaler):
+        state["interval_s"] = instance.interval_s
+    return state
+
+
+@pytest.mark.parametrize(("kind", "name", "cls"), installed_classes(), ids=lambda item: item if isinstance(item, str)
+                         else None)
+def test_a_class_built_with_minimal_options_holds_every_schema_default(kind: str, name: str, cls: type,
+                                                                      tmp_path: Path) -> None:
+    schema = cls.options_schema
+    options = minimal_options(kind, name, cls, tmp_path / "tier")
+    instance = build(kind, cls, dict(options))
+    defaults = with_defaults(schema, {})
+    for key, default in defaults.items():
+        assert instance.options[key] == default, f"{kind} {name!r}: options.{key} is {instance.options[key]!r}, " \
+                                                 f"its schema default {default!r}"
+    # The defaults fill the options a spec leaves out, and a valid spec stays valid with them filled.
+    assert instance.options == with_defaults(schema, options)
+    validate_or_raise(instance.options, schema, root=f"{kind}.{name}.options")
+
+
+@pytest.mark.parametrize(("kind", "name", "cls"), installed_classes(), ids=lambda item: item if isinstance(item, str)
+                         else None)
+def test_leaving_an_option_out_behaves_as_giving_its_schema_default(kind: str, name: str, cls: type,
+                                                                   tmp_path: Path) -> None:
+    """What a class derives (its attributes, its interval) is the same whether a default came from the
+    schema or was written out: a constructor with its own fallback that differs from the schema fails here."""
+    options = minimal_options(kind, name, cls, tmp_path / "tier")
+    left_out = build(kind, cls, dict(options))
+    written_out = build(kind, cls, with_defaults(cls.options_schema, options))
+    assert derived_state(left_out) == derived_state(written_out)
+    assert left_out.options == written_out.options
+
+
+@pytest.mark.parametrize(("kind", "name", "cls"), installed_classes(), ids=lambda item: item if isinstance(item, str)
+                         else None)
+def test_instances_never_share_a_mutable_default(kind: str, name: str, cls: type, tmp_path: Path) -> None:
+    options = minimal_options(kind, name, cls, tmp_path / "tier")
+    first, second = build(kind, cls, dict(options)), build(kind, cls, dict(options))
+    for key, value in first.options.items():
+        if isinstance(value, (list, dict)) and key not in options:
+            assert value is not second.options[key], f"{kind} {name!r}: options.{key} is shared"
+            assert value is not cls.options_schema["properties"][key]["default"]
