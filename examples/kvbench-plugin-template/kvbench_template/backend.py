@@ -32,8 +32,8 @@ class TemplateMemoryBackend(PieceBackend):
 
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)
-        self.transfer_size = parse_size(options.get("transfer_size", "1MiB"))
-        self.limit = parse_size(options["limit"]) if "limit" in options else None
+        self.transfer_size = parse_size(self.options["transfer_size"])  # the schema default fills it
+        self.limit = parse_size(self.options["limit"]) if "limit" in self.options else None
         self._entries: dict[str, bytearray] = {}
         self._writing: dict[str, bytearray] = {}  # entries whose pieces are still arriving
         self._lock = threading.Lock()  # guards both dicts; one key is never used by two threads at once
