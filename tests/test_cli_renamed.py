@@ -11,7 +11,7 @@ import re
 import pytest
 
 from kvbench_core.cli import main
-from kvbench_core.cli.renamed import RENAMED_COMMANDS
+from kvbench_core.cli.renamed import RENAMED_COMMANDS, renamed_command_line
 
 
 def _help(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
@@ -30,6 +30,14 @@ def test_the_command_list_has_the_new_names_only(capsys: pytest.CaptureFixture[s
     listed = set(re.findall(r"^    (\w+)\s", _help(capsys), flags=re.MULTILINE))
     assert {"check", "score", "spec", "plugins", "fio", "workload"} <= listed
     assert not listed & set(RENAMED_COMMANDS)
+
+
+def test_an_unknown_command_is_refused_listing_the_new_names_only(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as refused:
+        main(["nosuch"])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert "'score'" in err and not any(f"'{old}'" in err for old in RENAMED_COMMANDS)
 
 
 @pytest.mark.parametrize(("argv", "new", "old"), [
@@ -54,6 +62,15 @@ def test_an_old_command_is_the_new_one_and_says_so_once_even_when_its_line_is_re
     err = capsys.readouterr().err
     assert err.splitlines()[0] == "kvbench: `validate` is now `score`"
     assert notices(err) == ["kvbench: `validate` is now `score`"]
+
+
+def test_only_the_command_word_is_renamed(capsys: pytest.CaptureFixture[str]) -> None:
+    """``spec validate`` is the new spelling of validating a spec, and a file may be called ``validate``."""
+    assert renamed_command_line(["spec", "validate", "validate"]) == ["spec", "validate", "validate"]
+    assert renamed_command_line(["score", "--plan", "validate"]) == ["score", "--plan", "validate"]
+    assert capsys.readouterr().err == ""
+    assert renamed_command_line(["validate", "--plan", "validate"]) == ["score", "--plan", "validate"]
+    assert notices(capsys.readouterr().err) == ["kvbench: `validate` is now `score`"]
 
 
 def test_the_new_conformance_flag_says_nothing_and_the_old_one_runs_the_same_checks(

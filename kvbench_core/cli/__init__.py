@@ -33,7 +33,7 @@ import threading  # noqa: E402
 from typing import Any  # noqa: E402
 
 from kvbench_core import __version__  # noqa: E402
-from kvbench_core.cli.renamed import alias_renamed_commands, announce_renamed_command  # noqa: E402
+from kvbench_core.cli.renamed import renamed_command_line  # noqa: E402
 from kvbench_core.contracts.errors import UserError  # noqa: E402
 from kvbench_core.contracts.plugins import get_plugin_manager  # noqa: E402
 
@@ -64,7 +64,6 @@ def build_parser() -> argparse.ArgumentParser:
         importlib.import_module(f"kvbench_core.cli.{module_name}").register(subparsers)
     get_plugin_manager().hook.kvbench_cli_commands(subparsers=subparsers)
     _describe_commands(subparsers)
-    alias_renamed_commands(subparsers)
     return parser
 
 
@@ -117,8 +116,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
-    announce_renamed_command(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(renamed_command_line(sys.argv[1:] if argv is None else argv))
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-#: Old top-level command -> the command it is now (the same parser answers to both names).
+#: Old top-level command -> the command it is now.
 RENAMED_COMMANDS = {"validate": "score"}
 
 
@@ -22,20 +22,17 @@ def notice(old: str, new: str) -> None:
     print(f"kvbench: `{old}` is now `{new}`", file=sys.stderr)
 
 
-def alias_renamed_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Let every old command name reach its new command's parser, unlisted in ``kvbench --help``
-    (argparse lists only the commands registered with a ``help``)."""
-    for old, new in RENAMED_COMMANDS.items():
-        subparsers.choices.setdefault(old, subparsers.choices[new])
-
-
-def announce_renamed_command(argv: Sequence[str]) -> None:
-    """Print the notice when the command word is an old one.  Before parsing, so the notice comes even
-    when the rest of the line is refused; the command is the first word that is not an option (the
-    top-level options, ``--version`` and ``--help``, take no value)."""
-    command = next((word for word in argv if not word.startswith("-")), None)
-    if command in RENAMED_COMMANDS:
-        notice(command, RENAMED_COMMANDS[command])
+def renamed_command_line(argv: Sequence[str]) -> list[str]:
+    """``argv`` with an old command word replaced by its new one, after the notice.  Done before parsing,
+    so the notice comes even when the rest of the line is refused, and the old names appear nowhere in
+    the parser: not in ``--help``, not in an "invalid choice" list.  The command is the first word that
+    is not an option (the top-level options, ``--version`` and ``--help``, take no value)."""
+    words = list(argv)
+    at = next((index for index, word in enumerate(words) if not word.startswith("-")), None)
+    if at is not None and words[at] in RENAMED_COMMANDS:
+        notice(words[at], RENAMED_COMMANDS[words[at]])
+        words[at] = RENAMED_COMMANDS[words[at]]
+    return words
 
 
 def _command_of(parser: argparse.ArgumentParser) -> str:
