@@ -1,0 +1,121 @@
+"""Python's own cost per command in the io_uring engine's loop: this tree's ``engines.py`` against a git revision's.
+
+Both versions of ``kvbench_nvme/engines.py`` (the working tree's and ``--baseline``'s, loaded from git) move
+the same entries through buffered io_uring on a tmpfs file (``/dev/shm`` by default), where no device
+time hides the loop: what each command costs is the engine's Python (planning, submitting, reaping,
+logging) plus the kernel's memcpy.  The source fills nothing, so payload rendering is left out too.
+Rounds alternate the two versions (which one goes first rotates), so drift on a shared machine hits
+both alike; the medians of the per-command process CPU time and wall time, and their ratio
+(this tree / baseline), are printed.  A ratio near 1.00 means a restructuring of the loop cost nothing.
+
+    .venv/bin/python bench/uring_loop_overhead.py --baseline HEAD~1
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+
+from kvbench_core.contracts.backend import DISCARD
+from kvbench_core.filetiers.accounting import Phase
+
+REPO = Path(__file__).resolve().parents[1]
+ENGINES = "plugins/kvbench_nvme/kvbench_nvme/engines.py"
+
+
+class UnfilledSource:
+    """A ``ByteSource`` that leaves the buffer as it is: the loop is measured, not payload rendering."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def fill(self, offset: int, out: memoryview) -> None:
+        return None
+
+
+def load_engines(revision: str | None, workdir: Path) -> ModuleType:
+    """``engines.py`` of the working tree (``None``) or of a git revision, as its own module."""
+    if revision is None:
+        source, name = (REPO / ENGINES).read_text(), "engines_tree"
+    else:
+        source = subprocess.run(["git", "-C", str(REPO), "show", f"{revision}:{ENGINES}"],
+                                check=True, capture_output=True, text=True).stdout
+        name = "engines_baseline"
+    path = workdir / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def one_round(engine: object, path: Path, size: int, queue_depth: int) -> tuple[float, float]:
+    """CPU and wall seconds to write then read one entry through ``engine``."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        cpu, wall = cpu_seconds(), time.perf_counter()
+        engine.write(fd, "entry", UnfilledSource(size), size, Phase(queue_depth), None)  # type: ignore[attr-defined]
+        engine.read(fd, "entry", DISCARD, size, Phase(queue_depth), None)  # type: ignore[attr-defined]
+        return cpu_seconds() - cpu, time.perf_counter() - wall
+    finally:
+        os.close(fd)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--baseline", default="HEAD", help="git revision whose engines.py is the baseline")
+    parser.add_argument("--dir", default="/dev/shm", help="directory for the entry file (tmpfs: no device)")
+    parser.add_argument("--entry-mib", type=int, default=16)
+    parser.add_argument("--transfer-kib", type=int, default=4)  # small: Python, not memcpy, dominates
+    parser.add_argument("--queue-depth", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=41)
+    args = parser.parse_args()
+    size, transfer = args.entry_mib << 20, args.transfer_kib << 10
+    commands = 2 * -(-size // transfer)  # the write's and the read's
+    with tempfile.TemporaryDirectory() as scratch, tempfile.TemporaryDirectory(dir=args.dir) as data:
+        versions = {"tree": load_engines(None, Path(scratch)), "baseline": load_engines(args.baseline, Path(scratch))}
+        engines = {}
+        for label, module in versions.items():
+            settings = module.EngineSettings(transfer_size=transfer, queue_depth=args.queue_depth, direct=False,
+                                             concurrency=1, thread_name=f"bench-{label}")
+            engines[label] = module.UringEngine(settings)
+            engines[label].open()
+        samples: dict[str, list[tuple[float, float]]] = {label: [] for label in engines}
+        try:
+            for label, engine in engines.items():  # warm-up: rings made, file pages allocated
+                one_round(engine, Path(data) / label, size, args.queue_depth)
+            for round_index in range(args.rounds):
+                order = list(engines) if round_index % 2 == 0 else list(reversed(engines))
+                for label in order:
+                    samples[label].append(one_round(engines[label], Path(data) / label, size, args.queue_depth))
+        finally:
+            for engine in engines.values():
+                engine.close()
+    cpu = {label: statistics.median(c for c, _ in rows) / commands * 1e6 for label, rows in samples.items()}
+    wall = {label: statistics.median(w for _, w in rows) / commands * 1e6 for label, rows in samples.items()}
+    print(f"{args.rounds} rounds, {commands} commands each ({args.entry_mib} MiB written and read in "
+          f"{args.transfer_kib} KiB, queue_depth {args.queue_depth}, buffered, {args.dir}); "
+          f"load {os.getloadavg()[0]:.2f}")
+    for label in engines:
+        print(f"  {label:8}  CPU {cpu[label]:6.2f} us/command   wall {wall[label]:6.2f} us/command")
+    print(f"  tree/baseline: CPU {cpu['tree'] / cpu['baseline']:.3f}   wall {wall['tree'] / wall['baseline']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
