@@ -14,7 +14,7 @@ import math
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from kvbench_core.contracts.errors import InputFileError
 from kvbench_workloads.files import reading
@@ -117,57 +117,75 @@ def json_array(path: Path) -> Iterator[tuple[int, Any]]:
     known for error messages.  Broken JSON syntax is fatal even with
     ``skip_bad_rows``: after it, where the next element starts is a guess.
     """
-    decoder = json.JSONDecoder()
     with reading(path), path.open(encoding="utf-8") as file:
-        buffer, pos, first_line, eof = "", 0, 1, False
-
-        def fill() -> None:
-            """Drop what was consumed and append the next chunk."""
-            nonlocal buffer, pos, first_line, eof
-            chunk = file.read(_CHUNK_CHARS)
-            eof = not chunk
-            first_line += buffer.count("\n", 0, pos)
-            buffer, pos = buffer[pos:] + chunk, 0
-
-        def next_char() -> str:
-            """The next non-blank character (not consumed), or "" at the end of the file."""
-            nonlocal pos
-            while True:
-                while pos < len(buffer) and buffer[pos].isspace():
-                    pos += 1
-                if pos < len(buffer) or eof:
-                    return buffer[pos:pos + 1]
-                fill()
-
-        def line_here() -> int:
-            return first_line + buffer.count("\n", 0, pos)
-
-        if next_char() != "[":
-            raise InputFileError(f"{path}:{line_here()}: expected a JSON array of conversations")
-        pos += 1
-        if next_char() == "]":
+        text = _ChunkedText(file)
+        if text.next_char() != "[":
+            raise InputFileError(f"{path}:{text.line()}: expected a JSON array of conversations")
+        text.pos += 1
+        if text.next_char() == "]":
             return
         while True:
-            next_char()
-            line = line_here()
-            while True:
-                try:
-                    element, end = decoder.raw_decode(buffer, pos)
-                except json.JSONDecodeError as error:
-                    if eof:
-                        raise InputFileError(
-                            f"{path}:{first_line + error.lineno - 1}: invalid JSON ({error.msg}, column {error.colno})"
-                        ) from None
-                    fill()  # the element continues in the next chunk
-                    continue
-                if end < len(buffer) or eof:
-                    break
-                fill()  # a number or literal may continue in the next chunk
-            yield line, element
-            pos = end
-            separator = next_char()
+            text.next_char()
+            line = text.line()
+            yield line, text.decode(path)
+            separator = text.next_char()
             if separator == "]":
                 return
             if separator != ",":
-                raise InputFileError(f"{path}:{line_here()}: invalid JSON (expected ',' or ']' after an element)")
-            pos += 1
+                raise InputFileError(f"{path}:{text.line()}: invalid JSON (expected ',' or ']' after an element)")
+            text.pos += 1
+
+
+class _ChunkedText:
+    """A text file read 1 MiB at a time behind a cursor: what the cursor passed is dropped as chunks
+    come in, and the line the cursor is on is kept for error messages."""
+
+    _decoder = json.JSONDecoder()
+
+    def __init__(self, file: TextIO) -> None:
+        self.file = file
+        self.buffer, self.pos, self.eof = "", 0, False
+        # The line at buffer index ``mark`` (<= pos): lines are counted once, from the last count on, not
+        # from the buffer's start for every element (that scanned up to a chunk per element).
+        self.mark, self.mark_line = 0, 1
+
+    def fill(self) -> None:
+        """Drop what was consumed and append the next chunk."""
+        chunk = self.file.read(_CHUNK_CHARS)
+        self.eof = not chunk
+        self.mark_line = self.line_at(self.pos)
+        self.buffer, self.pos, self.mark = self.buffer[self.pos:] + chunk, 0, 0
+
+    def next_char(self) -> str:
+        """The next non-blank character (not consumed), or "" at the end of the file."""
+        while True:
+            while self.pos < len(self.buffer) and self.buffer[self.pos].isspace():
+                self.pos += 1
+            if self.pos < len(self.buffer) or self.eof:
+                return self.buffer[self.pos:self.pos + 1]
+            self.fill()
+
+    def line(self) -> int:
+        """The line the cursor is on."""
+        self.mark_line, self.mark = self.line_at(self.pos), self.pos
+        return self.mark_line
+
+    def line_at(self, index: int) -> int:
+        """The line of buffer position ``index`` (at or after ``mark``)."""
+        return self.mark_line + self.buffer.count("\n", self.mark, index)
+
+    def decode(self, path: Path) -> Any:
+        """The JSON value at the cursor, reading on while it continues in the next chunk; consumes it."""
+        while True:
+            try:
+                value, end = self._decoder.raw_decode(self.buffer, self.pos)
+            except json.JSONDecodeError as error:
+                if self.eof:
+                    raise InputFileError(f"{path}:{self.line_at(error.pos)}: "
+                                         f"invalid JSON ({error.msg}, column {error.colno})") from None
+                self.fill()  # the element continues in the next chunk
+                continue
+            if end < len(self.buffer) or self.eof:
+                self.pos = end
+                return value
+            self.fill()  # a number or literal may continue in the next chunk
