@@ -3,7 +3,7 @@
 The directory may hold other files (a user-supplied one with
 ``allow_nonempty``), so a backend deletes only the files it created.  It
 tracks each file from before it exists, so a write that fails half way is
-removed as well.
+removed as well: ``new_entry_file`` is that bookkeeping, once for every file tier.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import contextlib
 import os
 import shutil
 import threading
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from kvbench_core.contracts.backend import BackendContext, StorageBackend, check_key
@@ -21,9 +22,9 @@ from kvbench_core.filetiers.directory import TierDirectory
 class EntryFilesBackend(StorageBackend):
     """Base of a backend whose entries are ``<directory>/<run_id>-<key>.kv``.
 
-    The subclass sets ``self.directory`` in ``__init__``, calls ``_created(path)``
-    before creating an entry's file and ``_remove_files()`` from ``close``; it
-    gets ``path_of``, ``delete`` and ``capacity_bytes``.
+    The subclass sets ``self.directory`` in ``__init__``, writes each entry's file
+    inside ``with self.new_entry_file(key) as path`` and calls ``_remove_files()``
+    from ``close``; it gets ``path_of``, ``delete`` and ``capacity_bytes``.
     """
 
     directory: TierDirectory
@@ -38,10 +39,18 @@ class EntryFilesBackend(StorageBackend):
         """The entry's file; the key check keeps it inside the tier directory."""
         return os.path.join(self.directory.path, f"{self.context.run_id}-{check_key(key)}.kv")
 
-    def _created(self, path: str) -> None:
-        """Track ``path`` as this backend's, before the file is created."""
+    @contextlib.contextmanager
+    def new_entry_file(self, key: str) -> Iterator[str]:
+        """The path to (re)write ``key``'s file at, tracked as this backend's before the file exists; when
+        the block raises, the file is deleted, so a half-written entry is never left behind."""
+        path = self.path_of(key)
         with self._files_lock:
             self._files.add(path)
+        try:
+            yield path
+        except BaseException:
+            self._forget(path)
+            raise
 
     def delete(self, key: str) -> None:
         self._forget(self.path_of(key))

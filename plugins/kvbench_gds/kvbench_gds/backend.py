@@ -73,6 +73,16 @@ MAX_TRANSFER = 1 << 30
 _SIZE = {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_PATTERN}]}
 
 
+
+def page_multiple(options: dict[str, Any], option: str, tier_name: str) -> int:
+    """A size option in bytes: whole 4 KiB pages, 4 KiB to 1 GiB (cuFile's alignment)."""
+    value = options[option]
+    size = parse_size(value)
+    if not ALIGN <= size <= MAX_TRANSFER or size % ALIGN:
+        raise SpecError(f"tiers.{tier_name}.options.{option}: expected a multiple of 4 KiB between 4 KiB and "
+                        f"1 GiB, got {value!r}")
+    return size
+
 class GDSBackend(EntryFilesBackend):
     """KV entries as files, moved between GPU memory and storage by kvikio (cuFile when GDS is there)."""
 
@@ -118,8 +128,8 @@ class GDSBackend(EntryFilesBackend):
         self.bypass_page_cache: bool = self.options["bypass_page_cache"]
         self.fsync: bool = self.options["fsync"]
         self.payload_origin: str = self.options["payload_origin"]
-        self.transfer_size = self._size("transfer_size", self.options["transfer_size"], aligned=True)
-        self.task_size = self._size("task_size", self.options["task_size"], aligned=True)
+        self.transfer_size = page_multiple(self.options, "transfer_size", context.tier_name)
+        self.task_size = page_multiple(self.options, "task_size", context.tier_name)
         self.directory = TierDirectory(self.options["path"], check_key(context.run_id),
                                        allow_nonempty=False, label=self.label)
         self.status: KvikioStatus | None = None
@@ -129,12 +139,10 @@ class GDSBackend(EntryFilesBackend):
         self._noise: Any = None  # DeviceNoise of the run's pool, made on the first GPU-origin write
         self._writes: Counter[str] = Counter()
 
-    def _size(self, option: str, value: int | str, *, aligned: bool) -> int:
-        where = f"tiers.{self.context.tier_name}.options.{option}"
-        size = parse_size(value)
-        if not ALIGN <= size <= MAX_TRANSFER or (aligned and size % ALIGN):
-            raise SpecError(f"{where}: expected a multiple of 4 KiB between 4 KiB and 1 GiB, got {value!r}")
-        return size
+    @classmethod
+    def check_options(cls, options: dict[str, Any], tier_name: str) -> None:
+        for option in ("transfer_size", "task_size"):
+            page_multiple(options, option, tier_name)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -316,24 +324,18 @@ class GDSBackend(EntryFilesBackend):
     def _write_file(self, key: str, size: int, body: Any) -> IOTiming:
         """Open (truncate) the entry's file, run ``body(handle) -> (host, device, commands)``, fsync and
         drop cached pages as configured.  A failed write leaves no half-written file behind."""
-        path = self.path_of(key)
         start = time.perf_counter()
-        self._created(path)
-        try:
-            with self._kvikio.CuFile(path, "w") as handle:
-                opened = time.perf_counter()
-                host, device, commands = body(handle)
+        with self.new_entry_file(key) as path, self._kvikio.CuFile(path, "w") as handle:
+            opened = time.perf_counter()
+            host, device, commands = body(handle)
+            t0 = time.perf_counter()
+            if self.fsync or self._drop_cache:
+                os.fsync(handle.fileno())
+            device += time.perf_counter() - t0 + (opened - start)
+            if self._drop_cache:
                 t0 = time.perf_counter()
-                if self.fsync or self._drop_cache:
-                    os.fsync(handle.fileno())
-                device += time.perf_counter() - t0 + (opened - start)
-                if self._drop_cache:
-                    t0 = time.perf_counter()
-                    os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-                    host += time.perf_counter() - t0
-        except BaseException:
-            self._forget(path)
-            raise
+                os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+                host += time.perf_counter() - t0
         return IOTiming(time.perf_counter() - start, host, device, size, commands)
 
     @property

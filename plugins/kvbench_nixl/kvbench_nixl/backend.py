@@ -101,13 +101,19 @@ class NixlBackend(EntryFilesBackend):
     requires = NixlRequirements()  # evaluated at selection: any NIXL wheel satisfies it
     options_schema: ClassVar[dict[str, Any]] = OPTIONS_SCHEMA
 
+    @classmethod
+    def check_options(cls, options: dict[str, Any], tier_name: str) -> None:
+        where = f"tiers.{tier_name}.options"
+        check_combinations(chosen_options(cls.options_schema, options), where)
+        transfer_size(options["transfer_size"], where)
+
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)
         self.label = f"tier '{context.tier_name}' ({self.name})"
         self.where = f"tiers.{context.tier_name}.options"
         self.nixl_backend: str = self.options["nixl_backend"]
         self.files = self.nixl_backend in FILE_BACKENDS
-        check_combinations(chosen_options(self.options_schema, self.options), self.where)
+        self.check_options(self.options, context.tier_name)
         self.queue_depth: int = self.options["queue_depth"]
         self.memory: str = self.options["memory"]
         self.device: str = self.options["device"]
@@ -334,17 +340,12 @@ class NixlBackend(EntryFilesBackend):
             with self._charged(split, self.objects.writing(lane.agent, key, size)) as remote:
                 yield remote
             return
-        path = self.path_of(key)
-        self._created(path)
-        try:
-            with self._file(lane.agent, path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, split) as fd:
-                yield lambda offset, n: (offset, n, fd)
-                if self.fsync:
-                    with split.charge("device"):
-                        os.fsync(fd)
-        except BaseException:
-            self._forget(path)  # never leave a half-written entry behind
-            raise
+        with self.new_entry_file(key) as path, \
+                self._file(lane.agent, path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, split) as fd:
+            yield lambda offset, n: (offset, n, fd)
+            if self.fsync:
+                with split.charge("device"):
+                    os.fsync(fd)
 
     @contextlib.contextmanager
     def _remote_for_read(self, lane: Lane, key: str, split: Split) -> Iterator[Callable[[int, int], Descriptor]]:

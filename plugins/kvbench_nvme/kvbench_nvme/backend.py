@@ -83,6 +83,17 @@ class _ProbeSource:
         out[:] = _PROBE[offset:offset + len(out)]
 
 
+def transfer_size_of(options: dict[str, Any], tier_name: str) -> int:
+    """The tier's ``transfer_size`` in bytes: 1 B to 1 GiB, whole 4 KiB pages with ``direct: true``."""
+    value, where = options["transfer_size"], f"tiers.{tier_name}.options.transfer_size"
+    size = parse_size(value)
+    if not 1 <= size <= MAX_TRANSFER:
+        raise SpecError(f"{where}: expected a size between 1 B and 1 GiB, got {value!r}")
+    if options["direct"] and size % ALIGN:
+        raise SpecError(f"{where}: with direct: true the transfer size must be a multiple of 4 KiB, "
+                        f"got {value!r} ({size} B)")
+    return size
+
 class NVMeBackend(EntryFilesBackend):
     """A directory of files on a local filesystem, driven with raw POSIX I/O."""
 
@@ -123,7 +134,7 @@ class NVMeBackend(EntryFilesBackend):
         self.drop_cache: bool = self.options["drop_cache"]
         self.direct: bool = self.options["direct"]
         self.queue_depth: int = self.options["queue_depth"]
-        self.transfer_size = self._transfer_size(self.options["transfer_size"])
+        self.transfer_size = transfer_size_of(self.options, context.tier_name)
         self.label = f"tier '{context.tier_name}' ({self.name})"
         self.directory = TierDirectory(self.options["path"], check_key(context.run_id),
                                        allow_nonempty=self.options["allow_nonempty"], label=self.label)
@@ -137,15 +148,9 @@ class NVMeBackend(EntryFilesBackend):
             transfer_size=self.transfer_size, queue_depth=self.queue_depth, direct=self.direct,
             concurrency=context.concurrency, thread_name=f"kvbench-{self.name}"))
 
-    def _transfer_size(self, value: int | str) -> int:
-        where = f"tiers.{self.context.tier_name}.options.transfer_size"
-        size = parse_size(value)
-        if not 1 <= size <= MAX_TRANSFER:
-            raise SpecError(f"{where}: expected a size between 1 B and 1 GiB, got {value!r}")
-        if self.direct and size % ALIGN:
-            raise SpecError(f"{where}: with direct: true the transfer size must be a multiple of 4 KiB, "
-                            f"got {value!r} ({size} B)")
-        return size
+    @classmethod
+    def check_options(cls, options: dict[str, Any], tier_name: str) -> None:
+        transfer_size_of(options, tier_name)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -198,23 +203,21 @@ class NVMeBackend(EntryFilesBackend):
     # -- data path -------------------------------------------------------------------------------
 
     def write(self, key: str, source: ByteSource) -> IOTiming:
-        path = self.path_of(key)
         size = source.size
         phase = Phase(self.engine.commands_in_flight)  # psync's fills may still run ahead in parallel
         start = time.perf_counter()
-        self._created(path)
-        fd = phase.timed_syscall(os.open, path, self._write_flags, 0o644)
-        try:
-            self.engine.write(fd, key, source, size, phase, self.context.io_log)
-            if self.direct and size % ALIGN:
-                phase.timed_syscall(os.ftruncate, fd, size)
-            if self.fsync:
-                phase.timed_syscall(os.fsync, fd)
-        except BaseException:
-            os.close(fd)
-            self._forget(path)  # never leave a half-written entry behind
-            raise
-        phase.timed_syscall(os.close, fd)
+        with self.new_entry_file(key) as path:  # a failed write leaves no half-written file behind
+            fd = phase.timed_syscall(os.open, path, self._write_flags, 0o644)
+            try:
+                self.engine.write(fd, key, source, size, phase, self.context.io_log)
+                if self.direct and size % ALIGN:
+                    phase.timed_syscall(os.ftruncate, fd, size)
+                if self.fsync:
+                    phase.timed_syscall(os.fsync, fd)
+            except BaseException:
+                os.close(fd)
+                raise
+            phase.timed_syscall(os.close, fd)
         return phase.timing(start, time.perf_counter(), size)
 
     def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
