@@ -117,6 +117,15 @@ class StorageBackend(abc.ABC):
         self.options = with_defaults(type(self).options_schema, options)
         self.context = context
 
+    @classmethod  # noqa: B027 - optional hook, most tiers' schemas say it all
+    def check_options(cls, options: dict[str, Any], tier_name: str) -> None:
+        """Refuse what ``options_schema`` cannot say (a size's range, options that exclude each other), with
+        a ``SpecError`` naming the field, without building the backend.  ``options`` are validated against
+        the schema and carry its defaults.  Spec validation calls it once per tier, so ``kvbench spec
+        validate`` and ``run`` refuse a bad tier before anything is built or written, and a run builds each
+        backend once.  The constructor may use the same helpers (and so raise the same errors when built
+        outside a spec).  The default checks nothing."""
+
     def open(self) -> None:  # noqa: B027 - optional hook, most memory tiers need nothing
         """Connect, create directories, check the endpoint; fail early with ``BackendUnavailable``."""
 

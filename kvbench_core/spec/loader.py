@@ -11,17 +11,15 @@ nowhere else) -> fill defaults -> resolve sizes and durations -> the frozen
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 from pathlib import Path
 from typing import Any
 
 from kvbench_core.codecs.stage import check_codec_choices, resolve_codecs
-from kvbench_core.contracts.backend import BackendContext
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.contracts.plugins import lookup
-from kvbench_core.contracts.validation import validate_or_raise
+from kvbench_core.contracts.validation import validate_or_raise, with_defaults
 from kvbench_core.spec.bounds import check_memory_tiers, check_parsed_bounds
 from kvbench_core.spec.overrides import _deep_merge, apply_overrides
 from kvbench_core.spec.plan import RunPlan, plan_run, thaw
@@ -61,7 +59,9 @@ def _check_cross_fields(raw: dict[str, Any]) -> None:
     if duplicates:
         raise SpecError(f"cache.tiers: tier names must be unique, repeated: {', '.join(duplicates)}")
     for i, tier in enumerate(cache["tiers"]):
-        _check_backend_options(tier, lookup("backend", tier["backend"], path=f"cache.tiers[{i}].backend"))
+        cls = lookup("backend", tier["backend"], path=f"cache.tiers[{i}].backend")
+        # What a backend's schema fragment cannot say, checked without building it (a run builds it once).
+        cls.check_options(with_defaults(cls.options_schema, tier.get("options") or {}), tier["name"])
     check_codec_choices(raw)
     source = (raw.get("workload") or {}).get("source", DEFAULTS["workload"]["source"])
     source_class = lookup("source", source, path="workload.source")
@@ -78,14 +78,6 @@ def _check_cross_fields(raw: dict[str, Any]) -> None:
     # Compare parsed sizes: "0GiB" disables a tier as surely as 0 does.
     if not any(tier.get("capacity", "auto") == "auto" or parse_size(tier["capacity"]) > 0 for tier in cache["tiers"]):
         raise SpecError("cache.tiers: every tier has capacity 0; enable at least one")
-
-
-def _check_backend_options(tier: dict[str, Any], cls: type) -> None:
-    """Build (never open) the tier's backend: its constructor checks what its schema fragment cannot
-    (the range of a size string, combinations of options), and must do so before any file is written."""
-    if any(importlib.util.find_spec(module) is None for module in getattr(cls, "requires", {})):
-        return  # the run stops at selection time with the install hint
-    cls(dict(tier.get("options") or {}), BackendContext(tier_name=tier["name"], run_id="validate"))
 
 
 def resolve(raw: dict[str, Any], spec_dir: str) -> dict[str, Any]:

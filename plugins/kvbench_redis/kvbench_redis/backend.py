@@ -112,10 +112,18 @@ class RedisBackend(ClientBackend):
         },
     }
 
+    @classmethod
+    def check_options(cls, options: dict[str, Any], tier_name: str) -> None:
+        cls._endpoint(options, tier_name)
+
+    @classmethod
+    def _endpoint(cls, options: dict[str, Any], tier_name: str) -> Endpoint:
+        return Endpoint.from_options(options, chosen=chosen_options(cls.options_schema, options),
+                                     where=f"tier '{tier_name}': options")
+
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)
-        self.endpoint = Endpoint.from_options(self.options, chosen=chosen_options(self.options_schema, self.options),
-                                              where=f"tier '{context.tier_name}': options")
+        self.endpoint = self._endpoint(self.options, context.tier_name)
         self.cluster = bool(self.options["cluster"])
         self.namespace = self.options.get("shared_namespace")
         # Only the shared entries go under the shared namespace: every client has its own u5_c1_turn_1,
