@@ -57,6 +57,8 @@ def check_memory_tiers(raw: dict[str, Any]) -> None:
     """A DRAM or GPU tier no larger than the memory it can have, found out before the run instead of by
     the OOM killer (exit 137, no result).  DRAM tiers of every local client process add up."""
     from kvbench_core.builtins.memlimit import gpu_memory_limit, host_memory_limit
+    from kvbench_core.contracts.plugins import lookup
+    from kvbench_core.contracts.validation import with_defaults
 
     tiers = [(i, tier) for i, tier in enumerate(raw["cache"]["tiers"])
              if tier.get("capacity", "auto") != "auto" and parse_size(tier["capacity"]) > 0]
@@ -73,7 +75,8 @@ def check_memory_tiers(raw: dict[str, Any]) -> None:
     for i, tier in tiers:
         if tier["backend"] != "gpu":
             continue
-        device = (tier.get("options") or {}).get("device", "cuda")
+        gpu = lookup("backend", "gpu", path=f"cache.tiers[{i}].backend")
+        device = with_defaults(gpu.options_schema, tier.get("options") or {})["device"]  # its default, once
         limit = gpu_memory_limit(device)
         if limit is not None and parse_size(tier["capacity"]) > limit.nbytes:
             raise SpecError(f"cache.tiers[{i}].capacity: {format_bytes(parse_size(tier['capacity']))} is more "
