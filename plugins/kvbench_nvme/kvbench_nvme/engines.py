@@ -412,13 +412,14 @@ class _Transfer:
     def reap(self) -> list[tuple[int, _Command]]:
         """Book every completion; resubmit the rest of a short transfer; return the pieces that are done."""
         finished = []
+        in_flight, intervals, log = self.in_flight, self.phase.io, self.log  # locals: read once per reap
         for buffer, result in self.ring.completions():
-            command = self.in_flight.pop(buffer)
+            command = in_flight.pop(buffer)
             now = time.perf_counter()
-            self.phase.io.append((command.submitted, now))
-            if self.log is not None and result >= 0:  # what the kernel returned; a padded tail asked for more
-                self.log.record(self.key, self.op, command.offset + command.done, result, command.submitted, now,
-                                *((command.length - command.done, ALIGN) if command.length != command.n else ()))
+            intervals.append((command.submitted, now))
+            if log is not None and result >= 0:  # what the kernel returned; a padded tail asked for more
+                log.record(self.key, self.op, command.offset + command.done, result, command.submitted, now,
+                           *((command.length - command.done, ALIGN) if command.length != command.n else ()))
             if result <= 0:
                 self.settle(command, result)
             command.done += max(result, 0)
