@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 from kvbench_nvme.engines import FILL_AHEAD
+from kvbench_nvme.uring import unavailable_reason
 
 from kvbench_core.contracts.backend import DISCARD
 from kvbench_core.engine.payload import NoisePool
@@ -34,10 +35,16 @@ def test_round_trip_is_byte_exact_for_every_size(make_backend: Any, round_trip: 
         assert os.path.getsize(backend.path_of(key)) == size  # O_DIRECT padding is truncated away
 
 
+#: Both engines, io_uring skipped with its reason where the kernel or sandbox lacks it.
+ENGINES = ["psync", pytest.param("io_uring", marks=pytest.mark.skipif(
+    unavailable_reason() is not None, reason=f"io_uring unavailable here: {unavailable_reason()}"))]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("queue_depth", [1, 4])
 def test_commands_count_the_pieces_and_the_split_fits_the_total(make_backend: Any, pool: NoisePool,
-                                                                queue_depth: int) -> None:
-    backend = make_backend(queue_depth=queue_depth, direct=True)
+                                                                queue_depth: int, engine: str) -> None:
+    backend = make_backend(engine=engine, queue_depth=queue_depth, direct=True)
     size = 3 * TS + 17
     written = backend.write("k", pool.payload("k", size))
     read = backend.read("k", size, DISCARD)

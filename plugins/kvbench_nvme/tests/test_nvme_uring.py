@@ -283,16 +283,3 @@ def test_a_finished_thread_takes_its_ring_with_it(make_backend: Any, pool: Noise
         thread.join()
     assert len(seen) == 3 and all(ring.fd == -1 for ring in seen)  # closed when their threads ended
     assert len(engine._rings) == rings_at_open
-
-
-@pytest.mark.parametrize("queue_depth", [1, 4])
-def test_commands_count_the_pieces_and_the_split_fits_the_total(make_backend: Any, pool: NoisePool,
-                                                                queue_depth: int) -> None:
-    backend = make_backend(engine="io_uring", queue_depth=queue_depth, direct=True)
-    size = 3 * TS + 17
-    written = backend.write("k", pool.payload("k", size))
-    read = backend.read("k", size, DISCARD)
-    for timing in (written, read):
-        assert timing.commands == 4
-        assert timing.host >= 0 and timing.device > 0
-        assert timing.host + timing.device <= timing.total + 1e-9
