@@ -71,15 +71,17 @@ class _CountingSource:
 
 
 class CountedPieces(SlowPieces):
-    """``SlowPieces`` that notes, per entry, how many of its pieces were written: ``[filled, total]``."""
+    """``SlowPieces`` that notes, per entry, ``[pieces filled, pieces in the entry, 1 once the write returned]``."""
 
     name = "countedpieces"
     pieces: ClassVar[dict[str, list[int]]] = {}
 
     def write(self, key: str, source: ByteSource) -> IOTiming:
-        tally = [0, -(-source.size // PIECE)]
+        tally = [0, -(-source.size // PIECE), 0]
         type(self).pieces[key] = tally
-        return super().write(key, _CountingSource(source, tally))
+        timing = super().write(key, _CountingSource(source, tally))
+        tally[2] = 1
+        return timing
 
 
 class SlowRollback(SlowPieces):
@@ -142,7 +144,7 @@ def test_a_converged_autoscaler_cancels_the_entries_in_flight_instead_of_waiting
     result = build_result(state, converging_spec(tmp_path, "countedpieces"))
     drain = result["metrics"]["drain"]
     assert state.stop_reason == "autoscaler converged: Peak capacity found"
-    cut_short = sorted(key for key, (filled, total) in CountedPieces.pieces.items() if filled < total)
+    cut_short = sorted(key for key, (_, _, written) in CountedPieces.pieces.items() if not written)
     # The old runner joined every worker until its request was done: no entry was ever cut short.
     assert cut_short, f"every in-flight entry was written to its end: {CountedPieces.pieces}"
     assert drain["cancelled_in_flight"] is True
