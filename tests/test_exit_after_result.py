@@ -31,9 +31,9 @@ from test_measurement_window import PIECE, SlowPieces, slow_spec
 from kvbench_core.cli import main as kvbench_main
 from kvbench_core.contracts.autoscaler import Autoscaler, Decision, TelemetrySample
 from kvbench_core.contracts.backend import ByteSource, IOTiming
+from kvbench_core.contracts.errors import Cancelled
 from kvbench_core.contracts.plugins import get_plugin_manager, hookimpl, registry
 from kvbench_core.engine import runner as runner_module
-from kvbench_core.engine.cancel import Cancelled
 from kvbench_core.engine.runner import Runner
 from kvbench_core.results.result import build_result
 from kvbench_core.spec.loader import resolve, validate

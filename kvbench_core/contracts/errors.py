@@ -70,3 +70,10 @@ class Interrupted(UserError):
         self.signum = signum
         self.exit_code = 128 + signum
         super().__init__(f"interrupted by signal {signum}")
+
+
+class Cancelled(Exception):
+    """The drain limit ran out and the operation stopped at a command boundary (a source's ``fill``, a sink's
+    ``consume``, a tier's command recorder).  Not a user error: the run goes on to its result.  A backend
+    that sees it pass through should stop at once and leave slow rollback (deleting a half-written file)
+    to ``close``, which runs after the drain, so the cancel ends the drain when it says it does."""

@@ -16,10 +16,7 @@ import threading
 from typing import Any
 
 from kvbench_core.contracts.backend import ByteSink, ByteSource, DiscardSink
-
-
-class Cancelled(Exception):
-    """The drain limit ran out; the operation stopped at a command boundary."""
+from kvbench_core.contracts.errors import Cancelled
 
 
 class CancelToken:

@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 
 from kvbench_core.contracts.backend import IOTiming
-from kvbench_core.contracts.errors import StorageError
+from kvbench_core.contracts.errors import Cancelled, StorageError
 from kvbench_core.engine.cache_types import Entry, Tier
-from kvbench_core.engine.cancel import Cancelled, CommandRecorder
+from kvbench_core.engine.cancel import CommandRecorder
 from kvbench_core.engine.telemetry import Telemetry
 
 

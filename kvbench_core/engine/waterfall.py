@@ -33,9 +33,9 @@ from collections.abc import Callable
 from typing import Any
 
 from kvbench_core.contracts.backend import DISCARD, ByteSink, ByteSource, IOTiming
-from kvbench_core.contracts.errors import StorageError
+from kvbench_core.contracts.errors import Cancelled, StorageError
 from kvbench_core.engine.cache_types import Entry, EvictionPolicy, Tier, TierSource
-from kvbench_core.engine.cancel import Cancelled, CancelToken, cancellable_sink, cancellable_source
+from kvbench_core.engine.cancel import CancelToken, cancellable_sink, cancellable_source
 from kvbench_core.engine.placement import Placement, lock_lru_victim
 from kvbench_core.engine.telemetry import Telemetry
 from kvbench_core.engine.tier_ops import TierOperations

@@ -12,9 +12,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvbench_core.contracts.errors import StorageError
+from kvbench_core.contracts.errors import Cancelled, StorageError
 from kvbench_core.contracts.workload import Request
-from kvbench_core.engine.cancel import Cancelled
 from kvbench_core.engine.executor import RequestExecutor, StepOutcome
 from kvbench_core.engine.scheduler import EventHeap, PriorityRequestQueue
 

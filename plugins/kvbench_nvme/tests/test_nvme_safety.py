@@ -14,7 +14,7 @@ import pytest
 from kvbench_nvme.backend import NVMeBackend
 
 from kvbench_core.contracts.backend import BackendContext
-from kvbench_core.contracts.errors import BackendUnavailable
+from kvbench_core.contracts.errors import BackendUnavailable, Cancelled
 from kvbench_core.engine.payload import NoisePool
 from kvbench_core.filetiers.directory import MARKER
 
@@ -243,3 +243,44 @@ def test_a_live_run_in_another_process_is_named_and_its_files_untouched(tmp_path
     finally:
         process.kill()
         process.wait(timeout=30)
+
+
+class _CancelAfterFirstPiece:
+    """A source whose write is cancelled at the drain limit after its first piece (a command boundary)."""
+
+    size = 4 << 20
+
+    def __init__(self) -> None:
+        self.pieces = 0
+
+    def fill(self, offset: int, out: memoryview) -> None:
+        if self.pieces:
+            raise Cancelled("the drain limit ran out")
+        self.pieces += 1
+        out[:] = b"\x5a" * len(out)
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_cancelled_write_leaves_its_file_to_close_which_removes_it_even_with_keep(tmp_path: Path,
+                                                                                    keep: bool) -> None:
+    """Issue 16: unlinking several multi-GiB half-written files in the workers kept the drain past its
+    limit, so a cancelled write stops at once and its file goes at close, the entries kept or not."""
+    backend = NVMeBackend({"path": str(tmp_path / "tier"), "fsync": False, "transfer_size": "1MiB"},
+                          BackendContext(tier_name="nvme0", run_id="run1", keep=keep))
+    backend.open()
+    backend.write("kept", _FullSource(1 << 20))
+    with pytest.raises(Cancelled):
+        backend.write("cut", _CancelAfterFirstPiece())
+    cut = Path(backend.path_of("cut"))
+    assert cut.exists()  # not deleted in the worker
+    backend.close()
+    assert not cut.exists()
+    assert Path(backend.path_of("kept")).exists() is keep
+
+
+class _FullSource:
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def fill(self, offset: int, out: memoryview) -> None:
+        out[:] = b"\x11" * len(out)
