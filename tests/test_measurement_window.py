@@ -164,3 +164,31 @@ def test_nothing_that_started_in_warm_up_is_counted_and_every_ratio_adds_up(run_
     opened = metrics["window"]["monotonic_start"]
     assert all(t[op]["first_start"] is None or t[op]["first_start"] >= opened
                for t in metrics["tiers"].values() for op in ("read", "write"))
+
+
+def test_the_phases_are_consecutive_and_agree_with_the_window_and_the_drain(slow_tier: None, tmp_path: Any) -> None:
+    """``run.phases_s`` (docs/metrics.md): set-up, warm-up, measured, drain and cleanup follow one another,
+    so they add up to no more than the wall time around ``Runner.run``; the measured phase is the window
+    and the drain phase is ``metrics.drain.seconds`` (both read from the same clock)."""
+    spec = slow_spec(tmp_path, piece_s=0.05, duration=0.4, warmup=0.2, drain_timeout=0.2)
+    began = time.perf_counter()
+    _, thread, out = start(spec, tmp_path)
+    thread.join(30)
+    wall = time.perf_counter() - began
+    result = build_result(out[0], spec)
+    phases = result["run"]["phases_s"]
+    assert list(phases) == ["setup", "warmup", "measured", "drain", "cleanup"]
+    assert all(seconds >= 0 for seconds in phases.values())
+    assert sum(phases.values()) <= wall
+    assert phases["measured"] == pytest.approx(result["metrics"]["window"]["measured_s"], abs=1e-3)
+    assert phases["drain"] == pytest.approx(result["metrics"]["drain"]["seconds"], abs=0.05)
+    assert phases["warmup"] >= 0.2
+
+
+def test_the_summary_says_where_a_long_run_spent_its_time_outside_the_window() -> None:
+    from kvbench_core.cli.run_cmd import phase_lines
+
+    assert phase_lines({"setup": 1.0, "warmup": 0.0, "measured": 300.0, "drain": 2.0, "cleanup": 1.0}) == []
+    line, = phase_lines({"setup": 3.1, "warmup": 0.0, "measured": 20.0, "drain": 107.2, "cleanup": 24.0})
+    assert line == "  outside the window: set-up 3.1 s, drain 107.2 s, cleanup 24.0 s (run.phases_s; " \
+                   "not in the figures above)"

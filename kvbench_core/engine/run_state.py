@@ -19,6 +19,31 @@ from kvbench_core.spec.plan import RunPlan
 
 
 @dataclass
+class RunClock:
+    """When each phase of a run began and ended (``time.perf_counter``); None for a phase never reached."""
+
+    started: float | None = None  # Runner.run called: set-up (tiers, source, pre-population) begins
+    issuing: float | None = None  # the scheduler issues its first request: warm-up begins
+    drain_ended: float | None = None  # the last in-flight operation finished or was cancelled (and joined)
+    cleanup_started: float | None = None
+    cleanup_ended: float | None = None  # every entry deleted and every tier closed
+
+    def phases_s(self, measure_start: float | None, measure_end: float | None) -> dict[str, float]:
+        """Seconds of set-up, warm-up, the measured window, the drain and cleanup: consecutive, so they add
+        up to the run's wall time from ``started`` to ``cleanup_ended`` (docs/metrics.md, ``run.phases_s``)."""
+        end_of_setup = self.issuing if self.issuing is not None else self.cleanup_started
+        end_of_issuing = self.drain_ended if self.drain_ended is not None else end_of_setup
+        marks = [self.started, end_of_setup, measure_start if measure_start is not None else end_of_issuing,
+                 measure_end if measure_end is not None else end_of_issuing, end_of_issuing,
+                 self.cleanup_ended]
+        if any(mark is None for mark in marks):
+            return {}
+        names = ("setup", "warmup", "measured", "drain", "cleanup")
+        return {name: max(0.0, later - earlier)
+                for name, earlier, later in zip(names, marks[:-1], marks[1:], strict=True)}
+
+
+@dataclass
 class RunState:
     """What the run did, for the result builder."""
 
@@ -54,6 +79,7 @@ class RunState:
     users_final: int = 0
     worker_count: int = 0
     crash: BaseException | None = None  # an unexpected exception (a bug), re-raised after the result is saved
+    clock: RunClock = field(default_factory=RunClock)
 
     @property
     def spec(self) -> Mapping[str, Any]:

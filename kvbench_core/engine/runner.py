@@ -100,6 +100,7 @@ class Runner:
     # -- the run -----------------------------------------------------------------------------------------
     def run(self) -> RunState:
         state, plan = self.state, self.plan
+        state.clock.started = time.perf_counter()
         state.model = plan.model
         # Every TP rank stores its own object, so the storage sees all ranks' bytes per token.
         state.bytes_per_token = plan.model.bytes_per_token_all_ranks
@@ -126,7 +127,9 @@ class Runner:
             if state.telemetry.measuring:
                 state.telemetry.stop_measuring()
         finally:
+            state.clock.cleanup_started = time.perf_counter()
             self._cleanup()
+            state.clock.cleanup_ended = time.perf_counter()
         if state.status == "running":
             state.status = "degraded" if state.telemetry.requests_write_failed else "completed"
         return state
@@ -151,8 +154,9 @@ class Runner:
         """The scheduler loop: open the window, issue work, book completions, tick, until a stop."""
         planned = self.plan.window
         duration, drain = planned.duration_s, planned.drain_timeout_s
+        self.state.clock.issuing = started_at = time.perf_counter()
         self.window = window = MeasurementWindow(
-            started_at=time.perf_counter(), warmup_s=planned.warmup_s, duration_s=duration,
+            started_at=started_at, warmup_s=planned.warmup_s, duration_s=duration,
             request_limit=planned.request_limit,
             drain_timeout_s=default_drain_timeout(duration) if drain is None else float(drain))
         self.pool = pool = WorkerPool(
@@ -337,6 +341,7 @@ class Runner:
         if cancelled:
             self._cancel.cancel()
         abandoned = not pool.join(CANCEL_GRACE_S)
+        state.clock.drain_ended = time.perf_counter()
         self._book_due()
         state.occupancy_at_end = self.cache.occupancy()  # the seed's tier distribution, before cleanup
         state.users_final = len(self.users)

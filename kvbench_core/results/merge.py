@@ -93,7 +93,9 @@ def merge_results(clients: list[ClientReport], *, mode: str, label: str, run_id:
                 "stop_reason": "; ".join(failures) if failures else "; ".join(reasons),
                 "error": "; ".join(failures) if failures else None,
                 "trial": trial, "client_index": None, "started_at": started_at, "finished_at": time.time(),
-                "traced": any(c.result["run"]["traced"] for c in reported), **rerun_section(spec)},
+                "traced": any(c.result["run"]["traced"] for c in reported),
+                "phases_s": _slowest_phases([c.result["run"].get("phases_s") or {} for c in reported]),
+                **rerun_section(spec)},
         "spec": spec_section(spec, as_written),
         "model": base["model"],
         "environment": base["environment"],
@@ -225,3 +227,9 @@ def _without_histograms(metrics: dict[str, Any]) -> dict[str, Any]:
 
 def _drop(data: dict[str, Any], key: str) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k != key}
+
+
+def _slowest_phases(phases: list[dict[str, float]]) -> dict[str, float]:
+    """Each phase as long as the slowest client's: the clients start together and the run waits for all."""
+    names = [name for name in ("setup", "warmup", "measured", "drain", "cleanup") if any(name in p for p in phases)]
+    return {name: max(p.get(name, 0.0) for p in phases) for name in names}
