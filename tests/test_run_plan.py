@@ -121,15 +121,19 @@ def test_the_plan_is_frozen_typed_and_travels_to_a_client_process_whole(tmp_path
     assert isinstance(plan, RunPlan)
     assert [tier.backend.name for tier in plan.tiers] == ["cpu", "nvme"]
     disk = plan.tiers[1].backend
-    assert disk.options["fsync"] is False and "transfer_size" in disk.options  # defaulted from its schema
+    assert disk.options["fsync"] is False and "transfer_size" not in disk.options  # as written
+    assert disk.defaulted["transfer_size"] == "1MiB"  # the class's schema default, filled when it is built
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.seed = 1  # type: ignore[misc]
     with pytest.raises(TypeError):
         disk.options["fsync"] = True  # type: ignore[index]
     with pytest.raises(TypeError):
         plan.spec["seed"] = 1  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        plan.spec["output"]["formats"].append("html")  # nested lists are frozen too (tuples)
     copy = pickle.loads(pickle.dumps(plan))  # spawn pickles it to each client process
-    assert copy == plan and copy.model.bytes_per_token_all_ranks == plan.model.bytes_per_token_all_ranks
+    assert copy == plan and hash(copy) == hash(plan)
+    assert copy.model.bytes_per_token_all_ranks == plan.model.bytes_per_token_all_ranks
 
 
 def test_a_tp_degree_the_model_cannot_take_names_model_tp(tmp_path: Path) -> None:

@@ -120,11 +120,12 @@ class StorageBackend(abc.ABC):
     @classmethod  # noqa: B027 - optional hook, most tiers' schemas say it all
     def check_options(cls, options: dict[str, Any], tier_name: str) -> None:
         """Refuse what ``options_schema`` cannot say (a size's range, options that exclude each other), with
-        a ``SpecError`` naming the field, without building the backend.  ``options`` are validated against
-        the schema and carry its defaults.  Spec validation calls it once per tier, so ``kvbench spec
-        validate`` and ``run`` refuse a bad tier before anything is built or written, and a run builds each
-        backend once.  The constructor may use the same helpers (and so raise the same errors when built
-        outside a spec).  The default checks nothing."""
+        a ``SpecError`` naming the field, without building the backend.  ``options`` are the options as the
+        spec wrote them, validated against the schema: ``with_defaults`` gives the values the backend will
+        use, and a rule about options given together judges the keys written.  Spec validation calls it
+        once per tier, so ``kvbench spec validate`` and ``run`` refuse a bad tier before anything is built
+        or written, and a run builds each backend once.  The constructor may use the same helpers (and so
+        raise the same errors when built outside a spec).  The default checks nothing."""
 
     def open(self) -> None:  # noqa: B027 - optional hook, most memory tiers need nothing
         """Connect, create directories, check the endpoint; fail early with ``BackendUnavailable``."""

@@ -145,20 +145,6 @@ def with_defaults(schema: Mapping[str, Any], options: Mapping[str, Any]) -> dict
     return filled
 
 
-def chosen_options(schema: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
-    """The top-level options whose value is not their schema ``default``: what the spec chose.
-
-    Cross-field rules ("``url`` excludes ``host``", "``fsync`` applies to file backends only") judge these,
-    so they hold whether or not the defaults were filled in first (the run plan fills them before a class
-    is built, and ``with_defaults`` does in every base class).  An option given at its default value counts
-    as not chosen: it asks for nothing the defaults would not have done.
-    """
-    properties = schema.get("properties", {})
-    return {key: value for key, value in options.items()
-            if not (isinstance(properties.get(key), Mapping) and "default" in properties[key]
-                    and properties[key]["default"] == value)}
-
-
 def non_finite_numbers(instance: Any, root: str = "") -> list[str]:
     """NaN and infinity, wherever they are: JSON Schema cannot refuse them (every comparison with NaN is
     false, so ``minimum`` lets it through; ``.inf`` passes any lower bound), yet YAML accepts both."""

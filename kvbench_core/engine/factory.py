@@ -9,7 +9,7 @@ from typing import Any
 from kvbench_core.codecs.stage import check_codec, with_codec
 from kvbench_core.contracts.backend import BackendContext, StorageBackend
 from kvbench_core.contracts.plugins import lookup, require_dependencies
-from kvbench_core.contracts.validation import validate_or_raise, with_defaults
+from kvbench_core.contracts.validation import validate_or_raise
 from kvbench_core.spec.plan import PluginChoice, freeze, thaw
 
 
@@ -28,5 +28,5 @@ def create_backend(tier: dict[str, Any], context: BackendContext, *, path: str =
     validate_or_raise(options, cls.options_schema, root=f"{path}.options")
     check_codec(tier.get("codec"), path=path)
     choice = PluginChoice(kind="backend", name=tier["backend"], cls=cls, field=path,
-                          options=freeze(with_defaults(cls.options_schema, options)))
+                          options=freeze(options))
     return build_backend(choice, context, codec=tier.get("codec"))

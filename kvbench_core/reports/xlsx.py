@@ -206,6 +206,7 @@ def _summary_rows(result: dict[str, Any]) -> list[tuple[str, Any]]:
         ("tiers", " -> ".join(f"{t['name']} ({t['backend']}, {_capacity_text(t['capacity'])})"
                               for t in spec["cache"]["tiers"])),
         ("measured window s", (metrics.get("window") or {}).get("measured_s")),
+        *((f"phase {name} s", seconds) for name, seconds in (run.get("phases_s") or {}).items()),
         ("traced", run.get("traced")), ("", None),
     ]
     rows += [(f"{f.label}" + (f" ({f.unit})" if f.unit else "") + (" [median]" if "trials" in result else ""),

@@ -121,7 +121,7 @@ class Metrics:
                    "occupancy_at_end": {name: {"entries": o["entries"], "bytes": o["bytes"]}  # read before cleanup
                                         for name, o in state.occupancy_at_end.items()}},
             drain=dict(state.drain),
-            verify={"enabled": state.spec["verify"], "bytes_verified": telemetry.verified_bytes,
+            verify={"enabled": state.plan.verify, "bytes_verified": telemetry.verified_bytes,
                     "seconds": telemetry.verify_seconds,
                     "integrity_errors": telemetry.counters.get("integrity_errors", 0),
                     "mismatches": list(telemetry.integrity_errors)},

@@ -3,7 +3,7 @@
 ``mpirun -np N kvbench run spec.yaml`` starts N copies of kvbench; each
 notices it is an MPI rank and becomes one client:
 
-* its spec comes from ``kvbench_core.scaleout.clients`` (own seed, own
+* its plan comes from ``kvbench_core.scaleout.clients.client_plan`` (own seed, own
   ``<tier path>/rank<r>`` subdirectory, per-rank or split users);
 * after set-up every rank enters one ``allreduce`` (the start barrier; it
   also carries "I am ready", so a rank that failed during set-up stops the

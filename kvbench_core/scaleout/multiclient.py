@@ -4,7 +4,7 @@
 interpreter each, so N processes escape one GIL as N inference engines on a
 server would).  This process coordinates and runs no client itself:
 
-* each client runs the spec derived by ``kvbench_core.scaleout.clients`` (own seed,
+* each client runs the plan derived by ``kvbench_core.scaleout.clients`` (own seed,
   own ``<tier path>/client<i>`` subdirectory, its share of users);
 * all report "ready" after set-up (preload, preconditioning) and wait for
   one "go", so they start measuring together;
@@ -58,7 +58,7 @@ class ClientJob:
 
 
 class LocalClients:
-    """Runs each trial as ``spec['clients']`` local processes and merges their results."""
+    """Runs each trial as ``plan.clients`` local processes and merges their results."""
 
     writer = True
 

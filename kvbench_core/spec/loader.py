@@ -1,11 +1,11 @@
 """The run spec: one YAML file describing a whole run, validated against a JSON Schema that the
 core composes from its own fragment and every installed plugin's option fragments.
 
-Flow: ``load_plan(path, overrides)`` -> parse YAML (or a result JSON, whose
-embedded spec is re-run) -> apply ``--set`` overrides -> validate (errors name
-the JSON path; plugin options are validated here, by the composed schema, and
-nowhere else) -> fill defaults -> resolve sizes and durations -> the frozen
-``RunPlan`` (``spec/plan.py``).  Inner code trusts the plan.
+Flow: ``load_plan(path, overrides)`` -> parse YAML (or a result JSON, whose embedded spec is re-run) ->
+apply ``--set`` overrides -> validate (errors name the JSON path; plugin options are validated here,
+once: a backend's, a source's and an autoscaler's by the composed schema, a codec's by
+``check_codec_choices``) -> fill defaults -> resolve sizes and durations -> the frozen ``RunPlan``
+(``spec/plan.py``). Inner code trusts the plan.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 from kvbench_core.codecs.stage import check_codec_choices, resolve_codecs
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.contracts.plugins import lookup
-from kvbench_core.contracts.validation import validate_or_raise, with_defaults
+from kvbench_core.contracts.validation import validate_or_raise
 from kvbench_core.spec.bounds import check_memory_tiers, check_parsed_bounds
 from kvbench_core.spec.overrides import _deep_merge, apply_overrides
 from kvbench_core.spec.plan import RunPlan, plan_run, thaw
@@ -61,7 +61,7 @@ def _check_cross_fields(raw: dict[str, Any]) -> None:
     for i, tier in enumerate(cache["tiers"]):
         cls = lookup("backend", tier["backend"], path=f"cache.tiers[{i}].backend")
         # What a backend's schema fragment cannot say, checked without building it (a run builds it once).
-        cls.check_options(with_defaults(cls.options_schema, tier.get("options") or {}), tier["name"])
+        cls.check_options(dict(tier.get("options") or {}), tier["name"])
     check_codec_choices(raw)
     source = (raw.get("workload") or {}).get("source", DEFAULTS["workload"]["source"])
     source_class = lookup("source", source, path="workload.source")

@@ -1,11 +1,13 @@
 """The run plan: a validated, resolved spec turned once into frozen, typed parts.
 
-``load_spec`` validates the YAML and resolves its units; ``plan_run`` then looks up every plugin class,
-takes its options (validated once, by the composed schema, and defaulted once from the plugin's own
-fragment), resolves the model once, and freezes the lot.  The runner, the scale-out launchers and the
-result builder read the plan's fields instead of re-reading, re-checking and re-defaulting the dict.  A
-plan is picklable (classes by reference), so a client process gets its parent's plan as it is: the
-model is not resolved again there, and no option is validated again.
+``load_spec`` validates the YAML and resolves its units; ``plan_run`` then looks up every backend, source
+and autoscaler class, takes its options as the spec wrote them (validated once, by the composed schema;
+the class's base constructor fills its schema's defaults, once, when the run builds it), resolves the
+model once, and freezes the lot. A tier's codec choice is validated once too, by ``check_codec_choices``
+against the codec's own schema, and its class is looked up when the tier is built. The runner, the
+scale-out launchers and the result builder read the plan's fields instead of re-reading, re-checking and
+re-defaulting the dict. A plan is picklable (classes by reference), so a client process gets its parent's
+plan as it is: the model is not resolved again there, and no option is validated again.
 
 ``RunPlan.spec`` is the resolved spec itself, kept for the record: the result embeds it so a run can be
 repeated from its result file, and what no engine part reads typed (the declaration, report formats)
@@ -44,32 +46,37 @@ class FrozenDict(dict):  # type: ignore[type-arg]
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (dict(self),))
 
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(frozenset(self.items()))  # every value is frozen too, so a plan hashes
+
     def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
         """A deep copy is a plain, editable dict: what a caller deep-copies, it means to change."""
         return thaw(self)
 
 
 def freeze(value: Any) -> Any:
-    """``value`` with every mapping inside it a ``FrozenDict`` (lists stay lists: JSON keeps them so)."""
+    """``value`` with every mapping inside it a ``FrozenDict`` and every list a tuple (``thaw`` undoes both;
+    JSON writes a tuple as the list it was)."""
     if isinstance(value, Mapping):
         return FrozenDict({key: freeze(item) for key, item in value.items()})
-    if isinstance(value, list):
-        return [freeze(item) for item in value]
+    if isinstance(value, list | tuple):
+        return tuple(freeze(item) for item in value)
     return value
 
 
 def thaw(value: Any) -> Any:
-    """A plain, editable deep copy of a frozen value."""
+    """A plain, editable deep copy of a frozen value: dicts and lists again (what YAML and plugins expect)."""
     if isinstance(value, Mapping):
         return {key: thaw(item) for key, item in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return [thaw(item) for item in value]
     return value
 
 
 @dataclass(frozen=True)
 class PluginChoice:
-    """One plugin the spec names: its class, looked up once, and its options, defaulted once."""
+    """One plugin the spec names: its class, looked up once, and its options as the spec wrote them,
+    validated once (the class's constructor fills its schema's defaults; ``defaulted`` shows them)."""
 
     kind: str  # "backend" | "source" | "autoscaler"
     name: str
@@ -80,9 +87,14 @@ class PluginChoice:
     @classmethod
     def of(cls, kind: str, name: str, options: Mapping[str, Any] | None, field: str,
            name_field: str) -> PluginChoice:
-        """Look the plugin up (errors name ``name_field``) and default its already validated options."""
-        plugin = lookup(kind, name, path=name_field)
-        return cls(kind, name, plugin, freeze(with_defaults(plugin.options_schema, options or {})), field)
+        """Look the plugin up (errors name ``name_field``) for its already validated options.  They stay
+        as written: a rule about options given together judges what the spec wrote, not the defaults."""
+        return cls(kind, name, lookup(kind, name, path=name_field), freeze(options or {}), field)
+
+    @property
+    def defaulted(self) -> dict[str, Any]:
+        """The options with the plugin's schema defaults filled: the values the class will use."""
+        return with_defaults(self.cls.options_schema, thaw(self.options))
 
 
 
@@ -222,27 +234,27 @@ def plan_run(resolved: Mapping[str, Any]) -> RunPlan:
     workload, output, cache = resolved["workload"], resolved["output"], resolved["cache"]
     autoscaler = resolved.get("autoscaler")
     return RunPlan(
-        spec=freeze(resolved), spec_dir=resolved.get("spec_dir", "."), seed=int(resolved["seed"]),
-        model=plan_model(resolved["model"], resolved.get("spec_dir", ".")),
+        spec=freeze(resolved), spec_dir=resolved["spec_dir"], seed=int(resolved["seed"]),
+        model=plan_model(resolved["model"], resolved["spec_dir"]),
         tiers=tuple(_tier_plan(i, tier) for i, tier in enumerate(cache["tiers"])),
         eviction=freeze(cache["eviction"]), promotion=cache["promotion"],
         workload=WorkloadPlan(
-            source=PluginChoice.of("source", workload["source"], workload.get("options"), "workload",
+            source=PluginChoice.of("source", workload["source"], workload["options"], "workload",
                                    "workload.source"),
             users=int(workload["users"]), users_scope=workload["users_scope"], mode=workload["mode"],
             decode_batch=int(workload["decode_batch"]), max_inflight=int(workload["max_inflight"]),
             generation_s_per_token=float(workload["generation_ms_per_token"]) / 1e3),
         autoscaler=None if not autoscaler else AutoscalerPlan(
-            choice=PluginChoice.of("autoscaler", autoscaler["name"], autoscaler.get("options"), "autoscaler",
+            choice=PluginChoice.of("autoscaler", autoscaler["name"], autoscaler["options"], "autoscaler",
                                    "autoscaler.name"),
-            max_users=autoscaler.get("max_users"), stop_when_converged=bool(autoscaler.get("stop_when_converged"))),
+            max_users=autoscaler.get("max_users"), stop_when_converged=bool(autoscaler["stop_when_converged"])),
         qos=FrozenDict(qos_classes(resolved.get("qos"))),
-        window=WindowPlan(warmup_s=float(resolved.get("warmup") or 0.0), duration_s=resolved.get("duration"),
+        window=WindowPlan(warmup_s=float(resolved["warmup"]), duration_s=resolved.get("duration"),
                           drain_timeout_s=resolved.get("drain_timeout"), request_limit=resolved.get("requests")),
         output=OutputPlan(directory=output["directory"], formats=tuple(output["formats"]),
                           interval_s=float(output["interval"]), keep_files=bool(output["keep_files"]),
                           progress=output["progress"], io_log=output.get("io_log")),
-        payload=resolved.get("payload", "random"), verify=bool(resolved["verify"]), on_error=resolved["on_error"],
+        payload=resolved["payload"], verify=bool(resolved["verify"]), on_error=resolved["on_error"],
         precondition=freeze(resolved["precondition"]) if resolved.get("precondition") else None,
         clients=int(resolved["clients"]), clients_total=int(resolved.get("clients_total", resolved["clients"])),
         trials=int(resolved["trials"]), trial_pause_s=float(resolved["trial_pause"]))
@@ -251,7 +263,7 @@ def plan_run(resolved: Mapping[str, Any]) -> RunPlan:
 def _tier_plan(index: int, tier: Mapping[str, Any]) -> TierPlan:
     field = f"cache.tiers[{index}]"
     return TierPlan(index=index, name=tier["name"],
-                    backend=PluginChoice.of("backend", tier["backend"], tier.get("options"), field,
+                    backend=PluginChoice.of("backend", tier["backend"], tier["options"], field,
                                             f"{field}.backend"),
                     capacity=tier["capacity"], cold_after=tier.get("cold_after"),
                     codec=freeze(tier["codec"]) if tier.get("codec") else None)
@@ -275,7 +287,7 @@ def plan_model(model: Mapping[str, Any], spec_dir: str) -> ResolvedModel:
         config = os.path.join(spec_dir, config)
     # A name plus a config picks that model from a multi-model file (the LMCache calculator's json).
     target, config_of = name or config, config if name else None
-    tp = model.get("tp", 1)
+    tp = model["tp"]
     try:
         return resolve_model(target, model.get("dtype"), tp, config=config_of)
     except (SpecError, InputFileError) as error:

@@ -53,6 +53,7 @@ from typing import Any, ClassVar
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, DiscardSink, IOTiming, check_key
 from kvbench_core.contracts.errors import BackendUnavailable, SpecError
+from kvbench_core.contracts.validation import with_defaults
 from kvbench_core.engine.payload import EntryPayload
 from kvbench_core.filetiers.directory import TierDirectory
 from kvbench_core.filetiers.entry_files import EntryFilesBackend
@@ -141,8 +142,9 @@ class GDSBackend(EntryFilesBackend):
 
     @classmethod
     def check_options(cls, options: dict[str, Any], tier_name: str) -> None:
+        full = with_defaults(cls.options_schema, options)
         for option in ("transfer_size", "task_size"):
-            page_multiple(options, option, tier_name)
+            page_multiple(full, option, tier_name)
 
     # -- lifecycle -------------------------------------------------------------------------------
 

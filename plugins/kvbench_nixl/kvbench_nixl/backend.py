@@ -55,7 +55,7 @@ from kvbench_s3.backend import S3Backend
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, DiscardSink, IOTiming, check_key
 from kvbench_core.contracts.errors import BackendUnavailable, SpecError
-from kvbench_core.contracts.validation import chosen_options
+from kvbench_core.contracts.validation import with_defaults
 from kvbench_core.filetiers.directory import TierDirectory
 from kvbench_core.filetiers.entry_files import EntryFilesBackend
 from kvbench_core.filetiers.fsinfo import describe_location
@@ -103,9 +103,9 @@ class NixlBackend(EntryFilesBackend):
 
     @classmethod
     def check_options(cls, options: dict[str, Any], tier_name: str) -> None:
-        where = f"tiers.{tier_name}.options"
-        check_combinations(chosen_options(cls.options_schema, options), where)
-        transfer_size(options["transfer_size"], where)
+        where, full = f"tiers.{tier_name}.options", with_defaults(cls.options_schema, options)
+        check_combinations(full, given=frozenset(options), where=where)
+        transfer_size(full["transfer_size"], where)
 
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)
@@ -113,7 +113,7 @@ class NixlBackend(EntryFilesBackend):
         self.where = f"tiers.{context.tier_name}.options"
         self.nixl_backend: str = self.options["nixl_backend"]
         self.files = self.nixl_backend in FILE_BACKENDS
-        self.check_options(self.options, context.tier_name)
+        self.check_options(options, context.tier_name)
         self.queue_depth: int = self.options["queue_depth"]
         self.memory: str = self.options["memory"]
         self.device: str = self.options["device"]

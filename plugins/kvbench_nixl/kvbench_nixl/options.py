@@ -73,12 +73,14 @@ OPTIONS_SCHEMA: dict[str, Any] = {
 }
 
 
-def check_combinations(options: dict[str, Any], where: str) -> None:
-    """Refuse option combinations the schema lets through; ``where`` is the options' field path."""
+def check_combinations(options: dict[str, Any], *, given: frozenset[str], where: str) -> None:
+    """Refuse option combinations the schema lets through: ``options`` with their defaults, ``given`` the
+    keys the spec wrote (an option of the other kind is refused when written, even at its default value);
+    ``where`` is the options' field path."""
     backend = options["nixl_backend"]
     files = backend in FILE_BACKENDS
     for option in OBJ_OPTIONS if files else FILE_OPTIONS:
-        if option in options:
+        if option in given:
             needs = "OBJ" if files else "POSIX, GDS or GDS_MT"
             raise SpecError(f"{where}.{option}: applies to nixl_backend {needs}, not {backend}")
     if options.get("memory") == "VRAM" and backend not in GPU_BACKENDS:

@@ -43,6 +43,7 @@ def test_the_composed_schema_refuses_bad_options_by_field(tmp_path: Path, option
 
 @pytest.mark.parametrize(("options", "message"), [
     ({"nixl_backend": "POSIX", "path": "x", "bucket": "bb-x"}, "options.bucket: applies to nixl_backend OBJ"),
+    ({"nixl_backend": "OBJ", "bucket": "bb-x", "fsync": True}, "options.fsync: applies to nixl_backend POSIX"),
     ({"nixl_backend": "OBJ", "bucket": "bb-x", "path": "x"}, "options.path: applies to nixl_backend POSIX"),
     ({"nixl_backend": "POSIX", "path": "x", "memory": "VRAM"}, "options.memory: VRAM needs nixl_backend GDS"),
     ({"nixl_backend": "POSIX", "path": "x", "transfer_size": "1KiB"}, "options.transfer_size: expected a size"),

@@ -62,6 +62,7 @@ from typing import Any, ClassVar
 
 from kvbench_core.contracts.backend import DISCARD, BackendContext, ByteSink, ByteSource, IOTiming, check_key
 from kvbench_core.contracts.errors import BackendUnavailable, SpecError
+from kvbench_core.contracts.validation import with_defaults
 from kvbench_core.filetiers.accounting import Phase
 from kvbench_core.filetiers.directory import TierDirectory
 from kvbench_core.filetiers.entry_files import EntryFilesBackend
@@ -150,7 +151,7 @@ class NVMeBackend(EntryFilesBackend):
 
     @classmethod
     def check_options(cls, options: dict[str, Any], tier_name: str) -> None:
-        transfer_size_of(options, tier_name)
+        transfer_size_of(with_defaults(cls.options_schema, options), tier_name)
 
     # -- lifecycle -------------------------------------------------------------------------------
 

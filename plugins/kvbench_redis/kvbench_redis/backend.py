@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, ClientBackend, IOTiming
 from kvbench_core.contracts.errors import BackendUnavailable
-from kvbench_core.contracts.validation import chosen_options
+from kvbench_core.contracts.validation import with_defaults
 from kvbench_core.engine.buffers import ThreadBuffers, consume_pieces, fill_pieces
 from kvbench_core.spec.units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
 from kvbench_redis.endpoint import Endpoint
@@ -118,12 +118,12 @@ class RedisBackend(ClientBackend):
 
     @classmethod
     def _endpoint(cls, options: dict[str, Any], tier_name: str) -> Endpoint:
-        return Endpoint.from_options(options, chosen=chosen_options(cls.options_schema, options),
+        return Endpoint.from_options(with_defaults(cls.options_schema, options), given=frozenset(options),
                                      where=f"tier '{tier_name}': options")
 
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)
-        self.endpoint = self._endpoint(self.options, context.tier_name)
+        self.endpoint = self._endpoint(options, context.tier_name)
         self.cluster = bool(self.options["cluster"])
         self.namespace = self.options.get("shared_namespace")
         # Only the shared entries go under the shared namespace: every client has its own u5_c1_turn_1,

@@ -37,14 +37,14 @@ class Endpoint:
         return "unix socket" if self.unix_socket else "TLS" if self.tls else "TCP"
 
     @classmethod
-    def from_options(cls, options: dict[str, Any], *, chosen: dict[str, Any], where: str) -> Endpoint:
+    def from_options(cls, options: dict[str, Any], *, given: frozenset[str], where: str) -> Endpoint:
         """The endpoint the options name, after the cross-field rules a per-field schema cannot state.
 
-        ``options`` carry the values (the schema's defaults filled); the rules judge ``chosen``, the options
-        not at their default (``chosen_options``), since a ``url`` beside the *default* host is no clash.
+        ``options`` carry the values (the schema's defaults filled); the rules judge ``given``, the keys the
+        spec wrote: a ``url`` beside the *default* host is no clash, beside an explicit ``db: 0`` it is.
         ``where`` prefixes errors (``tier 'shared': options``).
         """
-        _check_combinations(chosen, where)
+        _check_combinations(given, where)
         username = options.get("username")
         tls = bool(options["ssl"])
         if "url" in options:
@@ -90,8 +90,8 @@ _TLS_FILES = ("ssl_ca_file", "ssl_certfile", "ssl_keyfile")
 _EXCLUSIVE = (("url", ("host", "port", "unix_socket", "db")), ("unix_socket", ("host", "port")))
 
 
-def _check_combinations(options: dict[str, Any], where: str) -> None:
+def _check_combinations(written: frozenset[str], where: str) -> None:
     for given, excluded in _EXCLUSIVE:
-        clash = [name for name in excluded if name in options]
-        if given in options and clash:
+        clash = [name for name in excluded if name in written]
+        if given in written and clash:
             raise SpecError(f"{where}.{clash[0]}: not allowed together with {given} (it already names the endpoint)")
