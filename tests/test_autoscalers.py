@@ -189,3 +189,15 @@ def test_the_runner_applies_each_decision_and_stops_when_converged(scripted_plug
     assert result["workload"]["users_final"] == 3
     first = Scripted.seen[0]
     assert first.sla_p95_s == SLA_P95 and first.t_s > 0
+
+
+def test_a_qos_band_whose_edges_cross_is_refused_at_validation(tmp_path: Any) -> None:
+    """low above high would scale up and down at once; found by a reviewer, refused before the run."""
+    from kvbench_core.contracts.errors import SpecError
+    from kvbench_core.spec.loader import validate
+
+    validate(small_spec(autoscaler={"name": "qos", "options": {"low": 0.7, "high": 0.9}}))
+    with pytest.raises(SpecError, match=r"^autoscaler\.options\.low: 0\.95 is above high \(0\.9\)"):
+        validate(small_spec(autoscaler={"name": "qos", "options": {"low": 0.95, "high": 0.9}}))
+    with pytest.raises(SpecError, match=r"above high \(0\.6\)"):  # the derived edge: target 0.5 + 0.1
+        validate(small_spec(autoscaler={"name": "qos", "options": {"target_saturation": 0.5, "low": 0.65}}))

@@ -10,6 +10,8 @@ import math
 from typing import Any, ClassVar
 
 from kvbench_core.contracts.autoscaler import Autoscaler, Decision, TelemetrySample
+from kvbench_core.contracts.errors import SpecError
+from kvbench_core.contracts.validation import with_defaults
 
 _POSITIVE = {"type": "number", "exclusiveMinimum": 0}
 _RATIO = {"type": "number", "minimum": 0}
@@ -45,11 +47,7 @@ class QoSAutoscaler(Autoscaler):
 
     def __init__(self, options: dict[str, Any], *, initial_users: int, max_users: int) -> None:
         super().__init__(options, initial_users=initial_users, max_users=max_users)
-        # The seed: compare saturation with the target (0.8) and hold within +-0.1 of it.
-        # The band's edges follow the target, so their defaults are derived here, not in the schema.
-        target = float(self.options["target_saturation"])
-        self.low = float(self.options.get("low", round(target - 0.1, 9)))
-        self.high = float(self.options.get("high", round(target + 0.1, 9)))
+        self.low, self.high = self.band(self.options)
         self.step_up = float(self.options["step_up"])
         self.step_down = float(self.options["step_down"])
         self.cooldown_s = float(self.options["cooldown_s"])
@@ -59,6 +57,21 @@ class QoSAutoscaler(Autoscaler):
         self._cooldown_until = -math.inf
         self._holds = 0
         self._best_within_sla: int | None = None
+
+    @classmethod
+    def band(cls, options: dict[str, Any]) -> tuple[float, float]:
+        """``(low, high)``: the seed compares saturation with the target (0.8) and holds within +-0.1 of it;
+        the edges follow the target, so their defaults are derived here, not in the schema."""
+        full = with_defaults(cls.options_schema, options)
+        target = float(full["target_saturation"])
+        return float(full.get("low", round(target - 0.1, 9))), float(full.get("high", round(target + 0.1, 9)))
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any], path: str = "autoscaler.options") -> None:
+        low, high = cls.band(options)
+        if low > high:
+            raise SpecError(f"{path}.low: {low:g} is above high ({high:g}); the autoscaler adds users below low, "
+                            "removes them above high and holds between them")
 
     @staticmethod
     def saturation(sample: TelemetrySample) -> float | None:

@@ -51,9 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--mdts-bytes", dest="max_transfer", default=argparse.SUPPRESS,
                         help="the seed's name for --max-transfer")
     parser.set_defaults(max_transfer=None, align=None, store_header_bytes=None)  # None: not given
-    parser.add_argument("--ops", choices=("store", "load", "store,load"),
-                        help="the ops the I/O log holds (default: those in it; an expected op the "
-                             "log lacks then fails)")
+    parser.add_argument("--ops", choices=("store", "load", "store,load"), metavar="OPS",
+                        help="the ops the I/O log holds: store, load or store,load (default: those in it; an "
+                             "expected op the log lacks then fails)")
     parser.add_argument("--offsets", action="store_true",
                         help="also score offsets: each object's commands tile one extent, loads read within it")
     parser.add_argument("--order", action="store_true",

@@ -76,6 +76,12 @@ class Autoscaler(abc.ABC):
         autoscaler whose schema has no such option decides at the seed's sampling period."""
         return float(self.options.get("interval_s", SEED_SAMPLING_PERIOD_S))
 
+    @classmethod  # noqa: B027 - optional hook, most autoscalers' schemas say it all
+    def check_options(cls, options: dict[str, Any], path: str = "autoscaler.options") -> None:
+        """Refuse what ``options_schema`` cannot say (a band whose edges cross), with a ``SpecError``
+        naming ``path``; spec validation calls it with the options as written, so ``kvbench spec
+        validate`` reports it before a run.  The default checks nothing."""
+
     @abc.abstractmethod
     def decide(self, sample: TelemetrySample) -> Decision:
         """The next user count for the telemetry of the interval that just ended."""

@@ -69,7 +69,8 @@ def _check_cross_fields(raw: dict[str, Any]) -> None:
     source_class.check_options((raw.get("workload") or {}).get("options") or {}, "workload.options")
     autoscaler = raw.get("autoscaler")
     if autoscaler:
-        lookup("autoscaler", autoscaler["name"], path="autoscaler.name")
+        lookup("autoscaler", autoscaler["name"], path="autoscaler.name").check_options(
+            autoscaler.get("options") or {}, "autoscaler.options")
     if not raw.get("model", {}).get("name") and not raw.get("model", {}).get("config"):
         raise SpecError("model: give a catalog name (model.name) or a config.json path (model.config)")
     if raw.get("duration") is not None and parse_duration(raw["duration"]) == 0:
