@@ -19,7 +19,6 @@ from tiny_spec import assert_valid_result, history_spec, run_cli
 from kvbench_core.cli.run_cmd import summarize
 from kvbench_core.cli.spec_cmd import DETECTED_AT_RUN, DETECTED_WITH_CODEC, declaration_status, uses_codec
 from kvbench_core.codecs.contract import Codec
-from kvbench_core.codecs.stage import codec_choice
 from kvbench_core.codecs.tier import CodecTier
 from kvbench_core.contracts.backend import BackendContext, StorageBackend
 from kvbench_core.contracts.conformance import BackendConformance
@@ -28,6 +27,7 @@ from kvbench_core.contracts.plugins import get_plugin_manager, hookimpl, registr
 from kvbench_core.engine.cache_types import TierSource
 from kvbench_core.engine.factory import create_backend
 from kvbench_core.engine.payload import PAYLOAD_KINDS, ChecksumSink, NoisePool, VerifySink
+from kvbench_core.spec.codec_choices import codec_choice
 
 pytest.importorskip("cramjam", reason="the codecs extra is not installed (pip install 'kvbench-core[codecs]')")
 

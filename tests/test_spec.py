@@ -348,7 +348,7 @@ def test_a_sampling_interval_is_bounded_by_the_samples_it_makes(tmp_path: Path) 
 
 def test_a_dram_tier_larger_than_the_memory_it_can_have_is_refused_naming_both(tmp_path: Path) -> None:
     """specs/peak-throughput.yaml's 32 GiB DRAM tier was OOM-killed (exit 137, no result) on a 24 GiB machine."""
-    from kvbench_core.builtins.memlimit import host_memory_limit
+    from kvbench_core.spec.memlimit import host_memory_limit
 
     limit = host_memory_limit()
     if limit is None:
@@ -369,9 +369,9 @@ def test_a_dram_tier_larger_than_the_memory_it_can_have_is_refused_naming_both(t
 
 
 def test_capacity_auto_for_a_dram_tier_is_half_of_what_the_host_can_give() -> None:
-    from kvbench_core.builtins.memlimit import host_memory_limit
     from kvbench_core.builtins.memory import CPUMemoryBackend
     from kvbench_core.contracts.backend import BackendContext
+    from kvbench_core.spec.memlimit import host_memory_limit
 
     limit = host_memory_limit()
     auto = CPUMemoryBackend({}, BackendContext(tier_name="dram", run_id="r")).capacity_bytes()
@@ -424,7 +424,7 @@ def test_too_many_tiers_is_a_count_not_a_dump_of_every_tier() -> None:
 def test_a_gpu_tier_larger_than_the_devices_free_memory_is_refused_naming_both(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The device's figure comes from torch.cuda.mem_get_info; faked here so the rule runs without a GPU."""
-    from kvbench_core.builtins import memlimit
+    from kvbench_core.spec import memlimit
 
     seen: list[str] = []
 

@@ -16,9 +16,9 @@ from kvbench_core.codecs.figures import codec_line
 from kvbench_core.engine.dryrun import dry_run_estimate
 from kvbench_core.reports.verdicts import explain
 from kvbench_core.results.checks import attention_lines
-from kvbench_core.results.rerun import OVERRIDE_FLAG
 from kvbench_core.scaleout.session import run_session
 from kvbench_core.spec.loader import load_plan
+from kvbench_core.spec.rerun import OVERRIDE_FLAG
 from kvbench_core.spec.units import format_bytes
 
 

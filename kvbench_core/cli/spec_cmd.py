@@ -9,8 +9,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from kvbench_core.codecs.stage import codec_choice, tier_codec
 from kvbench_core.contracts.errors import UserError
+from kvbench_core.spec.codec_choices import codec_choice, tier_codec
 from kvbench_core.spec.declaration import CHECKLIST, missing_fields
 from kvbench_core.spec.loader import load_spec
 from kvbench_core.spec.schema import full_schema

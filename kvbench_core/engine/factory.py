@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kvbench_core.codecs.stage import check_codec, with_codec
+from kvbench_core.codecs.stage import with_codec
 from kvbench_core.contracts.backend import BackendContext, StorageBackend
 from kvbench_core.contracts.plugins import lookup, require_dependencies
 from kvbench_core.contracts.validation import validate_or_raise
+from kvbench_core.spec.codec_choices import check_codec
 from kvbench_core.spec.plan import PluginChoice, freeze, thaw
 
 

@@ -56,9 +56,9 @@ def check_parsed_bounds(raw: dict[str, Any]) -> None:
 def check_memory_tiers(raw: dict[str, Any]) -> None:
     """A DRAM or GPU tier no larger than the memory it can have, found out before the run instead of by
     the OOM killer (exit 137, no result).  DRAM tiers of every local client process add up."""
-    from kvbench_core.builtins.memlimit import gpu_memory_limit, host_memory_limit
     from kvbench_core.contracts.plugins import lookup
     from kvbench_core.contracts.validation import with_defaults
+    from kvbench_core.spec.memlimit import gpu_memory_limit, host_memory_limit
 
     tiers = [(i, tier) for i, tier in enumerate(raw["cache"]["tiers"])
              if tier.get("capacity", "auto") != "auto" and parse_size(tier["capacity"]) > 0]

@@ -16,11 +16,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from kvbench_core.codecs.stage import check_codec_choices, resolve_codecs
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.contracts.plugins import lookup
 from kvbench_core.contracts.validation import validate_or_raise
 from kvbench_core.spec.bounds import check_memory_tiers, check_parsed_bounds
+from kvbench_core.spec.codec_choices import check_codec_choices, resolve_codecs
 from kvbench_core.spec.overrides import _deep_merge, apply_overrides
 from kvbench_core.spec.plan import RunPlan, plan_run, thaw
 from kvbench_core.spec.reading import _read_spec
@@ -121,12 +121,12 @@ def resolve(raw: dict[str, Any], spec_dir: str) -> dict[str, Any]:
 def load_plan(path: str | os.PathLike[str], overrides: list[str] | None = None, *,
               accept_edited: bool = False) -> tuple[dict[str, Any], RunPlan]:
     """``(as_written, plan)``: the spec with overrides applied, and its run plan (``spec.plan``), every
-    check done.  A result file's spec is verified first (``kvbench_core.results.rerun``); the plan's
+    check done.  A result file's spec is verified first (``kvbench_core.spec.rerun``); the plan's
     ``spec["rerun_of"]`` then says so."""
     written, recorded_dir, result = _read_spec(path)
     rerun_of = None
     if result is not None:
-        from kvbench_core.results.rerun import verify_rerun
+        from kvbench_core.spec.rerun import verify_rerun
 
         rerun_of = verify_rerun(result, str(path), accept_edited=accept_edited)
     register_spec_secrets({"spec": written, "overrides": overrides or []})  # before any message can quote one

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvbench_core.codecs.stage import CODEC_SCHEMA
 from kvbench_core.contracts.plugins import extra_schema, registry
 from kvbench_core.spec.bounds import MAX_BYTES, MAX_SECONDS, MIN_INTERVAL_S
+from kvbench_core.spec.codec_choices import CODEC_SCHEMA
 from kvbench_core.spec.declaration import declaration_schema
 from kvbench_core.spec.units import DURATION_PATTERN, SIZE_PATTERN
 
