@@ -9,7 +9,7 @@ from conftest import HAS_TORCH
 
 from kvbench_core.builtins.memory import BLOCK, CPUMemoryBackend, GPUMemoryBackend
 from kvbench_core.contracts.backend import DISCARD, BackendContext
-from kvbench_core.engine.buffers import fill_pieces
+from kvbench_core.contracts.buffers import fill_pieces
 from kvbench_core.engine.payload import NoisePool
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvbench_core.spec.redact import REDACTED, environment_secrets, is_secret_key, redact, redact_text
+from kvbench_core.contracts.redact import REDACTED, environment_secrets, is_secret_key, redact, redact_text
 
 
 @pytest.mark.parametrize("key", ["password", "redis_password", "secret", "aws_secret_access_key", "access_key",

@@ -21,8 +21,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, DiscardSink, IOTiming, StorageBackend
+from kvbench_core.contracts.buffers import ThreadBuffers
 from kvbench_core.contracts.errors import BackendUnavailable
-from kvbench_core.engine.buffers import ThreadBuffers
 from kvbench_core.spec.memlimit import host_memory_limit
 
 PIECE = 16 << 20  # how much a memory tier moves per source/sink call

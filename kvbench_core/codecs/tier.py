@@ -41,7 +41,7 @@ import numpy as np
 
 from kvbench_core.codecs.contract import Codec
 from kvbench_core.contracts.backend import ByteSink, ByteSource, IOTiming, StorageBackend
-from kvbench_core.engine.buffers import ThreadBuffers
+from kvbench_core.contracts.buffers import ThreadBuffers
 
 MAGIC = b"KVC1"
 FIXED_HEADER = 24

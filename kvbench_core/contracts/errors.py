@@ -17,7 +17,7 @@ class UserError(Exception):
     exit_code = 2
 
     def __str__(self) -> str:
-        from kvbench_core.spec.redact import environment_secrets, redact_text
+        from kvbench_core.contracts.redact import environment_secrets, redact_text
 
         return redact_text(super().__str__(), environment_secrets())
 

@@ -16,7 +16,7 @@ import jsonschema
 from jsonschema.exceptions import ValidationError
 
 from kvbench_core.contracts.errors import SpecError
-from kvbench_core.spec.redact import redact_text
+from kvbench_core.contracts.redact import redact_text
 
 
 def json_path(parts: Iterable[Any], root: str = "") -> str:

@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvbench_core.codecs.figures import tier_codec
+from kvbench_core.contracts.redact import environment_secrets, redact
 from kvbench_core.contracts.workload import DEFAULT_QOS, QoSClass
 from kvbench_core.engine.histogram import LatencyHistogram
 from kvbench_core.engine.opstats import OpStats
 from kvbench_core.engine.runner import RunState
-from kvbench_core.spec.redact import environment_secrets, redact
 
 GB = 1e9
 OPS = ("read", "write")

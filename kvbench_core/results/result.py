@@ -23,6 +23,7 @@ import numpy as np
 from kvbench_core import __version__
 from kvbench_core.codecs.figures import tensor_declaration
 from kvbench_core.contracts.plugins import plugin_versions
+from kvbench_core.contracts.redact import environment_secrets, redact
 from kvbench_core.engine.cache_figures import reuse_rate
 from kvbench_core.engine.opstats import measured_queue_depth
 from kvbench_core.engine.runner import RunState
@@ -33,7 +34,6 @@ from kvbench_core.results.schema import VALIDATE_ENV, assert_conforms
 from kvbench_core.spec.declaration import contradictions, detected_system, merge_declaration
 from kvbench_core.spec.jsonfile import temp_beside
 from kvbench_core.spec.loader import spec_sha256
-from kvbench_core.spec.redact import environment_secrets, redact
 
 #: The result format; bumped whenever the schema (kvbench_core/schemas/result.schema.json) changes.
 RESULT_FORMAT = 2

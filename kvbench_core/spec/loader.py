@@ -18,13 +18,13 @@ from typing import Any
 
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.contracts.plugins import lookup
+from kvbench_core.contracts.redact import register_spec_secrets
 from kvbench_core.contracts.validation import validate_or_raise
 from kvbench_core.spec.bounds import check_memory_tiers, check_parsed_bounds
 from kvbench_core.spec.codec_choices import check_codec_choices, resolve_codecs
 from kvbench_core.spec.overrides import _deep_merge, apply_overrides
 from kvbench_core.spec.plan import RunPlan, plan_run, thaw
 from kvbench_core.spec.reading import _read_spec
-from kvbench_core.spec.redact import register_spec_secrets
 from kvbench_core.spec.safepaths import expanded, overlap_reason, tier_paths, unset_variable
 from kvbench_core.spec.schema import DEFAULTS, GENERATION_MS_PER_TOKEN, full_schema
 from kvbench_core.spec.units import parse_duration, parse_size

@@ -9,7 +9,7 @@ from kvbench_blktrace.parse import Bucket, parse_maps
 from kvbench_blktrace.program import HISTOGRAMS
 from kvbench_blktrace.section import build_section, quantile
 
-from kvbench_core.spec.redact import redact
+from kvbench_core.contracts.redact import redact
 
 CAPTURE = Path(__file__).parent / "data" / "bpftrace-fio-randrw.txt"
 

@@ -23,21 +23,22 @@ a reply out without it.
 
 from __future__ import annotations
 
-import itertools
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from itertools import islice
 from typing import Any, ClassVar
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, ClientBackend, IOTiming
+from kvbench_core.contracts.buffers import ThreadBuffers, consume_pieces, fill_pieces
 from kvbench_core.contracts.errors import BackendUnavailable
 from kvbench_core.contracts.validation import with_defaults
-from kvbench_core.engine.buffers import ThreadBuffers, consume_pieces, fill_pieces
 from kvbench_core.spec.units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
 from kvbench_redis.endpoint import Endpoint
+from kvbench_redis.shared import CLAIM, COMMIT, RELEASE, SharedEntryKeys, SharedHolds
 
 #: Largest piece handed to ``source.fill`` / ``sink.consume``: parts may be far larger than the
 #: payload generator's piece limit, so they are filled and consumed in pieces of this size.
@@ -138,9 +139,10 @@ class RedisBackend(ClientBackend):
         self.part_size = self._requested_part_size or DEFAULT_PROTO_MAX_BULK_LEN  # final value from the server
         self.server = "unknown"
         self.nodes = 0
-        # Part counts of the entries this process wrote: deletes know what to unlink, overwrites drop
-        # stale tail parts, and a shared namespace cleans up exactly these entries.
+        # Part counts of the private entries this process wrote: deletes know what to unlink and
+        # overwrites drop stale tail parts.  Shared entries are reference-counted on the server instead.
         self._parts: dict[str, int] = {}
+        self._shared = SharedHolds(token=f"{os.getpid()}-{uuid.uuid4().hex[:12]}")
         self._lock = threading.Lock()
         self._buffers = ThreadBuffers()  # one part-sized buffer per thread, reused by every write
         self._client: Any = None
@@ -224,6 +226,9 @@ class RedisBackend(ClientBackend):
             self._rerouted(self._read_range, key, offset, out)
 
     def delete(self, key: str) -> None:
+        if self._is_shared(key):
+            self._release(key)
+            return
         with self._lock:
             known = self._parts.pop(key, None)
         batch, first = known or PROBE_PARTS, 0
@@ -234,54 +239,106 @@ class RedisBackend(ClientBackend):
             first += batch
 
     def lookup(self, key: str) -> int | None:
-        """In a shared namespace, the size of a shared entry another client stored (sum of its parts)."""
+        """In a shared namespace, the size of a complete shared entry another client stored; finding it
+        takes a hold, so the entry stays on the server while this process's cache indexes it."""
         if not self._is_shared(key):
             return None
-        total = index = 0
-        while True:
-            length = int(self._client.strlen(self._part_key(key, index)))
-            total += length
-            index += 1
-            if length < self.part_size:  # a short (or missing) part is the last one
-                return total or None
+        size = self._claim(key, None)
+        if size is not None:
+            self._shared.count("lookups_held")
+        return size
 
     def _write(self, key: str, source: ByteSource) -> IOTiming:
+        if self._is_shared(key):
+            return self._write_shared(key, source)
         start = time.perf_counter()
-        size, part = source.size, self.part_size
-        count = self._part_count(size)
+        count = self._part_count(source.size)
         with self._lock:
             previous = self._parts.get(key, 0)
             self._parts[key] = max(previous, count)  # a write that fails half way is still cleaned up
         stale = [self._part_key(key, i) for i in range(count, previous)]
+        tail = ("UNLINK", *stale) if stale else None
+        host, device, _ = self._send_parts(key, source, [self._part_key(key, i) for i in range(count)], tail)
+        with self._lock:
+            self._parts[key] = count
+        return IOTiming(time.perf_counter() - start, host, device, source.size, count + bool(stale))
+
+    def _write_shared(self, key: str, source: ByteSource) -> IOTiming:
+        """Store a shared entry unless it is complete already; parts go under this writer's temp keys and one
+        script renames them into place, so two clients storing one entry at once never interleave parts."""
+        start = time.perf_counter()
+        size = source.size
+        if self._claim(key, size) is not None:  # another client stored it: hold it, send nothing
+            self._shared.count("already_stored")
+            elapsed = time.perf_counter() - start
+            return IOTiming(elapsed, 0.0, elapsed, 0, 1)
+        names = self._shared_keys(key)
+        count = self._part_count(size)
+        with self._shared.lock:
+            self._shared.pending[key] = count  # removed by close if the write stops half way
+        commit = ("EVAL", COMMIT, 2, names.meta, names.holders, self._shared.token, size, count,
+                  names.temp_prefix, names.part_prefix, self._expiry[1] if self._expiry else 0)
+        host, device, committed = self._send_parts(
+            key, source, [f"{names.temp_prefix}{i}" for i in range(count)], commit)
+        with self._shared.lock:
+            del self._shared.pending[key]
+            self._shared.held.add(key)
+        self._shared.count("stored" if committed else "lost_race")
+        return IOTiming(time.perf_counter() - start, host, device, size, count + 1)
+
+    def _send_parts(self, key: str, source: ByteSource, names: list[str],
+                    tail: tuple[Any, ...] | None) -> tuple[float, float, Any]:
+        """SET ``source``'s parts under ``names`` pipelined on one connection, then the ``tail`` command;
+        returns host and device seconds and the tail's reply."""
+        size, part = source.size, self.part_size
         buffer = self._buffers.get(min(size, part))
         host = device = 0.0
         sent: list[tuple[int, int, float]] = []  # (offset, bytes, sent at) per SET, for per-command latency
         with self._connection(key) as connection:
-            for index in range(count):
+            for index, name in enumerate(names):
                 t0 = time.perf_counter()
                 offset = index * part
                 view = buffer[: min(part, size - offset)]
                 fill_pieces(source, offset, view, PIECE)
-                command = connection.pack_command("SET", self._part_key(key, index), view, *self._expiry)
+                command = connection.pack_command("SET", name, view, *self._expiry)
                 t1 = time.perf_counter()
                 connection.send_packed_command(command)
                 sent.append((offset, len(view), t1))
                 host += t1 - t0
                 device += time.perf_counter() - t1
             t0 = time.perf_counter()
-            if stale:
-                connection.send_command("UNLINK", *stale)
-            replies = count + bool(stale)
+            if tail is not None:
+                connection.send_command(*tail)
             log = self.context.io_log
-            for reply in range(replies):
+            for offset, nbytes, at in sent:
                 connection.read_response()
-                if log is not None and reply < count:  # a SET's latency: sent until its reply arrived
-                    offset, nbytes, at = sent[reply]
+                if log is not None:  # a SET's latency: sent until its reply arrived
                     log.record(key, "write", offset, nbytes, at, time.perf_counter())
+            reply = connection.read_response() if tail is not None else None
             device += time.perf_counter() - t0
-        with self._lock:
-            self._parts[key] = count
-        return IOTiming(time.perf_counter() - start, host, device, size, replies)
+        return host, device, reply
+
+    def _claim(self, key: str, size: int | None) -> int | None:
+        """Hold the complete shared entry ``key`` (of ``size`` bytes, when given); its size, None if absent."""
+        names = self._shared_keys(key)
+        found = self._client.eval(CLAIM, 2, names.meta, names.holders, self._shared.token,
+                                  "" if size is None else size)
+        if found is None:
+            return None
+        self._shared.hold(key)
+        return int(found)
+
+    def _release(self, key: str) -> None:
+        """Drop this process's hold on a shared entry; the last holder's release deletes it."""
+        names = self._shared_keys(key)
+        last = self._client.eval(RELEASE, 2, names.meta, names.holders, self._shared.token, names.part_prefix)
+        self._shared.drop(key)
+        self._shared.count("released")
+        if last:
+            self._shared.count("deleted_last")
+
+    def _shared_keys(self, key: str) -> SharedEntryKeys:
+        return SharedEntryKeys(f"{self.shared_prefix}{{{key}}}", self._shared.token)
 
     def _read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
         start = time.perf_counter()
@@ -427,16 +484,32 @@ class RedisBackend(ClientBackend):
                if self.shared_prefix else {}),
         }
 
+    def close(self) -> None:
+        """A store cut short leaves temp parts that are no entry: removed even with ``keep_files``."""
+        if self._client is None:
+            return
+        try:
+            held, pending = self._shared.take_all()
+            for key, count in pending.items():
+                temp = self._shared_keys(key).temp_prefix
+                self._client.unlink(*(f"{temp}{i}" for i in range(count)))
+            if not self.context.keep:  # with keep_files the holds stay on the server with their entries
+                for key in held:
+                    self._release(key)
+        finally:
+            super().close()
+
     def _cleanup(self) -> None:
-        """Unlink this run's keys and the shared entries this process wrote; never FLUSH."""
+        """Unlink this run's private keys; shared entries were released by ``close``.  Never FLUSH."""
         with self._lock:
-            shared = [(key, count) for key, count in self._parts.items() if self._is_shared(key)]
             self._parts.clear()
-        keys: Iterable[Any] = itertools.chain(
-            (self._part_key(key, i) for key, count in shared for i in range(count)),
-            self._client.scan_iter(match=_glob_escape(self.key_prefix) + "*", count=1000))
+        keys: Iterable[Any] = self._client.scan_iter(match=_glob_escape(self.key_prefix) + "*", count=1000)
         for batch in _batches(keys, UNLINK_BATCH):
             self._client.unlink(*batch)
+
+    def counters(self) -> dict[str, Any] | None:
+        """What the shared namespace did to this process's stores and holds (see ``SharedHolds``)."""
+        return {"shared": self._shared.snapshot()} if self.shared_prefix else None
 
 
 def _glob_escape(text: str) -> str:

@@ -40,8 +40,8 @@ from contextlib import suppress
 from typing import Any, ClassVar
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, ClientBackend, IOTiming, check_key
+from kvbench_core.contracts.buffers import ThreadBuffers, consume_pieces, fill_pieces
 from kvbench_core.contracts.errors import BackendUnavailable
-from kvbench_core.engine.buffers import ThreadBuffers, consume_pieces, fill_pieces
 from kvbench_core.spec.units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
 
 #: Largest piece handed to ``source.fill`` / ``sink.consume`` (parts may be larger).

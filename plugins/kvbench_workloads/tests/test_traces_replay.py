@@ -20,9 +20,9 @@ from trace_helpers import DATA, drain_open, drain_user, make_context
 from kvbench_core.cli import main
 from kvbench_core.contracts.errors import InputFileError, SpecError
 from kvbench_core.contracts.plugins import get_plugin_manager, registry
+from kvbench_core.contracts.redact import redact
 from kvbench_core.contracts.validation import with_defaults
 from kvbench_core.contracts.workload import QoSClass
-from kvbench_core.spec.redact import redact
 
 SOURCES = {"sharegpt": ShareGPTSource, "burstgpt": BurstGPTSource, "mooncake": MooncakeSource}
 SAMPLES = {"sharegpt": "sharegpt_pairs.json", "burstgpt": "burstgpt_v3.csv", "mooncake": "mooncake_conversation.jsonl"}
