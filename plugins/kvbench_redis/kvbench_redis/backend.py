@@ -243,7 +243,7 @@ class RedisBackend(ClientBackend):
         takes a hold, so the entry stays on the server while this process's cache indexes it."""
         if not self._is_shared(key):
             return None
-        size = self._claim(key, None)
+        size = self._claim(key)
         if size is not None:
             self._shared.count("lookups_held")
         return size
@@ -264,14 +264,11 @@ class RedisBackend(ClientBackend):
         return IOTiming(time.perf_counter() - start, host, device, source.size, count + bool(stale))
 
     def _write_shared(self, key: str, source: ByteSource) -> IOTiming:
-        """Store a shared entry unless it is complete already; parts go under this writer's temp keys and one
-        script renames them into place, so two clients storing one entry at once never interleave parts."""
+        """Store a shared entry: its parts go under this writer's temp keys and one script renames them into
+        place, or drops them when another client committed the same entry first (then this one holds that).
+        Two clients storing one entry at once never interleave parts, and every byte booked was sent."""
         start = time.perf_counter()
         size = source.size
-        if self._claim(key, size) is not None:  # another client stored it: hold it, send nothing
-            self._shared.count("already_stored")
-            elapsed = time.perf_counter() - start
-            return IOTiming(elapsed, 0.0, elapsed, 0, 1)
         names = self._shared_keys(key)
         count = self._part_count(size)
         with self._shared.lock:
@@ -283,8 +280,9 @@ class RedisBackend(ClientBackend):
         with self._shared.lock:
             del self._shared.pending[key]
             self._shared.held.add(key)
-        self._shared.count("stored" if committed else "lost_race")
-        return IOTiming(time.perf_counter() - start, host, device, size, count + 1)
+        self._shared.count("stored" if committed else "duplicate")
+        # The commit is a control round trip (in device time), not a data command: commands are the SETs.
+        return IOTiming(time.perf_counter() - start, host, device, size, count)
 
     def _send_parts(self, key: str, source: ByteSource, names: list[str],
                     tail: tuple[Any, ...] | None) -> tuple[float, float, Any]:
@@ -318,11 +316,10 @@ class RedisBackend(ClientBackend):
             device += time.perf_counter() - t0
         return host, device, reply
 
-    def _claim(self, key: str, size: int | None) -> int | None:
-        """Hold the complete shared entry ``key`` (of ``size`` bytes, when given); its size, None if absent."""
+    def _claim(self, key: str) -> int | None:
+        """Hold the complete shared entry ``key``; its size, None if absent."""
         names = self._shared_keys(key)
-        found = self._client.eval(CLAIM, 2, names.meta, names.holders, self._shared.token,
-                                  "" if size is None else size)
+        found = self._client.eval(CLAIM, 2, names.meta, names.holders, self._shared.token)
         if found is None:
             return None
         self._shared.hold(key)

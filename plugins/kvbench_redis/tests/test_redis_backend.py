@@ -108,14 +108,20 @@ def test_deleted_entries_are_gone_and_deleting_twice_or_never_written_is_fine(
     backend.delete("never-written")
 
 
-def test_deleting_an_entry_another_process_wrote_finds_all_its_parts(
+def test_a_shared_entry_goes_with_its_last_holder_all_parts_at_once(
         redis_server: RedisServer, open_backend: Open, pool: NoisePool) -> None:
+    """Was: another process's delete removed the writer's entry (and so pulled it from under the writer's
+    cache, the shipped redis-shared-prefix spec's KeyError).  A process that holds nothing removes nothing;
+    the last holder's delete removes every part, its meta and holders keys."""
     options = {"port": redis_server.port, "part_size": PART, "shared_namespace": "probe-delete"}
     writer, other = open_backend(options), open_backend(options)
     # (issue 19: only shared entries, named by their content, live in the shared namespace)
-    writer.write("kv_system_1", pool.payload("kv_system_1", 40 * PART))  # more parts than one probe round
-    other.delete("kv_system_1")
+    writer.write("kv_system_1", pool.payload("kv_system_1", 40 * PART))
+    other.delete("kv_system_1")  # holds nothing
+    assert len(part_keys(redis_server, writer, "kv_system_1")) == 40
+    writer.delete("kv_system_1")
     assert part_keys(redis_server, writer, "kv_system_1") == []
+    assert list(redis_server.client().scan_iter(match="kvbench:shared:probe-delete:*")) == []
 
 
 def test_read_range_spans_parts(redis_server: RedisServer, open_backend: Open, pool: NoisePool) -> None:
@@ -327,5 +333,9 @@ def test_a_shared_namespace_shares_only_the_prefix_entries(redis_server: RedisSe
     assert part_keys(redis_server, first, "u5_c1_turn_1") == [f"kvbench:client-0:{{u5_c1_turn_1}}:p{i}"
                                                               for i in range(3)]
     first.close()
-    assert part_keys(redis_server, second, "kv_system_0123456789abcdef") == []  # the writer removed its own
+    # Was "the writer removed its own": now second's lookups hold the shared entries, so they outlive the
+    # writer and go with their last holder.
+    assert len(part_keys(redis_server, second, "kv_system_0123456789abcdef")) == 2
     assert len(part_keys(redis_server, second, "u5_c1_turn_1")) == 2
+    second.close()
+    assert list(redis_server.client().scan_iter(match="kvbench:shared:only-prefix:*")) == []
