@@ -19,14 +19,14 @@ from typing import Any
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.contracts.plugins import lookup
 from kvbench_core.contracts.redact import register_spec_secrets
-from kvbench_core.contracts.validation import validate_or_raise
+from kvbench_core.contracts.validation import validate_or_raise, with_defaults
 from kvbench_core.spec.bounds import check_memory_tiers, check_parsed_bounds
 from kvbench_core.spec.codec_choices import check_codec_choices, resolve_codecs
 from kvbench_core.spec.overrides import _deep_merge, apply_overrides
 from kvbench_core.spec.plan import RunPlan, plan_run, thaw
 from kvbench_core.spec.reading import _read_spec
 from kvbench_core.spec.safepaths import expanded, overlap_reason, tier_paths, unset_variable
-from kvbench_core.spec.schema import DEFAULTS, GENERATION_MS_PER_TOKEN, full_schema
+from kvbench_core.spec.schema import DEFAULTS, GENERATION_MS_PER_TOKEN, full_schema, section_schema
 from kvbench_core.spec.units import parse_duration, parse_size
 
 
@@ -108,13 +108,13 @@ def resolve(raw: dict[str, Any], spec_dir: str) -> dict[str, Any]:
         GENERATION_MS_PER_TOKEN[generation] if isinstance(generation, str) else float(generation)
     )
     if spec.get("precondition") is not None:
-        pre = {"size": "auto", "entry_size": 64 << 20, "threads": 4, **spec["precondition"]}
+        pre = with_defaults(section_schema("precondition"), spec["precondition"])
         pre["size"] = "auto" if pre["size"] == "auto" else parse_size(pre["size"])
         pre["entry_size"] = parse_size(pre["entry_size"])
         pre["threads"] = pre["threads"] or min(os.cpu_count() or 1, 256)
         spec["precondition"] = pre
     if spec.get("autoscaler") is not None:
-        spec["autoscaler"] = {"options": {}, "stop_when_converged": False, **spec["autoscaler"]}
+        spec["autoscaler"] = with_defaults(section_schema("autoscaler"), spec["autoscaler"])
     return spec
 
 

@@ -180,8 +180,8 @@ def core_schema() -> dict[str, Any]:
                         "properties": {
                             "name": {"type": "string"},
                             "max_users": {"type": "integer", "minimum": 1, "maximum": 1_000_000},
-                            "stop_when_converged": {"type": "boolean"},
-                            "options": {"type": "object"},
+                            "stop_when_converged": {"type": "boolean", "default": False},
+                            "options": {"type": "object", "default": {}},
                         },
                     },
                 ]
@@ -194,10 +194,10 @@ def core_schema() -> dict[str, Any]:
                         "type": "object",
                         "additionalProperties": False,
                         "properties": {
-                            "size": {"oneOf": [{"const": "auto"}, _SIZE],
+                            "size": {"oneOf": [{"const": "auto"}, _SIZE], "default": "auto",
                                      "description": "bytes to write, or auto = 2x the bottom tier's capacity"},
-                            "entry_size": _SIZE,
-                            "threads": {"type": "integer", "minimum": 0, "maximum": 256,
+                            "entry_size": {**_SIZE, "default": "64MiB"},
+                            "threads": {"type": "integer", "minimum": 0, "maximum": 256, "default": 4,
                                         "description": "writer threads; 0 = one per CPU (the seed's auto)"},
                         },
                     },
@@ -251,3 +251,9 @@ def full_schema() -> dict[str, Any]:
     props["autoscaler"]["oneOf"][1]["allOf"] = _options_rules("autoscaler", "name")
     props.update(extra_schema())
     return schema
+
+
+def section_schema(name: str) -> dict[str, Any]:
+    """The object form of an optional top-level section (``autoscaler``, ``precondition``: null or an
+    object), whose field defaults ``with_defaults`` fills: they live in the schema, once."""
+    return next(branch for branch in core_schema()["properties"][name]["oneOf"] if branch.get("type") == "object")
