@@ -227,7 +227,9 @@ class RedisBackend(ClientBackend):
 
     def delete(self, key: str) -> None:
         if self._is_shared(key):
-            self._release(key)
+            size = self._shared.drop_latest(key)
+            if size is not None:  # deleting what this process does not hold touches nothing
+                self._release(key, size)
             return
         with self._lock:
             known = self._parts.pop(key, None)
@@ -269,17 +271,17 @@ class RedisBackend(ClientBackend):
         Two clients storing one entry at once never interleave parts, and every byte booked was sent."""
         start = time.perf_counter()
         size = source.size
-        names = self._shared_keys(key)
+        names = self._shared_keys(key, size)
         count = self._part_count(size)
         with self._shared.lock:
-            self._shared.pending[key] = count  # removed by close if the write stops half way
-        commit = ("EVAL", COMMIT, 2, names.meta, names.holders, self._shared.token, size, count,
-                  names.temp_prefix, names.part_prefix, self._expiry[1] if self._expiry else 0)
+            self._shared.pending[key] = (size, count)  # removed by close if the write stops half way
+        commit = ("EVAL", COMMIT, 1, names.sizes, self._shared.token, names.base, size, count,
+                  self._expiry[1] if self._expiry else 0)
         host, device, committed = self._send_parts(
             key, source, [f"{names.temp_prefix}{i}" for i in range(count)], commit)
         with self._shared.lock:
             del self._shared.pending[key]
-            self._shared.held.add(key)
+        self._shared.hold(key, size)
         self._shared.count("stored" if committed else "duplicate")
         # The commit is a control round trip (in device time), not a data command: commands are the SETs.
         return IOTiming(time.perf_counter() - start, host, device, size, count)
@@ -317,25 +319,30 @@ class RedisBackend(ClientBackend):
         return host, device, reply
 
     def _claim(self, key: str) -> int | None:
-        """Hold the complete shared entry ``key``; its size, None if absent."""
-        names = self._shared_keys(key)
-        found = self._client.eval(CLAIM, 2, names.meta, names.holders, self._shared.token)
+        """Hold the largest complete shared entry under ``key``; its size, None if there is none."""
+        names = self._shared_keys(key, 0)
+        found = self._client.eval(CLAIM, 1, names.sizes, self._shared.token, names.base)
         if found is None:
             return None
-        self._shared.hold(key)
+        self._shared.hold(key, int(found))
         return int(found)
 
-    def _release(self, key: str) -> None:
+    def _release(self, key: str, size: int) -> None:
         """Drop this process's hold on a shared entry; the last holder's release deletes it."""
-        names = self._shared_keys(key)
-        last = self._client.eval(RELEASE, 2, names.meta, names.holders, self._shared.token, names.part_prefix)
-        self._shared.drop(key)
-        self._shared.count("released")
-        if last:
+        names = self._shared_keys(key, size)
+        if self._client.eval(RELEASE, 1, names.sizes, self._shared.token, names.base, size):
             self._shared.count("deleted_last")
+        self._shared.count("released")
 
-    def _shared_keys(self, key: str) -> SharedEntryKeys:
-        return SharedEntryKeys(f"{self.shared_prefix}{{{key}}}", self._shared.token)
+    def _shared_keys(self, key: str, size: int) -> SharedEntryKeys:
+        return SharedEntryKeys(f"{self.shared_prefix}{{{key}}}", size, self._shared.token)
+
+    def _shared_size(self, key: str) -> int:
+        """The size of the shared entry this process's cache indexes under ``key``."""
+        size = self._shared.latest(key)
+        if size is None:
+            raise KeyError(f"no entry {key!r} held in tier {self.context.tier_name!r}")
+        return size
 
     def _read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
         start = time.perf_counter()
@@ -348,12 +355,12 @@ class RedisBackend(ClientBackend):
             t0 = time.perf_counter()
             sent_at = [t0] * count  # when each GET went out, for per-command latency
             for index in range(min(ahead, count)):
-                connection.send_command("GET", self._part_key(key, index))
+                connection.send_command("GET", self._part_key(key, index, size))
             for index in range(count):
                 data = connection.read_response()
                 if index + ahead < count:
                     sent_at[index + ahead] = time.perf_counter()
-                    connection.send_command("GET", self._part_key(key, index + ahead))
+                    connection.send_command("GET", self._part_key(key, index + ahead, size))
                 t1 = time.perf_counter()
                 device += t1 - t0
                 offset = index * part
@@ -406,7 +413,8 @@ class RedisBackend(ClientBackend):
     def _connection(self, key: str) -> Iterator[Any]:
         """A pooled connection to the node holding the entry; dropped instead of reused if interrupted."""
         if self.cluster:
-            pool = self._client.get_node_from_key(self._part_key(key, 0)).redis_connection.connection_pool
+            # Every name of an entry carries the hash tag {key}, which alone decides the slot.
+            pool = self._client.get_node_from_key(f"{{{key}}}").redis_connection.connection_pool
         else:
             pool = self._client.connection_pool
         connection = pool.get_connection()
@@ -421,9 +429,11 @@ class RedisBackend(ClientBackend):
     def _is_shared(self, key: str) -> bool:
         return self.shared_prefix is not None and key.startswith(self.shared_keys)
 
-    def _part_key(self, key: str, index: int) -> str:
-        prefix = self.shared_prefix if self._is_shared(key) else self.key_prefix
-        return f"{prefix}{{{key}}}:p{index}"
+    def _part_key(self, key: str, index: int, size: int | None = None) -> str:
+        """Part ``index`` of ``key``; a shared entry is named by its size too (its cache's, when not given)."""
+        if not self._is_shared(key):
+            return f"{self.key_prefix}{{{key}}}:p{index}"
+        return f"{self._shared_keys(key, self._shared_size(key) if size is None else size).part_prefix}{index}"
 
     def _part_count(self, size: int) -> int:
         return max(1, -(-size // self.part_size))
@@ -487,12 +497,12 @@ class RedisBackend(ClientBackend):
             return
         try:
             held, pending = self._shared.take_all()
-            for key, count in pending.items():
-                temp = self._shared_keys(key).temp_prefix
+            for key, (size, count) in pending.items():
+                temp = self._shared_keys(key, size).temp_prefix
                 self._client.unlink(*(f"{temp}{i}" for i in range(count)))
             if not self.context.keep:  # with keep_files the holds stay on the server with their entries
-                for key in held:
-                    self._release(key)
+                for key, size in held:
+                    self._release(key, size)
         finally:
             super().close()
 

@@ -2,21 +2,25 @@
 
 Several client processes, each with its own cache index, hold the same entry
 in one server namespace.  One client's eviction, demotion or cleanup must not
-pull an entry from under another that still indexes it, and two clients that
-store the same entry at once must not interleave their parts.  So every shared
-entry has, next to its parts (all under one cluster hash tag, so one slot):
+pull an entry from under another that still indexes it; two clients that store
+the same entry at once must not interleave their parts; and a client storing a
+key with another size (the synthetic source cuts a system prompt to a short
+context) must not overwrite what the others read.  So a shared entry is named
+by key *and* size, and has, under one cluster hash tag (one slot):
 
-- ``<entry>:meta``, a hash ``{size, parts}`` written when the entry is
-  complete; an entry without it does not exist for anyone;
-- ``<entry>:holders``, a set of holder tokens, one per backend instance that
-  holds the entry (wrote it, found it already stored, or looked it up).
+- ``<key>:s<size>:p<i>``, its parts;
+- ``<key>:s<size>:parts``, its part count, written when the entry is complete:
+  an entry without it does not exist for anyone;
+- ``<key>:s<size>:holders``, a set of holder tokens, one per backend instance
+  that holds the entry (stored it, or found it by a lookup);
+- ``<key>:sizes``, the sizes complete under the key, for lookups.
 
-A store writes its parts under ``<entry>:w<token>:p<i>`` and commits them with
-one script that renames them into place, unless another holder committed the
-same entry first (then its own copy is dropped).  A release removes the
-caller's token and deletes parts, meta and holders when no token is left: the
-last holder deletes.  Every step is one Lua script, so it is atomic on the
-server and races nothing.
+A store writes its parts under ``<key>:s<size>:w<token>:p<i>`` and commits them
+with one script that renames them into place, unless another client committed
+the same entry first (then its own parts are dropped and it holds that one).
+A release removes the caller's token; the release that leaves no token deletes
+the entry: the last holder deletes.  Each step is one Lua script, atomic on the
+server, so none races another.
 """
 
 from __future__ import annotations
@@ -25,68 +29,73 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-#: KEYS meta, holders; ARGV token: hold a complete entry; its size, or nil when absent.
+#: KEYS sizes; ARGV token, base: hold the largest complete entry under the key; its size, or nil.
 CLAIM = """
-local size = redis.call('HGET', KEYS[1], 'size')
-if not size then return false end
-redis.call('SADD', KEYS[2], ARGV[1])
-return tonumber(size)
+local best = nil
+for _, size in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if not best or tonumber(size) > best then best = tonumber(size) end
+end
+if not best then return false end
+redis.call('SADD', ARGV[2] .. ':s' .. best .. ':holders', ARGV[1])
+return best
 """
 
-#: KEYS meta, holders; ARGV token, size, parts, temp-part prefix, part prefix, ttl ms (0: none).
-#: 1 when this writer's parts became the entry, 0 when an equal entry was already there (its parts dropped).
+#: KEYS sizes; ARGV token, base, size, parts, ttl ms (0: none).  1 when this writer's temp parts became the
+#: entry, 0 when the same entry was complete already (its temp parts dropped, the entry held).
 COMMIT = """
-local count = tonumber(ARGV[3])
-if redis.call('HGET', KEYS[1], 'size') == ARGV[2] then
-  for i = 0, count - 1 do redis.call('UNLINK', ARGV[4] .. i) end
-  redis.call('SADD', KEYS[2], ARGV[1])
-  return 0
+local entry = ARGV[2] .. ':s' .. ARGV[3]
+local count = tonumber(ARGV[4])
+local temp = entry .. ':w' .. ARGV[1] .. ':p'
+local committed = 0
+if redis.call('EXISTS', entry .. ':parts') == 1 then
+  for i = 0, count - 1 do redis.call('UNLINK', temp .. i) end
+else
+  for i = 0, count - 1 do redis.call('RENAME', temp .. i, entry .. ':p' .. i) end
+  redis.call('SET', entry .. ':parts', count)
+  redis.call('SADD', KEYS[1], ARGV[3])
+  committed = 1
 end
-local old = tonumber(redis.call('HGET', KEYS[1], 'parts') or '0')
-for i = 0, count - 1 do redis.call('RENAME', ARGV[4] .. i, ARGV[5] .. i) end
-for i = count, old - 1 do redis.call('UNLINK', ARGV[5] .. i) end
-redis.call('HSET', KEYS[1], 'size', ARGV[2], 'parts', count)
-redis.call('SADD', KEYS[2], ARGV[1])
-if tonumber(ARGV[6]) > 0 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[6])
-  redis.call('PEXPIRE', KEYS[2], ARGV[6])
+redis.call('SADD', entry .. ':holders', ARGV[1])
+if tonumber(ARGV[5]) > 0 then
+  for _, name in ipairs({entry .. ':parts', entry .. ':holders', KEYS[1]}) do
+    redis.call('PEXPIRE', name, ARGV[5])
+  end
 end
-return 1
+return committed
 """
 
-#: KEYS meta, holders; ARGV token, part prefix: drop this hold; 1 when it was the last and the entry is gone.
+#: KEYS sizes; ARGV token, base, size: drop this hold; 1 when it was the last and the entry is gone.
 RELEASE = """
-redis.call('SREM', KEYS[2], ARGV[1])
-if redis.call('SCARD', KEYS[2]) > 0 then return 0 end
-local parts = tonumber(redis.call('HGET', KEYS[1], 'parts') or '0')
-for i = 0, parts - 1 do redis.call('UNLINK', ARGV[2] .. i) end
-redis.call('UNLINK', KEYS[1], KEYS[2])
+local entry = ARGV[2] .. ':s' .. ARGV[3]
+redis.call('SREM', entry .. ':holders', ARGV[1])
+if redis.call('SCARD', entry .. ':holders') > 0 then return 0 end
+local parts = tonumber(redis.call('GET', entry .. ':parts') or '0')
+for i = 0, parts - 1 do redis.call('UNLINK', entry .. ':p' .. i) end
+redis.call('UNLINK', entry .. ':parts')
+redis.call('SREM', KEYS[1], ARGV[3])
 return 1
 """
 
 
 @dataclass(frozen=True)
 class SharedEntryKeys:
-    """The server keys of one shared entry, all under the hash tag ``{key}``."""
+    """The server names of one shared entry (``key`` of ``size`` bytes), all under the hash tag ``{key}``."""
 
     base: str  # "<shared prefix>{<key>}"
+    size: int
     token: str
 
     @property
-    def meta(self) -> str:
-        return f"{self.base}:meta"
-
-    @property
-    def holders(self) -> str:
-        return f"{self.base}:holders"
+    def sizes(self) -> str:
+        return f"{self.base}:sizes"
 
     @property
     def part_prefix(self) -> str:
-        return f"{self.base}:p"
+        return f"{self.base}:s{self.size}:p"
 
     @property
     def temp_prefix(self) -> str:
-        return f"{self.base}:w{self.token}:p"
+        return f"{self.base}:s{self.size}:w{self.token}:p"
 
 
 @dataclass
@@ -104,8 +113,8 @@ class SharedHolds:
     """
 
     token: str
-    held: set[str] = field(default_factory=set)
-    pending: dict[str, int] = field(default_factory=dict)  # key -> temp parts possibly on the server
+    held: dict[str, list[int]] = field(default_factory=dict)  # key -> sizes held, the latest last
+    pending: dict[str, tuple[int, int]] = field(default_factory=dict)  # key -> (size, temp parts) half written
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("stored", "duplicate", "lookups_held", "released", "deleted_last"), 0))
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -114,18 +123,35 @@ class SharedHolds:
         with self.lock:
             self.counts[name] += 1
 
-    def hold(self, key: str) -> None:
+    def hold(self, key: str, size: int) -> None:
         with self.lock:
-            self.held.add(key)
+            sizes = self.held.setdefault(key, [])
+            if size in sizes:
+                sizes.remove(size)
+            sizes.append(size)
 
-    def drop(self, key: str) -> None:
+    def latest(self, key: str) -> int | None:
+        """The size of the entry this process last stored or found under ``key`` (what its cache reads)."""
         with self.lock:
-            self.held.discard(key)
+            sizes = self.held.get(key)
+            return sizes[-1] if sizes else None
 
-    def take_all(self) -> tuple[list[str], dict[str, int]]:
+    def drop_latest(self, key: str) -> int | None:
+        """Forget the latest hold on ``key`` (the cache deletes the entry it indexes); its size."""
+        with self.lock:
+            sizes = self.held.get(key)
+            if not sizes:
+                return None
+            size = sizes.pop()
+            if not sizes:
+                del self.held[key]
+            return size
+
+    def take_all(self) -> tuple[list[tuple[str, int]], dict[str, tuple[int, int]]]:
         """Every hold and every half-written store, forgotten here (close releases them on the server)."""
         with self.lock:
-            held, pending = sorted(self.held), dict(self.pending)
+            held = [(key, size) for key, sizes in sorted(self.held.items()) for size in sizes]
+            pending = dict(self.pending)
             self.held.clear()
             self.pending.clear()
             return held, pending

@@ -53,8 +53,10 @@ class TestRedisConformance(BackendConformance):
 
 
 def part_keys(server: RedisServer, backend: RedisBackend, key: str) -> list[str]:
-    prefix = backend.shared_prefix if backend._is_shared(key) else backend.key_prefix
-    return sorted(k.decode() for k in server.client().scan_iter(match=f"{prefix}{{{key}}}:p*"))
+    """The server's parts of ``key`` (of any size, for a shared entry)."""
+    shared = backend._is_shared(key)
+    pattern = f"{backend.shared_prefix}{{{key}}}:s*:p[0-9]*" if shared else f"{backend.key_prefix}{{{key}}}:p*"
+    return sorted(k.decode() for k in server.client().scan_iter(match=pattern))
 
 
 @pytest.mark.parametrize("size", [1, PART - 1, PART, PART + 1, 3 * PART + 17])
