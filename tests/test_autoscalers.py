@@ -8,10 +8,11 @@ from typing import Any, ClassVar
 
 import pytest
 from conftest import small_spec
+from testkit import registered
 
 from kvbench_core.builtins.autoscalers import CapacityAutoscaler, QoSAutoscaler
 from kvbench_core.contracts.autoscaler import Autoscaler, Decision, TelemetrySample
-from kvbench_core.contracts.plugins import get_plugin_manager, hookimpl, registry
+from kvbench_core.contracts.plugins import hookimpl
 from kvbench_core.contracts.workload import DEFAULT_QOS
 
 SLA_P95 = {name: c.p95_target_s for name, c in DEFAULT_QOS.items()}
@@ -163,13 +164,9 @@ class ScriptedPlugin:
 
 @pytest.fixture
 def scripted_plugin() -> Iterator[None]:
-    manager = get_plugin_manager()
-    manager.register(ScriptedPlugin(), name="test-scripted-autoscaler")
-    registry.cache_clear()
     Scripted.seen.clear()
-    yield
-    manager.unregister(name="test-scripted-autoscaler")
-    registry.cache_clear()
+    with registered(ScriptedPlugin(), "test-scripted-autoscaler"):
+        yield
 
 
 def test_the_runner_applies_each_decision_and_stops_when_converged(scripted_plugin: None, run_spec: Any) -> None:

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytest
+from testkit import registered
 from tiny_spec import assert_valid_result, history_spec, run_cli
 
 from kvbench_core.cli.run_cmd import summarize
@@ -23,7 +24,7 @@ from kvbench_core.codecs.tier import CodecTier
 from kvbench_core.contracts.backend import BackendContext, StorageBackend
 from kvbench_core.contracts.conformance import BackendConformance
 from kvbench_core.contracts.errors import MissingDependency, SpecError
-from kvbench_core.contracts.plugins import get_plugin_manager, hookimpl, registry
+from kvbench_core.contracts.plugins import hookimpl, registry
 from kvbench_core.engine.cache_types import TierSource
 from kvbench_core.engine.factory import create_backend
 from kvbench_core.engine.payload import PAYLOAD_KINDS, ChecksumSink, NoisePool, VerifySink
@@ -304,12 +305,8 @@ class VendorCodecs:
 
 @pytest.fixture
 def vendor_codecs() -> Iterator[None]:
-    manager = get_plugin_manager()
-    manager.register(VendorCodecs(), name="test-vendor-codecs")
-    registry.cache_clear()
-    yield
-    manager.unregister(name="test-vendor-codecs")
-    registry.cache_clear()
+    with registered(VendorCodecs(), "test-vendor-codecs"):
+        yield
 
 
 def codec_run_spec(tmp_path: Path, codec: Any, **top: Any) -> dict[str, Any]:

@@ -27,12 +27,13 @@ from typing import Any, ClassVar
 
 import pytest
 from test_measurement_window import PIECE, SlowPieces, slow_spec
+from testkit import registered
 
 from kvbench_core.cli import main as kvbench_main
 from kvbench_core.contracts.autoscaler import Autoscaler, Decision, TelemetrySample
 from kvbench_core.contracts.backend import ByteSource, IOTiming
 from kvbench_core.contracts.errors import Cancelled
-from kvbench_core.contracts.plugins import get_plugin_manager, hookimpl, registry
+from kvbench_core.contracts.plugins import hookimpl
 from kvbench_core.engine import runner as runner_module
 from kvbench_core.engine.runner import Runner
 from kvbench_core.results.result import build_result
@@ -111,13 +112,9 @@ class _Plugin:
 
 @pytest.fixture
 def plugin() -> Iterator[None]:
-    manager = get_plugin_manager()
-    manager.register(_Plugin(), name="test-exit-after-result")
-    registry.cache_clear()
     CountedPieces.pieces.clear()
-    yield
-    manager.unregister(name="test-exit-after-result")
-    registry.cache_clear()
+    with registered(_Plugin(), "test-exit-after-result"):
+        yield
 
 
 def converging_spec(tmp_path: Path, backend: str, **extra: Any) -> dict[str, Any]:

@@ -23,10 +23,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytest
+from testkit import registered
 from tiny_spec import run_cli
 
 from kvbench_core.contracts.backend import BackendContext, ByteSource, IOTiming
-from kvbench_core.contracts.plugins import get_plugin_manager, hookimpl, registry
+from kvbench_core.contracts.plugins import hookimpl
 from kvbench_core.contracts.workload import DEFAULT_QOS, Read, Request
 from kvbench_core.engine.cache_types import Tier
 from kvbench_core.engine.executor import RequestExecutor
@@ -157,15 +158,8 @@ class _CorruptingPlugin:
 @pytest.fixture
 def corrupting_backend() -> Iterator[str]:
     """Register the corrupting tier as a plugin for this test only."""
-    manager = get_plugin_manager()
-    plugin = _CorruptingPlugin()
-    manager.register(plugin, name="test-corrupting-nvme")
-    registry.cache_clear()
-    try:
+    with registered(_CorruptingPlugin(), "test-corrupting-nvme"):
         yield CorruptingNVMe.name
-    finally:
-        manager.unregister(plugin)
-        registry.cache_clear()
 
 
 def test_a_run_over_a_corrupting_tier_names_the_keys_and_fails(tmp_path: Path, corrupting_backend: str) -> None:

@@ -10,11 +10,12 @@ from typing import Any, ClassVar
 
 import pytest
 from conftest import small_spec
+from testkit import registered
 
 from kvbench_core.builtins.memory import CPUMemoryBackend
 from kvbench_core.cli.run_cmd import summarize
 from kvbench_core.contracts.backend import ByteSource, IOTiming
-from kvbench_core.contracts.plugins import get_plugin_manager, hookimpl, registry
+from kvbench_core.contracts.plugins import hookimpl
 from kvbench_core.engine.runner import Runner
 from kvbench_core.engine.window import default_drain_timeout
 from kvbench_core.results.result import build_result
@@ -54,12 +55,8 @@ class SlowPlugin:
 
 @pytest.fixture
 def slow_tier() -> Iterator[None]:
-    manager = get_plugin_manager()
-    manager.register(SlowPlugin(), name="test-slow-pieces")
-    registry.cache_clear()
-    yield
-    manager.unregister(name="test-slow-pieces")
-    registry.cache_clear()
+    with registered(SlowPlugin(), "test-slow-pieces"):
+        yield
 
 
 def slow_spec(tmp_path: Any, *, piece_s: float, **extra: Any) -> dict[str, Any]:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from testkit import registered
 
 from kvbench_core.builtins.memory import CPUMemoryBackend
 from kvbench_core.contracts.errors import SpecError
-from kvbench_core.contracts.plugins import clashes, get_plugin_manager, hookimpl, lookup, registry
+from kvbench_core.contracts.plugins import clashes, hookimpl, lookup, registry
 
 
 class SecondCPUProvider:
@@ -21,12 +22,8 @@ class SecondCPUProvider:
 
 @pytest.fixture
 def clashing_plugin() -> Iterator[None]:
-    manager = get_plugin_manager()
-    manager.register(SecondCPUProvider(), name="test-second-cpu")
-    registry.cache_clear()
-    yield
-    manager.unregister(name="test-second-cpu")
-    registry.cache_clear()
+    with registered(SecondCPUProvider(), "test-second-cpu"):
+        yield
 
 
 def test_a_name_two_plugins_provide_is_refused_naming_both(clashing_plugin: None) -> None:

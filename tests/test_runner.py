@@ -10,10 +10,11 @@ from typing import Any, ClassVar
 
 import pytest
 from conftest import memory_executor, small_spec
+from testkit import registered
 
 from kvbench_core.builtins.memory import CPUMemoryBackend
 from kvbench_core.contracts.backend import ByteSink, ByteSource, IOTiming
-from kvbench_core.contracts.plugins import get_plugin_manager, hookimpl, registry
+from kvbench_core.contracts.plugins import hookimpl
 from kvbench_core.contracts.workload import DEFAULT_QOS, Phase, Read, Request, Write, decode_read_count, derive_phase
 from kvbench_core.engine.runner import Runner
 from kvbench_core.engine.scheduler import EventHeap, PriorityRequestQueue
@@ -197,13 +198,9 @@ class ProbePlugin:
 
 @pytest.fixture
 def probe() -> Iterator[type[Probe]]:
-    manager = get_plugin_manager()
-    manager.register(ProbePlugin(), name="test-probe-backend")
-    registry.cache_clear()
     Probe.reset()
-    yield Probe
-    manager.unregister(name="test-probe-backend")
-    registry.cache_clear()
+    with registered(ProbePlugin(), "test-probe-backend"):
+        yield Probe
 
 
 def probe_spec(delay_s: float = 0.0, **extra: Any) -> dict[str, Any]:

@@ -6,9 +6,11 @@ start and stop the real servers kvbench's suite runs against, which a vendor's t
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import subprocess
+from collections.abc import Iterator
 
 
 def sigint_reaches_children() -> None:
@@ -62,3 +64,20 @@ class ServerProcess:
                 self.process.wait(10)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+@contextlib.contextmanager
+def registered(plugin: object, name: str) -> Iterator[object]:
+    """``plugin`` (an object with ``@hookimpl`` methods) registered with kvbench's plugin manager for the
+    block, the cached registry re-read on the way in and out, so the block sees its backends, sources,
+    autoscalers and codecs and the next test does not."""
+    from kvbench_core.contracts.plugins import get_plugin_manager, registry
+
+    manager = get_plugin_manager()
+    manager.register(plugin, name=name)
+    registry.cache_clear()
+    try:
+        yield plugin
+    finally:
+        manager.unregister(name=name)
+        registry.cache_clear()
