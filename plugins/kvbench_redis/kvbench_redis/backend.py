@@ -330,9 +330,9 @@ class RedisBackend(ClientBackend):
     def _release(self, key: str, size: int) -> None:
         """Drop this process's hold on a shared entry; the last holder's release deletes it."""
         names = self._shared_keys(key, size)
-        if self._client.eval(RELEASE, 1, names.sizes, self._shared.token, names.base, size):
-            self._shared.count("deleted_last")
+        last = self._client.eval(RELEASE, 1, names.sizes, self._shared.token, names.base, size)
         self._shared.count("released")
+        self._shared.count("deleted_last" if last else "kept_for_others")
 
     def _shared_keys(self, key: str, size: int) -> SharedEntryKeys:
         return SharedEntryKeys(f"{self.shared_prefix}{{{key}}}", size, self._shared.token)

@@ -103,20 +103,21 @@ class SharedHolds:
     """This backend instance's side of the reference count: what it holds and what it left half written.
 
     The counts say, per process, what the shared namespace did to its stores
-    (reported as the tier's ``counters``): ``stored`` entries it committed,
-    ``duplicate`` stores whose parts were sent (and are booked) but dropped at
-    commit because another client had committed the same entry first,
-    ``lookups_held`` local misses that found (and now hold)
-    another client's entry, ``released`` holds dropped (evictions, demotions,
-    close) and ``deleted_last`` releases that removed the entry because no
-    holder was left.
+    and holds (reported as the tier's ``counters``): ``stored``, stores that
+    became the entry; ``duplicate``, stores whose parts were sent (and are
+    booked: the bytes did travel) but dropped at commit because another client
+    had committed the same entry first; ``lookups_held``, local misses that
+    found another client's entry and now hold it; ``released``, holds dropped
+    (the cache's evictions and demotions, and close), which are
+    ``kept_for_others`` (another client still held the entry, so it stayed)
+    plus ``deleted_last`` (no holder was left, so the release deleted it).
     """
 
     token: str
     held: dict[str, list[int]] = field(default_factory=dict)  # key -> sizes held, the latest last
     pending: dict[str, tuple[int, int]] = field(default_factory=dict)  # key -> (size, temp parts) half written
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
-        ("stored", "duplicate", "lookups_held", "released", "deleted_last"), 0))
+        ("stored", "duplicate", "lookups_held", "released", "kept_for_others", "deleted_last"), 0))
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def count(self, name: str) -> None:

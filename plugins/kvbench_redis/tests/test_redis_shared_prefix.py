@@ -32,7 +32,7 @@ def test_an_entry_written_by_one_process_is_hit_by_the_others(redis_server: Redi
         outcomes = [json.loads(reader.communicate(timeout=120)[0]) for reader in readers]
         assert outcomes == [{"hit": True, "private_missed": True}] * 2
         # The readers have closed: they wrote nothing, so they removed nothing.
-        assert stored.exists(*(f"kvbench:shared:{namespace}:{{{key}}}:p{i}" for i in range(4))) == 4
+        assert stored.exists(*(f"kvbench:shared:{namespace}:{{{key}}}:s{SIZE}:p{i}" for i in range(4))) == 4
         writer.communicate("close\n", timeout=120)
         assert writer.returncode == 0
     finally:
