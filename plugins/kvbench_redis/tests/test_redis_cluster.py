@@ -60,6 +60,23 @@ def test_entries_spread_over_the_primaries_and_each_entrys_parts_stay_on_one(
     assert (info["cluster"], info["primaries"]) == (True, 3)
 
 
+def test_shared_entries_are_reference_counted_on_a_cluster(
+        redis_cluster: RedisCluster, open_backend: Open, pool: NoisePool, verify: Verify) -> None:
+    """The claim, commit and release scripts name keys they derive from the entry's hash tag: on a cluster
+    they must all land in the entry's slot, for entries spread over every primary."""
+    options = {"port": redis_cluster.seed.port, "cluster": True, "part_size": PART, "shared_namespace": "cl"}
+    writer, reader = open_backend(options, run_id="w"), open_backend(options, run_id="r")
+    keys = [f"kv_system_{index}" for index in range(12)]
+    for key in keys:
+        writer.write(key, pool.payload(key, 2 * PART + 1))
+        assert reader.lookup(key) == 2 * PART + 1
+        writer.delete(key)
+        verify(reader, key, 2 * PART + 1)
+    assert all(keys_on(node, "kvbench:shared:cl:") for node in redis_cluster.nodes)
+    reader.close()
+    assert [key for node in redis_cluster.nodes for key in keys_on(node, "kvbench:shared:cl:")] == []
+
+
 def test_capacity_auto_sums_the_primaries_maxmemory(redis_cluster: RedisCluster, open_backend: Open) -> None:
     backend = open_backend({"port": redis_cluster.seed.port, "cluster": True})
     assert backend.capacity_bytes() is None
