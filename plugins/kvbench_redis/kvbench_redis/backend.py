@@ -4,7 +4,9 @@ Layout: an entry is one or more string values ("parts") under
 ``{prefix}{<key>}:p<i>``.  The braces are a cluster hash tag, so every part of
 an entry hashes to one slot, lives on one node, can be pipelined on one
 connection and unlinked with one multi-key command.  A part is at most the
-server's ``proto-max-bulk-len`` (or the smaller ``part_size`` option).
+server's ``proto-max-bulk-len`` (or the smaller ``part_size`` option).  The
+entries of a shared namespace are reference-counted across client processes
+(``kvbench_redis.shared``).
 
 Data path: the parts of one entry are pipelined on one pooled connection, but
 not through redis-py's ``Pipeline``, which keeps every command until
@@ -274,13 +276,13 @@ class RedisBackend(ClientBackend):
         names = self._shared_keys(key, size)
         count = self._part_count(size)
         with self._shared.lock:
-            self._shared.pending[key] = (size, count)  # removed by close if the write stops half way
+            self._shared.pending[key, size] = count  # removed by close if the write stops half way
         commit = ("EVAL", COMMIT, 1, names.sizes, self._shared.token, names.base, size, count,
                   self._expiry[1] if self._expiry else 0)
         host, device, committed = self._send_parts(
             key, source, [f"{names.temp_prefix}{i}" for i in range(count)], commit)
         with self._shared.lock:
-            del self._shared.pending[key]
+            del self._shared.pending[key, size]
         self._shared.hold(key, size)
         self._shared.count("stored" if committed else "duplicate")
         # The commit is a control round trip (in device time), not a data command: commands are the SETs.
@@ -497,7 +499,7 @@ class RedisBackend(ClientBackend):
             return
         try:
             held, pending = self._shared.take_all()
-            for key, (size, count) in pending.items():
+            for (key, size), count in pending.items():
                 temp = self._shared_keys(key, size).temp_prefix
                 self._client.unlink(*(f"{temp}{i}" for i in range(count)))
             if not self.context.keep:  # with keep_files the holds stay on the server with their entries

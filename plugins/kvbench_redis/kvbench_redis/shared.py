@@ -115,7 +115,7 @@ class SharedHolds:
 
     token: str
     held: dict[str, list[int]] = field(default_factory=dict)  # key -> sizes held, the latest last
-    pending: dict[str, tuple[int, int]] = field(default_factory=dict)  # key -> (size, temp parts) half written
+    pending: dict[tuple[str, int], int] = field(default_factory=dict)  # (key, size) -> temp parts half written
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("stored", "duplicate", "lookups_held", "released", "kept_for_others", "deleted_last"), 0))
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -148,7 +148,7 @@ class SharedHolds:
                 del self.held[key]
             return size
 
-    def take_all(self) -> tuple[list[tuple[str, int]], dict[str, tuple[int, int]]]:
+    def take_all(self) -> tuple[list[tuple[str, int]], dict[tuple[str, int], int]]:
         """Every hold and every half-written store, forgotten here (close releases them on the server)."""
         with self.lock:
             held = [(key, size) for key, sizes in sorted(self.held.items()) for size in sizes]

@@ -41,8 +41,8 @@ def test_holds_remember_the_latest_size_per_key() -> None:
     assert holds.drop_latest("k") == 20
     assert holds.drop_latest("k") is None and holds.latest("k") is None
     holds.hold("a", 1)
-    holds.pending["b"] = (5, 2)
-    assert holds.take_all() == ([("a", 1)], {"b": (5, 2)})
+    holds.pending["b", 5] = 2
+    assert holds.take_all() == ([("a", 1)], {("b", 5): 2})
     assert holds.held == {} and holds.pending == {}
 
 
