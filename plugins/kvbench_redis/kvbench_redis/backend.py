@@ -202,6 +202,19 @@ class RedisBackend(ClientBackend):
             limit = DEFAULT_PROTO_MAX_BULK_LEN
         self.part_size = min(self._requested_part_size or limit, limit)
         self.transfer_size = min(self.part_size, PIECE)
+        if self.shared_prefix:
+            self._check_scripting(where)
+
+    def _check_scripting(self, where: str) -> None:
+        """A shared namespace's reference counting runs Lua scripts: say so before the run, not mid-run."""
+        from redis.exceptions import ResponseError
+
+        try:
+            self._client.eval("return 1", 0)
+        except ResponseError as error:
+            self._disconnect()
+            raise BackendUnavailable(f"{where}: options.shared_namespace needs Lua scripting (EVAL) on the "
+                                     f"server, refused: {error}") from None
 
     def _standalone_kwargs(self, redis: Any) -> dict[str, Any]:
         if self.endpoint.unix_socket:

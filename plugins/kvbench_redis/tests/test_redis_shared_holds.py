@@ -14,6 +14,7 @@ from kvbench_redis.shared import SharedHolds
 from redis_servers import RedisServer
 
 from kvbench_core.contracts.backend import DISCARD
+from kvbench_core.contracts.errors import BackendUnavailable
 from kvbench_core.engine.payload import NoisePool
 
 pytestmark = pytest.mark.redis
@@ -163,3 +164,11 @@ def test_keep_files_leaves_the_entry_and_its_holds(redis_server: RedisServer, op
     client = redis_server.client()
     for key in namespace_keys(redis_server, "holds-keep"):  # the test's own clean-up
         client.unlink(key)
+
+
+def test_a_server_without_scripting_is_refused_at_open(start_server: Callable[..., RedisServer],
+                                                       open_backend: Callable[..., Any], pool: NoisePool) -> None:
+    server = start_server("--user", "default", "on", "nopass", "~*", "&*", "+@all", "-@scripting")
+    with pytest.raises(BackendUnavailable, match=r"shared_namespace needs Lua scripting \(EVAL\)"):
+        open_backend(shared_options(server, "no-lua"))
+    open_backend({"port": server.port}).write("entry", pool.payload("entry", 10))  # a private tier needs none
