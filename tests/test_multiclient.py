@@ -221,3 +221,17 @@ def test_sigterm_stops_every_client_and_keeps_the_partial_result(tmp_path: Path)
     assert {c["status"] for c in result["clients"]} == {"interrupted"}
     assert result["metrics"]["window"]["measured_s"] < 60
     assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize(("statuses", "merged"), [
+    (["completed", "completed"], "completed"), (["completed", "degraded"], "degraded"),
+    (["degraded", "interrupted"], "interrupted"), (["failed", "completed"], "failed")])
+def test_the_merged_status_is_the_worst_a_client_reports(single: Any, statuses: list[str], merged: str) -> None:
+    """A client whose KV writes failed makes the whole run degraded (it once merged as completed)."""
+    as_written, spec, result = single
+    clients = [ClientReport(index=i, run_id=f"r-c{i}", seed=client_seed(42, i), users=3, directories=[],
+                            result={**result, "run": {**result["run"], "status": status}}, released_at=100.0)
+               for i, status in enumerate(statuses)]
+    run = merge_results(clients, mode="local", label="client", run_id="r", trial=1, as_written=as_written,
+                        spec=dict(spec, clients=2), started_at=99.0)["run"]
+    assert run["status"] == merged

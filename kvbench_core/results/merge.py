@@ -75,7 +75,9 @@ def merge_results(clients: list[ClientReport], *, mode: str, label: str, run_id:
                              for r in measured]).to_json() if measured else {}
     failures = [c.describe_failure(label) for c in clients if c.failed]
     statuses = {c.result["run"]["status"] for c in reported}
-    status = "failed" if failures else "interrupted" if "interrupted" in statuses else "completed"
+    # The worst any client reports: a run whose clients' KV writes failed is degraded as a whole.
+    status = "failed" if failures else next((worst for worst in ("failed", "interrupted", "degraded")
+                                             if worst in statuses), "completed")
     reasons = sorted({c.result["run"]["stop_reason"] for c in reported if c.result["run"]["stop_reason"]})
     users = [c.users for c in clients]
     released = [c.released_at for c in clients if c.released_at is not None]
