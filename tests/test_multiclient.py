@@ -144,6 +144,10 @@ def test_two_local_clients_give_one_merged_result(tmp_path: Path) -> None:
     clients = result["clients"]
     assert [c["status"] for c in clients] == ["completed", "completed"]
     assert [c["directories"] for c in clients] == [[str(tmp_path / "cache" / f"client{i}")] for i in range(2)]
+    # each phase is the slowest client's; the merged window spans every client's measured phase
+    phases = result["run"]["phases_s"]
+    assert phases == {name: max(c["phases_s"][name] for c in clients) for name in phases}
+    assert result["metrics"]["window"]["measured_s"] >= phases["measured"] - 1e-9
     metrics = result["metrics"]
     assert metrics["headline"]["requests_completed"] == sum(c["metrics"]["headline"]["requests_completed"]
                                                             for c in clients) > 0

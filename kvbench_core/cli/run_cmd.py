@@ -75,12 +75,16 @@ def summarize(result: dict[str, Any]) -> str:
     run = result["run"]
     metrics = result.get("metrics") or {}
     head = metrics.get("headline") or {}
-    lines = [f"{run['name'] or 'run'} [{run['status']}] {run['stop_reason']}", *attention_lines(result)]
+    measured = bool((metrics.get("window") or {}).get("measured_s"))
+    # A run that failed before its window opened has no figures to show, and its cause is the error line
+    # printed after the summary: say only that (a block of zeros and the cause twice read as a result).
+    reason = run["stop_reason"] if measured or not run.get("error") else "before the measured window opened"
+    lines = [f"{run['name'] or 'run'} [{run['status']}] {reason}", *attention_lines(result)]
     scale = result.get("scale_out")
     if scale:
         lines.append(f"  {scale['clients']} {scale['label']}s ({scale['mode']}), users {scale['users_scope']}: "
                      f"{scale['users_per_client']} = {scale['users_total']}; clock skew {scale['clock_skew_s']:.6f} s")
-    if head:
+    if head and (measured or not run.get("error")):
         window = metrics["window"]["measured_s"]
         lines.append(f"  requests {head['requests_completed']} in {window:.1f}s; "
                      f"{_fmt(head['avg_throughput_tokens_per_sec'])} tok/s wall-clock, "

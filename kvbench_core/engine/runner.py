@@ -352,6 +352,7 @@ class Runner:
         # finished inside the window has been booked (some are booked during the drain).
         self._close_interval(end=telemetry.window_close)
         telemetry.stop_measuring()
+        state.clock.drain_ended = telemetry.window_end  # the clock reading metrics.drain.seconds ends at
         state.drain = {**telemetry.drain.to_dict(), "limit_s": window.drain_timeout_s,
                        "cancelled_in_flight": cancelled, "workers_abandoned": abandoned}
         state.arrivals = self.arrivals.stats.as_dict(now - window.opened_at, telemetry.requests)

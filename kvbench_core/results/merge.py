@@ -207,6 +207,7 @@ def _client_section(client: ClientReport, label: str) -> dict[str, Any]:
         **section,
         "status": result["run"]["status"], "stop_reason": result["run"]["stop_reason"],
         "error": result["run"]["error"], "traced": result["run"]["traced"],
+        "phases_s": result["run"].get("phases_s") or {},
         "metrics": _without_histograms(result["metrics"]),
         "workload": {k: v for k, v in result["workload"].items() if k != "source"},
         "timeseries": result["timeseries"],

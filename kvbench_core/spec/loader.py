@@ -25,7 +25,7 @@ from kvbench_core.spec.codec_choices import check_codec_choices, resolve_codecs
 from kvbench_core.spec.overrides import _deep_merge, apply_overrides
 from kvbench_core.spec.plan import RunPlan, plan_run, thaw
 from kvbench_core.spec.reading import _read_spec
-from kvbench_core.spec.safepaths import expanded, overlap_reason, tier_paths, unset_variable
+from kvbench_core.spec.safepaths import expanded, overlap_reason, refusal_reason, resolved, tier_paths, unset_variable
 from kvbench_core.spec.schema import DEFAULTS, GENERATION_MS_PER_TOKEN, full_schema, section_schema
 from kvbench_core.spec.units import parse_duration, parse_size
 
@@ -156,9 +156,15 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | None = None, 
 
 
 def check_tier_paths(tiers: list[dict[str, Any]]) -> None:
-    """File tiers' directories: ``$VARIABLE``s set, and no two tiers sharing or nesting a directory."""
+    """File tiers' directories: ``$VARIABLE``s set, never the OS, a virtual filesystem or a home directory
+    itself (as for ``output.directory``: refused at load, not when the run opens the tier after writing
+    its result directory), and no two tiers sharing or nesting a directory."""
     for field, path in tier_paths(tiers):
         _check_variables(field, path)
+        target = resolved(path)
+        reason = refusal_reason(target)
+        if reason is not None:
+            raise SpecError(f"{field}: {path}{f' ({target})' if target != path else ''} {reason}")
     reason = overlap_reason(tiers)
     if reason is not None:
         raise SpecError(reason)
@@ -175,8 +181,6 @@ def check_output_paths(output: dict[str, Any], *, clients: int = 1) -> None:
     """Results and the I/O log never go into the OS, a virtual filesystem or a home directory itself, and
     must be writable: found out now, not when the result of a long run cannot be saved.  The I/O log must
     not exist yet: kvbench never overwrites a file it did not create (it once replaced the spec itself)."""
-    from kvbench_core.spec.safepaths import refusal_reason, resolved
-
     wanted = (("output.directory", output.get("directory", DEFAULTS["output"]["directory"]), False),
               ("output.io_log", output.get("io_log"), True))
     for field, path, is_file in wanted:
