@@ -144,7 +144,7 @@ class RedisBackend(ClientBackend):
         # Part counts of the private entries this process wrote: deletes know what to unlink and
         # overwrites drop stale tail parts.  Shared entries are reference-counted on the server instead.
         self._parts: dict[str, int] = {}
-        self._shared = SharedHolds(token=f"{os.getpid()}-{uuid.uuid4().hex[:12]}")
+        self._shared = SharedHolds(token="")  # a holder exists from open(), which names it
         self._lock = threading.Lock()
         self._buffers = ThreadBuffers()  # one part-sized buffer per thread, reused by every write
         self._client: Any = None
@@ -159,6 +159,7 @@ class RedisBackend(ClientBackend):
         from redis.retry import Retry
 
         where = f"tier '{self.context.tier_name}' (redis)"
+        self._shared.token = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"  # this instance, as a holder of shared entries
         password = None
         if "password_env" in self.options:
             password = os.environ.get(self.options["password_env"])

@@ -25,11 +25,12 @@ def spec(port: int, out: Path) -> dict[str, object]:
         "warmup": 0, "clients": 3,
         "workload": {"source": "synthetic", "users": 3, "max_inflight": 2, "generation": "none", "options": {
             # every request reads one of two prompts, which are always shorter than the context (one size
-            # per key); entries of 0.4-1.5 MiB against a 3 MiB tier: every client evicts all the time
+            # per key); a second turn's entry holds its whole context (up to ~12 MiB here), so a 64 MiB tier
+            # takes every entry and still evicts all the time (smaller, the run degrades: no tier had room)
             "prefix_caching": {"enabled": True, "probability": 1.0, "prompts": 2, "prefix_tokens": [8, 16]},
             "profiles": {"short": {"context": [17, 64], "generate": [1, 4], "think_s": [0, 0]}},
             "profile_mix": {"short": 1}, "multi_turn": {"max_turns": 2}}},
-        "cache": {"tiers": [{"name": "redis", "backend": "redis", "capacity": "3MiB",
+        "cache": {"tiers": [{"name": "redis", "backend": "redis", "capacity": "64MiB",
                              "options": {"port": port, "shared_namespace": NAMESPACE, "part_size": "256KiB"}}]},
         "output": {"directory": str(out), "progress": "off"},
     }
