@@ -24,7 +24,6 @@ from typing import Any
 
 from kvbench_core.contracts.errors import InputFileError, SpecError
 from kvbench_core.contracts.plugins import lookup
-from kvbench_core.contracts.validation import with_defaults
 from kvbench_core.contracts.workload import DEFAULT_QOS, QoSClass
 from kvbench_core.spec.geometry import ResolvedModel, resolve_model
 
@@ -76,7 +75,7 @@ def thaw(value: Any) -> Any:
 @dataclass(frozen=True)
 class PluginChoice:
     """One plugin the spec names: its class, looked up once, and its options as the spec wrote them,
-    validated once (the class's constructor fills its schema's defaults; ``defaulted`` shows them)."""
+    validated once (the class's base constructor fills its schema's defaults, once, when it is built)."""
 
     kind: str  # "backend" | "source" | "autoscaler"
     name: str
@@ -90,11 +89,6 @@ class PluginChoice:
         """Look the plugin up (errors name ``name_field``) for its already validated options.  They stay
         as written: a rule about options given together judges what the spec wrote, not the defaults."""
         return cls(kind, name, lookup(kind, name, path=name_field), freeze(options or {}), field)
-
-    @property
-    def defaulted(self) -> dict[str, Any]:
-        """The options with the plugin's schema defaults filled: the values the class will use."""
-        return with_defaults(self.cls.options_schema, thaw(self.options))
 
 
 
