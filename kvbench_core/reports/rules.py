@@ -117,7 +117,8 @@ def _completed(evidence: Evidence) -> list[dict[str, Any]]:
 def trial_files_verified(evidence: Evidence) -> RuleOutcome:
     name = "trial files verified"
     if not evidence.summary:
-        return RuleOutcome(name, True, "a single run is its own evidence")
+        return RuleOutcome(name, True, "one result, not a trials summary: it is its own evidence (no trial files "
+                                       "to read)")
     if evidence.problems:
         return RuleOutcome(name, False, "; ".join(evidence.problems))
     return RuleOutcome(name, True, f"{len(evidence.trials)} trial files read; sha256 and spec hash verified")
