@@ -389,3 +389,24 @@ def test_the_old_spellings_score_the_same_and_each_says_what_it_is_now(tmp_path,
     assert old.out == new.out
     old_report, new_report = (json.loads((tmp_path / name).read_text()) for name in ("old.json", "new.json"))
     assert old_report == new_report and new_report["offsets"] and new_report["order"]
+
+
+def test_a_kvbench_replay_of_a_plan_with_a_store_header_gets_the_hint_that_explains_it(tmp_path, capsys):
+    """A new user's first plan -> replay -> score: the default plan expects LMCache's 4 KiB header write
+    before each store, kvbench's tiers write none, and six thresholds fail; score says why and what to do."""
+    pytest.importorskip("kvbench_nvme")
+    plan, log = tmp_path / "m.json", tmp_path / "io.jsonl"
+    assert main(["plan", "--model", "qwen2.5-0.5b", "--tokens", "1024", "--record", str(plan)]) == 0
+    tier = f"{{backend: nvme, options: {{path: {tmp_path / 'tier'}, fsync: false}}}}"
+    assert main(["replay", str(plan), "--tier", tier, "--io-log", str(log)]) == 0
+    capsys.readouterr()
+    assert main(["score", "--plan", str(plan), "--measured", str(log)]) == 1
+    assert "hint: every mismatching store is exactly the plan's 4096 B header command short" in capsys.readouterr().out
+    header_free = tmp_path / "m0.json"
+    assert main(["plan", "--model", "qwen2.5-0.5b", "--tokens", "1024", "--store-header-bytes", "0",
+                 "--record", str(header_free)]) == 0
+    log.unlink()
+    assert main(["replay", str(header_free), "--tier", tier, "--io-log", str(log)]) == 0
+    capsys.readouterr()
+    assert main(["score", "--plan", str(header_free), "--measured", str(log)]) == 0
+    assert "hint:" not in capsys.readouterr().out

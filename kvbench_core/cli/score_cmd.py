@@ -98,6 +98,9 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
         manifest = Manifest.read(args.plan)
         _geometry(args, manifest)
         report = {"plan": args.plan, "measured": args.measured, **validate(manifest, measured, options)}
+        hint = missing_header_hint(report, manifest.geometry.store_header_bytes)
+        if hint:
+            report["hints"] = [hint]
     missed = gate(report, thresholds)
     report["gate"] = {"passed": not missed, "missed": missed, "thresholds": asdict(thresholds)}
     return report
@@ -152,6 +155,25 @@ def render(report: dict[str, Any]) -> int:
     verdict = report["gate"]
     for line in verdict["missed"]:
         out.print(f"[red]FAIL[/red] {line}")
+    for hint in report.get("hints") or []:
+        out.print(f"hint: {hint}")
     out.print("[green]PASS[/green]: every threshold met" if verdict["passed"] else
               f"{len(verdict['missed'])} threshold(s) missed (relax with --min-exact / --max-wape / --max-tv)")
     return 0 if verdict["passed"] else FAILED_EXIT
+
+
+def missing_header_hint(report: dict[str, Any], header_bytes: int) -> str | None:
+    """Why the stores missed, when every mismatching store is exactly the plan's header command short: the
+    I/O log comes from a tier that writes no header before its payload (kvbench's own tiers; LMCache's
+    raw_block writes one), and the plan should say so (a new user's first plan -> replay -> score failed
+    6 thresholds for this alone)."""
+    stores = [m for m in report.get("mismatches") or [] if m["op"] == "store"]
+    if not header_bytes or not stores:
+        return None
+    for mismatch in stores:
+        short = dict(mismatch["planned"])
+        short[str(header_bytes)] = short.get(str(header_bytes), 0) - 1
+        if {size: n for size, n in short.items() if n} != mismatch["measured"]:
+            return None
+    return (f"every mismatching store is exactly the plan's {header_bytes} B header command short: the I/O log "
+            "comes from a tier that writes no header (kvbench's own do not); plan with --store-header-bytes 0")
