@@ -113,6 +113,16 @@ def finish(process: subprocess.Popen[str]) -> Outcome:
     return Outcome(process.returncode, stdout, stderr)
 
 
+def thaw_and_stop(server: Any, process: subprocess.Popen[str]) -> None:
+    """After a frozen-server test, whatever it ended with: the server resumed (SIGCONT) and stopped, the
+    run killed if it is still there."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(server.process.pid, signal.SIGCONT)
+    if process.poll() is None:
+        process.kill()
+    server.stop()
+
+
 def user_group(user: str) -> str:
     import grp
     import pwd
@@ -523,11 +533,7 @@ def test_a_third_signal_leaves_a_stop_stuck_behind_a_hung_server(tmp_path: Path)
         assert "stopping did not finish" in outcome.error_line()
         assert "Traceback" not in outcome.stderr
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(server.process.pid, signal.SIGCONT)
-        if process.poll() is None:
-            process.kill()
-        server.stop()
+        thaw_and_stop(server, process)
     survived("a stop stuck behind a frozen server, left on the third signal")
 
 
@@ -588,11 +594,7 @@ def test_on_error_stop_stops_at_the_first_timeout_and_says_so(tmp_path: Path, ki
         os.kill(server.process.pid, signal.SIGSTOP)
         outcome = finish(process)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(server.process.pid, signal.SIGCONT)
-        if process.poll() is None:
-            process.kill()
-        server.stop()
+        thaw_and_stop(server, process)
     assert outcome.code == 4, outcome.stderr[-4000:]
     line = outcome.error_line()
     assert "on_error: count" not in line and re.search(r"(?i)time(d )?out", line), line

@@ -75,16 +75,16 @@ def summarize(result: dict[str, Any]) -> str:
     run = result["run"]
     metrics = result.get("metrics") or {}
     head = metrics.get("headline") or {}
-    measured = bool((metrics.get("window") or {}).get("measured_s"))
     # A run that failed before its window opened has no figures to show, and its cause is the error line
     # printed after the summary: say only that (a block of zeros and the cause twice read as a result).
-    reason = run["stop_reason"] if measured or not run.get("error") else "before the measured window opened"
+    figures = bool((metrics.get("window") or {}).get("measured_s")) or not run.get("error")
+    reason = run["stop_reason"] if figures else "before the measured window opened"
     lines = [f"{run['name'] or 'run'} [{run['status']}] {reason}", *attention_lines(result)]
     scale = result.get("scale_out")
     if scale:
         lines.append(f"  {scale['clients']} {scale['label']}s ({scale['mode']}), users {scale['users_scope']}: "
                      f"{scale['users_per_client']} = {scale['users_total']}; clock skew {scale['clock_skew_s']:.6f} s")
-    if head and (measured or not run.get("error")):
+    if head and figures:
         window = metrics["window"]["measured_s"]
         lines.append(f"  requests {head['requests_completed']} in {window:.1f}s; "
                      f"{_fmt(head['avg_throughput_tokens_per_sec'])} tok/s wall-clock, "
@@ -139,6 +139,7 @@ def outcome_lines(metrics: dict[str, Any], workload: dict[str, Any]) -> list[str
 
 #: Time outside the measured window worth a line of the summary (seconds, and share of the window).
 OUTSIDE_WINDOW_S, OUTSIDE_WINDOW_SHARE = 10.0, 0.5
+PHASE_WORDS = {"setup": "set-up", "warmup": "warm-up"}  # run.phases_s keys as the summary writes them
 
 
 def phase_lines(phases: dict[str, float]) -> list[str]:
@@ -148,7 +149,7 @@ def phase_lines(phases: dict[str, float]) -> list[str]:
     total = sum(outside.values())
     if total < OUTSIDE_WINDOW_S or total < OUTSIDE_WINDOW_SHARE * phases.get("measured", 0.0):
         return []
-    parts = ", ".join(f"{name.replace('setup', 'set-up').replace('warmup', 'warm-up')} {seconds:.1f} s"
+    parts = ", ".join(f"{PHASE_WORDS.get(name, name)} {seconds:.1f} s"
                       for name, seconds in outside.items() if seconds >= 0.05)
     return [f"  outside the window: {parts} (run.phases_s; not in the figures above)"]
 

@@ -223,8 +223,8 @@ def autoscaler_ceiling(plan: AutoscalerPlan, users: int) -> int:
 
 
 def plan_run(resolved: Mapping[str, Any]) -> RunPlan:
-    """The plan of a validated, resolved spec (``spec.loader.resolve``); each plugin is looked up and
-    defaulted once and the model is resolved once, here."""
+    """The plan of a validated, resolved spec (``spec.loader.resolve``); each plugin is looked up once and
+    the model is resolved once, here.  A client's plan comes from ``RunPlan.for_client``, not from here."""
     workload, output, cache = resolved["workload"], resolved["output"], resolved["cache"]
     autoscaler = resolved.get("autoscaler")
     return RunPlan(
@@ -250,7 +250,7 @@ def plan_run(resolved: Mapping[str, Any]) -> RunPlan:
                           progress=output["progress"], io_log=output.get("io_log")),
         payload=resolved["payload"], verify=bool(resolved["verify"]), on_error=resolved["on_error"],
         precondition=freeze(resolved["precondition"]) if resolved.get("precondition") else None,
-        clients=int(resolved["clients"]), clients_total=int(resolved.get("clients_total", resolved["clients"])),
+        clients=int(resolved["clients"]), clients_total=int(resolved["clients"]),
         trials=int(resolved["trials"]), trial_pause_s=float(resolved["trial_pause"]))
 
 
