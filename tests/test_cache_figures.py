@@ -12,7 +12,7 @@ from conftest import memory_executor, small_spec
 from kvbench_core.builtins.memory import CPUMemoryBackend
 from kvbench_core.contracts.backend import BackendContext
 from kvbench_core.contracts.workload import DEFAULT_QOS, Phase, Request
-from kvbench_core.engine.cache_figures import reuse_rate
+from kvbench_core.engine.cache_figures import cache_state_at_open, reuse_rate
 from kvbench_core.engine.cache_types import EvictionPolicy, Tier
 from kvbench_core.engine.payload import NoisePool
 from kvbench_core.engine.telemetry import Telemetry
@@ -67,6 +67,22 @@ def test_by_default_a_cascade_the_tier_below_cannot_take_is_refused_not_dropped(
     for i in range(7):
         dropping.put(f"k{i}", S)
     assert dropping.telemetry.counters["evicted_without_room_below"] >= 1  # the named policy drops
+
+
+def tier_holding(held_mib: float, *, evicted_mib: float = 0, largest_mib: float = 1.5) -> Tier:
+    """A 16 MiB tier holding ``held_mib``, having evicted ``evicted_mib`` and taken entries up to ``largest_mib``."""
+    return Tier("dram", CPUMemoryBackend({}, BackendContext(tier_name="dram", run_id="t")), 16 * S,
+                usage=int(held_mib * S), evicted_bytes=int(evicted_mib * S), largest_entry=int(largest_mib * S))
+
+
+def test_steady_allows_the_eviction_sawtooth_but_needs_a_turnover() -> None:
+    """Room is made only until the new entry fits: a full 16 MiB tier (target 12.8 MiB) of 1.5 MiB entries
+    holds anywhere from 11.3 to 12.8 MiB, and is steady at either end once it has turned over."""
+    assert cache_state_at_open([tier_holding(12.8, evicted_mib=16)], 0.8) == "steady"
+    assert cache_state_at_open([tier_holding(11.4, evicted_mib=16)], 0.8) == "steady"  # near the sawtooth's low
+    assert cache_state_at_open([tier_holding(11.2, evicted_mib=16)], 0.8) == "warm"  # room for one more
+    assert cache_state_at_open([tier_holding(12.8, evicted_mib=15)], 0.8) == "warm"  # not turned over
+    assert cache_state_at_open([tier_holding(0)], 0.8) == "cold"
 
 
 def test_a_window_opened_on_a_full_turned_over_cache_is_steady(run_spec: Any) -> None:

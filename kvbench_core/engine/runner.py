@@ -23,7 +23,6 @@ from kvbench_core.contracts.workload import WorkloadSource
 from kvbench_core.engine import setup
 from kvbench_core.engine.arrivals import ClosedLoopArrivals, OpenLoopArrivals, UserPool, backlog_limit
 from kvbench_core.engine.autoscaling import telemetry_sample, trajectory_entry
-from kvbench_core.engine.cache_figures import cache_state_at_open
 from kvbench_core.engine.cache_types import EvictionPolicy
 from kvbench_core.engine.cancel import CancelToken, CommandRecorder
 from kvbench_core.engine.executor import RequestExecutor
@@ -219,7 +218,7 @@ class Runner:
             return False
         assert state.telemetry is not None
         assert self.cache is not None
-        state.cache_state = cache_state_at_open(self.cache.tiers, self.cache.policy.target_usage_ratio)
+        state.cache_state = self.cache.cache_state()
         state.telemetry.start_measuring()
         now = state.telemetry.window_start
         self.window.open(now)

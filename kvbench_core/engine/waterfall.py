@@ -34,6 +34,7 @@ from typing import Any
 
 from kvbench_core.contracts.backend import DISCARD, ByteSink, ByteSource, IOTiming
 from kvbench_core.contracts.errors import Cancelled, StorageError
+from kvbench_core.engine.cache_figures import cache_state_at_open
 from kvbench_core.engine.cache_types import Entry, EvictionPolicy, Tier, TierSource
 from kvbench_core.engine.cancel import CancelToken, cancellable_sink, cancellable_source
 from kvbench_core.engine.placement import Placement, lock_lru_victim
@@ -153,6 +154,11 @@ class MultiTierCache:
                              "capacity_bytes": None if math.isinf(t.capacity) else int(t.capacity)}
                     for t in self.tiers}
 
+    def cache_state(self) -> str:
+        """``cold`` / ``warm`` / ``steady`` now (``engine/cache_figures.py``), read under the metadata lock."""
+        with self._lock:
+            return cache_state_at_open(self.tiers, self.policy.target_usage_ratio)
+
     def entry_size(self, key: str) -> int | None:
         """Bytes of the entry stored under ``key``, or None when it is not cached."""
         with self._lock:
@@ -209,6 +215,7 @@ class MultiTierCache:
             with self._lock:
                 if self.placement.fits(tier, size):
                     tier.usage += size
+                    tier.largest_entry = max(tier.largest_entry, size)
                     return True
                 victim = lock_lru_victim(tier)
                 if victim is None:
