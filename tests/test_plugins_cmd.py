@@ -106,7 +106,7 @@ def test_check_options_may_be_yaml_or_a_file(tmp_path, capsys: pytest.CaptureFix
     options = tmp_path / "options.yaml"
     options.write_text("bogus: 1\n")
     assert main(["plugins", "--conformance", "cpu", "--options", str(options)]) == 2
-    assert "--conformance.options.bogus: unknown field" in capsys.readouterr().err
+    assert "--options.bogus: unknown field" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("argv", "message"), [

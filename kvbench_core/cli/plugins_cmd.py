@@ -78,11 +78,12 @@ def run_conformance(name: str, options: dict[str, Any], *, as_json: bool,
     from kvbench_core.contracts.conformance import BackendHarness, CheckSkipped, reopen_probe, run_checks
     from kvbench_core.engine.factory import create_backend
 
-    def factory_for(tier_options: dict[str, Any], where: str) -> Any:
+    def factory_for(tier_options: dict[str, Any], flag: str) -> Any:
+        """Errors name the flag the options were written in (``--options.size: ...``)."""
         tier = {"name": "check", "backend": name, "options": tier_options}
-        return lambda context: create_backend(tier, context, path=where)
+        return lambda context: create_backend(tier, context, path="--conformance", options_path=flag)
 
-    factory = factory_for(options, "--conformance")
+    factory = factory_for(options, "--options")
 
     def dead(context: BackendContext) -> StorageBackend:
         if dead_options is None:

@@ -21,12 +21,14 @@ def build_backend(choice: PluginChoice, context: BackendContext, *, codec: Mappi
     return with_codec(choice.cls(thaw(choice.options), context), thaw(codec) if codec else None, path=choice.field)
 
 
-def create_backend(tier: dict[str, Any], context: BackendContext, *, path: str = "tier") -> StorageBackend:
+def create_backend(tier: dict[str, Any], context: BackendContext, *, path: str = "tier",
+                   options_path: str | None = None) -> StorageBackend:
     """An unopened backend for ``{name, backend, options, codec}`` outside a run plan: its options are
-    validated against the backend's schema here; errors name ``path``."""
+    validated against the backend's schema here; errors name ``path`` (``options_path`` for the options,
+    by default ``<path>.options``: a command line names the flag the user wrote them in)."""
     cls = lookup("backend", tier["backend"], path=f"{path}.backend")
     options = dict(tier.get("options") or {})
-    validate_or_raise(options, cls.options_schema, root=f"{path}.options")
+    validate_or_raise(options, cls.options_schema, root=options_path or f"{path}.options")
     check_codec(tier.get("codec"), path=path)
     choice = PluginChoice(kind="backend", name=tier["backend"], cls=cls, field=path,
                           options=freeze(options))
