@@ -99,6 +99,8 @@ def format_progress(point: dict[str, Any]) -> str:
               for name, t in tiers_in_order(point)]
     parts.append(f"e2e p95 {_ms(worst)}  storage p95 {_ms(point.get('storage_p95_ms'))}  "
                  f"queue {point.get('queue', 0)}")
+    if point.get("p95_of"):  # an aggregate of several clients' points (scaleout/multiclient.py)
+        parts.append(f"(p95: {point['p95_of']})")
     return "  ".join(parts)
 
 
@@ -151,7 +153,8 @@ class _LiveView:
                           _ms(figures.get("read_p95_ms"), unit=False), _ms(figures.get("write_p95_ms"), unit=False))
         p95 = point.get("e2e_p95_ms") or {}
         latencies = (f"e2e p95 per class: {', '.join(f'{q} {_ms(v)}' for q, v in p95.items()) or '-'}; "
-                     f"storage p95 {_ms(point.get('storage_p95_ms'))}")
+                     f"storage p95 {_ms(point.get('storage_p95_ms'))}"
+                     + (f" (p95: {point['p95_of']})" if point.get("p95_of") else ""))
         return self._group(table, latencies)
 
     def stop(self) -> None:

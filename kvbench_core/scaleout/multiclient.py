@@ -209,7 +209,8 @@ class _Coordinator:
 
     def _progress(self, index: int, point: dict[str, Any]) -> None:
         """One aggregate line once every live client sent a new point: sums over the clients' latest
-        points (percentiles cannot be merged from points, so the line shows none)."""
+        points; percentiles cannot be merged from points, so the line shows the worst client's p95, an
+        upper bound of the merged one (``worst_p95``)."""
         self.points[index] = point
         self.fresh.add(index)
         interval = point.get("interval_s") or 1.0
@@ -230,11 +231,31 @@ class _Coordinator:
             "duration_s": shown[0].get("duration_s"), "warmup_s": shown[0].get("warmup_s"),
             **{key: sum(p.get(key, 0) for p in shown)
                for key in ("users", "requests", "read_bytes_per_s", "write_bytes_per_s", "queue")},
-            "tiers": {tier: {rate: sum(((p.get("tiers") or {}).get(tier) or {}).get(rate) or 0.0 for p in shown)
-                             for rate in ("read_bytes_per_s", "write_bytes_per_s")}  # rates add up, p95s do not
-                      for tier in dict.fromkeys(t for p in shown for t in p.get("tiers") or {})},
+            **worst_p95(shown),
             "occupancy": shown[0].get("occupancy") or {},  # the tiers' order, for the display
+            "p95_of": "worst client",
         })
+
+
+def worst_p95(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per tier the summed rates and the worst p95s, the worst e2e p95 per class and storage p95.
+
+    A p95 of all clients' operations lies between the lowest and the highest client p95 (at the highest,
+    every client has 95 % of its operations at or below it, so the union has too): the worst client's p95
+    is an honest upper bound, which the line labels so."""
+    def worst(values: Any) -> float | None:
+        return max((v for v in values if v is not None), default=None)
+
+    tiers = {}
+    for tier in dict.fromkeys(t for p in points for t in p.get("tiers") or {}):
+        figures = [((p.get("tiers") or {}).get(tier) or {}) for p in points]
+        tiers[tier] = {**{rate: sum(f.get(rate) or 0.0 for f in figures)
+                          for rate in ("read_bytes_per_s", "write_bytes_per_s")},
+                       **{p95: worst(f.get(p95) for f in figures) for p95 in ("read_p95_ms", "write_p95_ms")}}
+    classes = dict.fromkeys(q for p in points for q in p.get("e2e_p95_ms") or {})
+    return {"tiers": tiers,
+            "e2e_p95_ms": {q: worst((p.get("e2e_p95_ms") or {}).get(q) for p in points) for q in classes},
+            "storage_p95_ms": worst(p.get("storage_p95_ms") for p in points)}
 
 
 def _readable(conn: Connection) -> bool:
