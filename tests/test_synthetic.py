@@ -219,9 +219,29 @@ def test_shared_system_prompts_are_keyed_by_content_hash() -> None:
     request = prefix_source().next_request(0)
     digest = hashlib.sha256(SYSTEM_PROMPTS[0].encode()).hexdigest()[:16]
     (read,) = request.reads
-    assert (read.key, read.kind, read.tokens) == (f"kv_system_{digest}", "prefix", 30)
+    assert (read.key, read.kind, read.tokens) == (f"kv_system_{digest}_t30", "prefix", 30)
     assert read.on_miss is not None and (read.on_miss.key, read.on_miss.tokens) == (read.key, 30)
     assert request.write.tokens == request.context_tokens - 30  # only the rest is prefilled
+
+
+def test_one_prefix_key_always_means_one_size_even_when_short_contexts_cut_the_prompt() -> None:
+    """A context shorter than its system prompt cuts the prompt: that is another prefix, under its own key.
+    (One key with two sizes was read at the wrong size, and was two entries in a shared Redis.)"""
+    src = source(users=8, prefix_caching={"probability": 1, "prompts": 3, "prefix_tokens": [200, 400]},
+                 multi_turn={"enabled": False}, profile_mix={"short": 1},
+                 profiles={"short": {"context": [50, 600], "generate": [1, 8], "think_s": [0, 0]}})
+    sizes: dict[str, set[int]] = {}
+    for _ in range(100):
+        for user in range(8):
+            request = src.next_request(user)
+            (read,) = request.reads
+            assert read.on_miss is not None and (read.on_miss.key, read.on_miss.tokens) == (read.key, read.tokens)
+            assert read.key.endswith(f"_t{read.tokens}")
+            sizes.setdefault(read.key, set()).add(read.tokens)
+    assert all(len(tokens) == 1 for tokens in sizes.values())
+    full = {tokens for _, tokens in src._prefix_prompts}
+    cut = {next(iter(tokens)) for tokens in sizes.values()} - full
+    assert len(full) > 1 and cut and len(sizes) > len(full)  # whole prompts and cut ones, each its own key
 
 
 def test_a_prefix_hit_skips_the_prefix_write() -> None:

@@ -6,7 +6,7 @@ conversations whose turns read the previous turn's entry and store their
 whole grown context under their own key, as the seed's reference does (§3.1:
 the context size is the write size; §8.1: each turn can use the previous
 turn's KV), so decode reads and turn reads cover the full context; shared system
-prompts stored once under a content-hash key; RAG queries that load top-k
+prompts stored once under a key named by the prompt's content and the tokens it covers; RAG queries that load top-k
 document-chunk entries before their prefill; closed-loop users with think
 time or open-loop Poisson arrivals; mixed, prefill-only and decode-only modes.
 
@@ -181,7 +181,7 @@ class SyntheticSource(WorkloadSource):
 
     # -- set-up ----------------------------------------------------------------------------------------
     def _make_prefix_prompts(self) -> list[tuple[str, int]]:
-        """(content-hash key, token count) per shared system prompt.  The count follows from the prompt's
+        """(content hash, token count) per shared system prompt.  The count follows from the prompt's
         content, not the seed: clients of one run have their own seeds, and a shared tier must see one size
         for one key (issue 19: differing sizes of one key were a size mismatch in a shared Redis)."""
         low, high = self.prefix["prefix_tokens"]
@@ -190,8 +190,15 @@ class SyntheticSource(WorkloadSource):
             text = SYSTEM_PROMPTS[i % len(SYSTEM_PROMPTS)] + ("" if i < len(SYSTEM_PROMPTS) else f" #{i}")
             digest = hashlib.sha256(text.encode()).hexdigest()[:16]
             rng = np.random.default_rng([int(digest, 16), 0x5157])
-            prompts.append((f"kv_system_{digest}", int(rng.integers(low, high + 1))))
+            prompts.append((digest, int(rng.integers(low, high + 1))))
         return prompts
+
+    @staticmethod
+    def _prefix_key(digest: str, tokens: int) -> str:
+        """The entry of a system prompt's first ``tokens`` tokens.  A prompt cut to a context shorter than it
+        is another prefix (other tokens, other KV), so it is another entry: one key always means one size,
+        and a read of the cut prompt hits only an earlier cut to the same length."""
+        return f"kv_system_{digest}_t{tokens}"
 
     def _rag_keys(self) -> list[str]:
         return [f"rag_doc{d}_chunk{c}" for d in range(int(self.rag["documents"]))
@@ -248,8 +255,9 @@ class SyntheticSource(WorkloadSource):
             write_tokens = context
             prefix_tokens = 0
             if self.prefix["enabled"] and state.rng.random() < self.prefix["probability"]:
-                prefix_key, prefix_tokens = self._prefix_prompts[int(state.rng.integers(len(self._prefix_prompts)))]
-                prefix_tokens = min(prefix_tokens, context - 1)
+                digest, prompt_tokens = self._prefix_prompts[int(state.rng.integers(len(self._prefix_prompts)))]
+                prefix_tokens = min(prompt_tokens, context - 1)
+                prefix_key = self._prefix_key(digest, prefix_tokens)
                 reads.append(Read(prefix_key, prefix_tokens, "prefix", on_miss=Write(prefix_key, prefix_tokens,
                                                                                       "prefix")))
                 write_tokens = context - prefix_tokens
