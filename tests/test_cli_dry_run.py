@@ -30,7 +30,7 @@ def test_dry_run_prints_the_plan_and_touches_no_storage(tmp_path: Path, capsys: 
     path = nvme_spec(tmp_path)
     assert main(["run", str(path), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("plan: t (dry run: no tier opened, nothing written)\n")
+    assert out.startswith("run plan: t (dry run: no tier opened, nothing written)\n")
     assert "  model tiny-1b " in out and "entry sizes per request profile" in out and "    chatbot " in out
     assert "    disk         nvme   64.00 MiB = " in out and "offered load: " in out
     assert not (tmp_path / "tier").exists() and not (tmp_path / "out").exists()  # nothing created
@@ -69,6 +69,6 @@ def test_verbose_prints_the_plan_first_and_every_layer_after(tmp_path: Path, cap
     path.write_text(yaml.safe_dump(spec))
     assert main(["run", str(path), "-q", "-v"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("plan: t (before the run: drawn without touching storage)\n")  # not "dry run": it runs
+    assert out.startswith("run plan: t (before the run: drawn without touching storage)\n")  # not "dry run": it runs
     assert "\nt [completed] request count reached\n" in out
     assert "  dram       read  device ms: p50 " in out and "  dram       write total  ms: p50 " in out

@@ -43,7 +43,7 @@ def test_an_unknown_command_is_refused_listing_the_new_names_only(capsys: pytest
 @pytest.mark.parametrize(("argv", "new", "old"), [
     (["plugins"], ["--conformance BACKEND"], ["--check"]),
     (["score"], ["--offsets", "--order", "--measured IO_LOG"], ["--check-offsets", "--check-order"]),
-    (["fio"], ["{auto,block-trace,record}"], ["{auto,trace,record}"]),
+    (["fio"], ["{auto,block-trace,counters}"], ["{auto,trace,record}", "{auto,block-trace,record}"]),
     (["replay"], ["--io-log IO_LOG"], ["--io-log TRACE"]),
 ])
 def test_a_commands_help_shows_the_new_spelling_only(argv: list[str], new: list[str], old: list[str],

@@ -84,7 +84,7 @@ def test_record_source_rebuilds_pieces_and_tails() -> None:
     assert options["thinktime"] == "200000" and options["thinktime_blocks"] == "1"  # 2 ms/token x 100 tokens
     assert options["size"] == "6m" and options["directory"] == "/mnt/kv"  # 10.5 MiB moved over 2 jobs
     assert options["runtime"] == "30" and job.count("[kvbench-demo-run]") == 1
-    assert "; source: kvbench I/O record" in job
+    assert "; source: kvbench's per-tier counters" in job
 
 
 def test_record_source_says_when_the_run_did_not_use_libaio_direct_io() -> None:
@@ -167,9 +167,9 @@ def test_trace_source_takes_sizes_mix_depth_and_fsync_cadence_from_the_kernel() 
 
 def test_source_choice() -> None:
     traced = make_result(write=op(1, MiB, 1), sections={"block_trace": trace_section()})
-    assert "; source: kvbench I/O record" in distill(traced, source="record")
+    assert "; source: kvbench's per-tier counters" in distill(traced, source="record")
     empty_trace = make_result(write=op(1, MiB, 1), sections={"block_trace": trace_section(0, 0)})
-    assert "; source: kvbench I/O record" in distill(empty_trace)  # auto: a trace without block I/O is no source
+    assert "; source: kvbench's per-tier counters" in distill(empty_trace)  # auto: no block I/O, no trace
     untraced = make_result(write=op(1, MiB, 1), sections={
         "block_trace_status": {"traced": False, "reason": "bpftrace needs root"}})
     with pytest.raises(UserError, match=r"no block trace with block I/O \(bpftrace needs root\)"):
@@ -233,7 +233,7 @@ def test_a_real_run_distils_to_a_job_fio_runs(tmp_path: Path, capsys: pytest.Cap
     assert main(["fio", str(result), "--size", "16MiB", "--runtime", "1s", "--directory", str(tmp_path)]) == 0
     job = tmp_path / "job.fio"
     job.write_text(capsys.readouterr().out)
-    assert "; source: kvbench I/O record" in job.read_text()
+    assert "; source: kvbench's per-tier counters" in job.read_text()
     done = subprocess.run(["fio", "--output-format=json", str(job)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout[done.stdout.index("{"):])
@@ -251,3 +251,16 @@ def test_source_block_trace_and_its_old_spelling(tmp_path: Path, capsys: pytest.
     old = capsys.readouterr()
     assert old.out == new.out
     assert old.err == "kvbench: `fio --source trace` is now `fio --source block-trace`\n"
+
+
+def test_source_counters_and_its_old_spelling(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--source counters`` distils kvbench's per-tier counters even when a block trace is there;
+    ``--source record`` (its old spelling) gives the same job after one line naming the new one."""
+    path = write_result(tmp_path, make_result(write=op(1, MiB, 1), sections={"block_trace": trace_section()}))
+    assert main(["fio", str(path), "--source", "counters"]) == 0
+    new = capsys.readouterr()
+    assert "; source: kvbench's per-tier counters" in new.out and new.err == ""
+    assert main(["fio", str(path), "--source", "record"]) == 0
+    old = capsys.readouterr()
+    assert old.out == new.out
+    assert old.err == "kvbench: `fio --source record` is now `fio --source counters`\n"

@@ -14,21 +14,21 @@ from kvbench_core.spec.units import parse_duration, parse_size
 #: ``--source`` as spelled on the command line -> the distiller's name for it.  The distiller's "trace" is
 #: the result's block trace; the command line says "block-trace" because "trace" alone also names
 #: workload traces and the kvio I/O log (docs/cli.md).
-DISTILLER_SOURCE = {"auto": "auto", "block-trace": "trace", "record": "record"}
+DISTILLER_SOURCE = {"auto": "auto", "block-trace": "trace", "counters": "record"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "fio", help="write an fio job reproducing a result's I/O (block trace if present, else kvbench's record)")
+        "fio", help="write an fio job reproducing a result's I/O (its block trace, else kvbench's per-tier counters)")
     parser.add_argument("result", help="kvbench result JSON")
     parser.add_argument("--size", help="bytes the job spreads its I/O over, all jobs together (e.g. 64GiB; "
                                        "default: what the run moved, at most the tier's capacity)")
     parser.add_argument("--directory", help="where fio creates its files (default: the run's cache directory)")
     parser.add_argument("--runtime", help="run time, e.g. 300s (default: the run's measured window)")
     parser.add_argument("--source", choices=tuple(DISTILLER_SOURCE), default="auto",
-                        type=renamed_values("fio --source", {"trace": "block-trace"}),
-                        help="block-trace: the result's block_trace section; record: kvbench's per-tier I/O "
-                             "record; auto (default): the block trace when the run has one")
+                        type=renamed_values("fio --source", {"trace": "block-trace", "record": "counters"}),
+                        help="block-trace: the result's block_trace section; counters: kvbench's per-tier "
+                             "counters; auto (default): the block trace when the run has one")
     parser.set_defaults(handler=handle)
 
 

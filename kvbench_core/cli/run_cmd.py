@@ -32,9 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--output", help="shorthand for --set output.directory=DIR")
     parser.add_argument("-q", "--quiet", action="store_true", help="no live progress (the summary still prints)")
     parser.add_argument("-v", "--verbose", action="store_true",
-                        help="print the plan before running and every tier's latency percentiles after")
+                        help="print the run plan before running and every tier's latency percentiles after")
     parser.add_argument("--dry-run", action="store_true",
-                        help="validate, resolve and print the plan (entry sizes, tier capacities in entries, "
+                        help="validate, resolve and print the run plan (entry sizes, tier capacities in entries, "
                              "offered bytes/s) without touching any storage")
     parser.add_argument(OVERRIDE_FLAG, dest="accept_edited", action="store_true",
                         help="re-run a result whose embedded spec fails its sha256 or format check; the new "
@@ -167,12 +167,12 @@ def command_lines(name: str, tier: dict[str, Any]) -> list[str]:
 
 
 def render_plan(spec: dict[str, Any], plan: dict[str, Any], *, dry_run: bool = True) -> str:
-    """The dry-run plan as text: what the run will ask of each tier (``-v`` prints it before a real run)."""
+    """The run plan as text (``--dry-run``): what the run will ask of each tier (``-v`` prints it before a real run)."""
     model, work, offered = plan["model"], plan["workload"], plan["offered"]
     length = (f"{work['warmup_s']:g} s warm-up + {work['duration_s']:g} s measured" if work["duration_s"]
               else f"{work['requests']} requests")
     kind = "dry run: no tier opened, nothing written" if dry_run else "before the run: drawn without touching storage"
-    lines = [f"plan: {spec.get('name') or 'run'} ({kind})",
+    lines = [f"run plan: {spec.get('name') or 'run'} ({kind})",
              f"  model {model['name']} {model['dtype']} tp {model['tp']}: {format_bytes(model['bytes_per_token'])} "
              f"per token (all ranks)",
              f"  workload {work['source']}: {work['users']} users, max_inflight {work['max_inflight']}, generation "

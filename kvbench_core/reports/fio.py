@@ -6,7 +6,7 @@ Two sources, best first:
   really sent to the device: request sizes per direction (bssplit), the
   read/write mix in requests, the in-flight depth at dispatch (iodepth), the
   writes between fsyncs and the host gap before each fsync (fsync, thinktime).
-- kvbench's own I/O record (any run): the persistent tier's bytes, operations
+- kvbench's per-tier counters (any run): the persistent tier's bytes, operations
   and commands per direction, its transfer size and per-entry queue depth,
   the number of workers, and the generation pacing between a user's requests.
 
@@ -224,7 +224,7 @@ def profile_from_io_record(result: dict[str, Any]) -> FioProfile:
     think_us = round(generation_ms * 1000 * generated) if users <= workers else 0
     fsync_every = round(write["commands"] / write["ops"]) if describe.get("fsync") and write["ops"] else 0
     comments = [
-        *_header(result, "kvbench I/O record (the run was not block-traced)", tier_name),
+        *_header(result, "kvbench's per-tier counters (the run was not block-traced)", tier_name),
         _percent_line("commands", read["commands"], write["commands"]),
         _percent_line("bytes", read["bytes"], write["bytes"]),
         f"entries: read {read['ops']}, write {write['ops']}; transfer size {transfer_size} B "
@@ -281,7 +281,7 @@ def distill(result: dict[str, Any], *, source: str = "auto", size: int | None = 
         status = (result.get("sections") or {}).get("block_trace_status") or {}
         raise UserError("the result has no block trace with block I/O"
                         + (f" ({status['reason']})" if status.get("reason") else "")
-                        + "; use --source record, or run with 'tracing: block'")
+                        + "; use --source counters, or run with 'tracing: block'")
     use_trace = traced and source != "record"
     profile = profile_from_trace(result, section) if use_trace else profile_from_io_record(result)
     if size is not None:
