@@ -18,15 +18,9 @@ bookkeeping of where the bytes go: a file descriptor registered as a ``FILE``
 segment (POSIX, GDS), or the entry's objects registered as ``OBJ`` segments
 (``kvbench_nixl.objects``).
 
-L4 split.  ``device`` = from posting a request until NIXL reports it done
-(polled with a back-off capped at ``kvbench_nixl.library.MAX_POLL_S``), plus
-``open``, ``fsync`` and ``close`` of entry files.  ``host`` = filling and
-consuming pieces (and the host<->GPU copies of a VRAM arena), the page-cache
-drop, and NIXL's user-space bookkeeping (registering the file or objects,
-creating and releasing the request).  The parts are disjoint intervals of the
-calling thread, so ``host + device <= total``.  ``commands`` = descriptors
-posted (pieces).  For OBJ the device time includes the SDK's request signing,
-which runs inside NIXL's threads and cannot be told apart.
+L4 split (``kvbench_nixl.transfer``): device from posting a request to its completion, host
+the filling, consuming and NIXL bookkeeping around it; ``commands`` = descriptors posted.
+Starting NIXL (GPU checks, agents, params, the first round trip) is ``kvbench_nixl.startup``.
 
 Files (POSIX, GDS) follow the nvme tier's rules: ``<path>/<run_id>-<key>.kv``
 in a ``TierDirectory`` (system paths refused, owner marker, non-empty foreign
@@ -44,22 +38,21 @@ and go to NIXL's OBJ plugin in memory only, never into the declaration.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from kvbench_s3.backend import S3Backend
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, DiscardSink, IOTiming, check_key
-from kvbench_core.contracts.errors import BackendUnavailable, SpecError
+from kvbench_core.contracts.errors import BackendUnavailable
 from kvbench_core.contracts.validation import with_defaults
 from kvbench_core.filetiers.directory import TierDirectory
 from kvbench_core.filetiers.entry_files import EntryFilesBackend
 from kvbench_core.filetiers.fsinfo import describe_location
-from kvbench_nixl.arena import ALIGN, Lane, Lanes
+from kvbench_nixl.arena import Lane, Lanes
 from kvbench_nixl.library import Agent, Library, NixlRequirements, load
 from kvbench_nixl.objects import ObjectPieces, open_bucket
 from kvbench_nixl.options import (
@@ -71,27 +64,8 @@ from kvbench_nixl.options import (
     posix_io_queue,
     transfer_size,
 )
-
-Descriptor = tuple[int, int, int]
-Piece = tuple[int, int]  # (offset in the entry, length)
-
-
-class Split:
-    """Host and device seconds of one operation, charged as disjoint intervals of one thread."""
-
-    __slots__ = ("device", "host")
-
-    def __init__(self) -> None:
-        self.host = 0.0
-        self.device = 0.0
-
-    @contextlib.contextmanager
-    def charge(self, part: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            setattr(self, part, getattr(self, part) + time.perf_counter() - start)
+from kvbench_nixl.startup import check_params, probe, require_gpu, start_agent
+from kvbench_nixl.transfer import Piece, Remote, Split, batches, charged, file_segment, post, translate
 
 
 class NixlBackend(EntryFilesBackend):
@@ -139,7 +113,7 @@ class NixlBackend(EntryFilesBackend):
         """Load NIXL, start the plugin (GPU backends check the driver first), set up the directory or
         the bucket, register the arena, and prove the path with one small round trip."""
         if self.nixl_backend in GPU_BACKENDS or self.memory == "VRAM":
-            self._require_gpu()
+            require_gpu(self.label, self.nixl_backend, self.memory)
         try:
             self.library = load()
         except ImportError as error:
@@ -158,76 +132,23 @@ class NixlBackend(EntryFilesBackend):
             self.lanes = Lanes(lambda index: self._start_agent(params, index), count=max(1, self.context.concurrency),
                                shared=self.shared_agent, memory=self.memory, pieces=self.queue_depth,
                                piece_bytes=self.transfer_size, device=self.device)
-            self._check_params(self.lanes.agents[0])
+            check_params(self.lanes.agents[0], self.params, self.nixl_backend, self.where)
             self._described_params = {key: value for key, value in params.items()
                                       if key not in ("access_key", "secret_key", "session_token")}
             if not self.files:
                 self.objects = ObjectPieces(self._control, self.transfer_size)
-            self._probe()
+            probe(self, f"probe-{self.context.run_id}",
+                  f"{self.label}: a 4 KiB probe through NIXL {self.nixl_backend} failed ({self._place()})")
         except BaseException:
             self._release()
             if self.files:
                 self.directory.close()  # removed only if kvbench made it and it holds nothing else
             raise
 
-    def _require_gpu(self) -> None:
-        """GDS and VRAM need the NVIDIA driver (and, for VRAM, a CUDA build of torch): say so before NIXL
-        starts, since NIXL's own answer on a host without them is a bare 'unsupported backend'."""
-        try:
-            ctypes.CDLL("libcuda.so.1")
-        except OSError as error:
-            raise BackendUnavailable(f"{self.label}: nixl_backend {self.nixl_backend} / memory {self.memory} needs "
-                                     f"an NVIDIA GPU and driver; libcuda.so.1 cannot be loaded ({error})") from None
-        if self.memory == "VRAM":
-            try:
-                import torch
-            except ImportError:
-                raise BackendUnavailable(f"{self.label}: memory: VRAM needs torch (pip install "
-                                         "'kvbench-core[gpu]')") from None
-            if not torch.cuda.is_available():
-                raise BackendUnavailable(f"{self.label}: memory: VRAM but torch {torch.__version__} sees no CUDA "
-                                         "device; check nvidia-smi and CUDA_VISIBLE_DEVICES")
-
     def _start_agent(self, params: dict[str, str], index: int) -> Agent:
         assert self.library is not None
-        errors = (*self.library.errors, LookupError)
-        try:
-            return Agent(self.library, f"kvbench-{self.context.run_id}-{self.context.tier_name}-{index}",
-                         self.nixl_backend, params)
-        except errors as error:
-            hint = " (NIXL's GDS plugins need libcufile and an NVIDIA GPU)" if self.nixl_backend in GPU_BACKENDS else ""
-            raise BackendUnavailable(f"{self.label}: NIXL {self.library.version} could not start its "
-                                     f"{self.nixl_backend} plugin: {type(error).__name__}: {error}{hint}") from None
-
-    def _check_params(self, agent: Agent) -> None:
-        """``params`` a plugin does not declare are refused by name (NIXL itself only says INVALID_PARAM)."""
-        declared = agent.plugin_params()
-        for key in self.params:
-            if declared and key not in declared:
-                raise SpecError(f"{self.where}.params.{key}: NIXL's {self.nixl_backend} plugin has no such "
-                                f"parameter (it has {', '.join(sorted(declared))})")
-
-    def _probe(self) -> None:
-        """One 4 KiB write and read back through NIXL, the way entries go, so a path NIXL cannot use
-        (read-only directory, an S3 endpoint the SDK cannot talk to) fails here, clearly."""
-        from kvbench_core.engine.payload import NoisePool
-
-        pool = NoisePool(seed=1, pool_bytes=ALIGN, max_piece=ALIGN)
-        key = f"probe-{self.context.run_id}"
-        try:
-            self.write(key, pool.payload(key, ALIGN))
-            check = bytearray(ALIGN)
-            self.read_range(key, 0, memoryview(check))
-            expected = bytearray(ALIGN)
-            pool.payload(key, ALIGN).fill(0, memoryview(expected))
-            if check != expected:
-                raise OSError("read back different bytes")
-        except OSError as error:
-            raise BackendUnavailable(f"{self.label}: a 4 KiB probe through NIXL {self.nixl_backend} failed "
-                                     f"({self._place()}): {error}") from None
-        finally:
-            with contextlib.suppress(OSError):
-                self.delete(key)
+        return start_agent(self.library, f"kvbench-{self.context.run_id}-{self.context.tier_name}-{index}",
+                           self.nixl_backend, params, self.label)
 
     def _place(self) -> str:
         return self.directory.path if self.files else f"bucket {self.options['bucket']}"
@@ -250,36 +171,11 @@ class NixlBackend(EntryFilesBackend):
     # -- data path -------------------------------------------------------------------------------
 
     def _batches(self, start: int, end: int) -> Iterator[list[Piece]]:
-        """The bytes ``[start, end)`` as pieces cut at ``transfer_size`` boundaries (so no piece crosses
-        an object), grouped ``queue_depth`` to a request."""
-        batch: list[Piece] = []
-        position = start
-        while position < end:
-            n = min(end, (position // self.transfer_size + 1) * self.transfer_size) - position
-            batch.append((position, n))
-            position += n
-            if len(batch) == self.queue_depth:
-                yield batch
-                batch = []
-        if batch:
-            yield batch
+        return batches(start, end, self.transfer_size, self.queue_depth)
 
-    def _move(self, operation: str, key: str, lane: Lane, batch: list[Piece],
-              remote: Callable[[int, int], Descriptor], split: Split) -> None:
-        """One NIXL request: ``batch`` between the lane's pieces and the remote side, waited for."""
-        remote_memory = "FILE" if self.files else "OBJ"
-        local = [lane.arena.piece(lane.slot, i, n) for i, (_, n) in enumerate(batch)]
-        with split.charge("host"):
-            request = lane.agent.prepare(operation, local, self.memory, [remote(offset, n) for offset, n in batch],
-                                         remote_memory)
-        try:
-            started = time.perf_counter()
-            lane.agent.run(request)
-            ended = time.perf_counter()
-            split.device += ended - started
-        finally:
-            with split.charge("host"):
-                lane.agent.release(request)
+    def _move(self, operation: str, key: str, lane: Lane, batch: list[Piece], remote: Remote, split: Split) -> None:
+        """One NIXL request for ``batch``, counted and reported to the run's I/O log."""
+        started, ended = post(lane, operation, batch, self.memory, remote, "FILE" if self.files else "OBJ", split)
         with self._count_lock:
             self._commands += len(batch)
         log = self.context.io_log
@@ -291,7 +187,7 @@ class NixlBackend(EntryFilesBackend):
     def _operation(self, what: str, key: str) -> Iterator[Lane]:
         """A lane for one operation, with NIXL's exceptions inside turned into an ``OSError`` naming it."""
         assert self.lanes is not None and self.library is not None, "open() the tier first"
-        with self.lanes.lane() as lane, _translate(self.library.errors, f"NIXL {self.nixl_backend} {what} of {key!r}"):
+        with self.lanes.lane() as lane, translate(self.library.errors, f"NIXL {self.nixl_backend} {what} of {key!r}"):
             yield lane
 
     def write(self, key: str, source: ByteSource) -> IOTiming:
@@ -334,64 +230,32 @@ class NixlBackend(EntryFilesBackend):
 
     @contextlib.contextmanager
     def _remote_for_write(self, lane: Lane, key: str, size: int,
-                          split: Split) -> Iterator[Callable[[int, int], Descriptor]]:
+                          split: Split) -> Iterator[Remote]:
         if not self.files:
             assert self.objects is not None
-            with self._charged(split, self.objects.writing(lane.agent, key, size)) as remote:
+            with charged(split, self.objects.writing(lane.agent, key, size)) as remote:
                 yield remote
             return
         with self.new_entry_file(key) as path, \
-                self._file(lane.agent, path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, split) as fd:
+                file_segment(lane.agent, path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, split) as fd:
             yield lambda offset, n: (offset, n, fd)
             if self.fsync:
                 with split.charge("device"):
                     os.fsync(fd)
 
     @contextlib.contextmanager
-    def _remote_for_read(self, lane: Lane, key: str, split: Split) -> Iterator[Callable[[int, int], Descriptor]]:
+    def _remote_for_read(self, lane: Lane, key: str, split: Split) -> Iterator[Remote]:
         if not self.files:
             assert self.objects is not None
-            with self._charged(split, self.objects.reading(lane.agent, key)) as remote:
+            with charged(split, self.objects.reading(lane.agent, key)) as remote:
                 yield remote
             return
-        with self._file(lane.agent, self.path_of(key), os.O_RDONLY, split) as fd:
+        with file_segment(lane.agent, self.path_of(key), os.O_RDONLY, split) as fd:
             with split.charge("host"):
                 if self.drop_cache:
                     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)  # read whole, front to back, as nvme says
             yield lambda offset, n: (offset, n, fd)
-
-    @staticmethod
-    @contextlib.contextmanager
-    def _charged(split: Split, registration: contextlib.AbstractContextManager[Any]) -> Iterator[Any]:
-        """Enter and leave a NIXL registration as host time, and nothing in between."""
-        with split.charge("host"):
-            remote = registration.__enter__()
-        try:
-            yield remote
-        except BaseException as error:
-            if not registration.__exit__(type(error), error, error.__traceback__):
-                raise
-            return
-        with split.charge("host"):
-            registration.__exit__(None, None, None)
-
-    @contextlib.contextmanager
-    def _file(self, agent: Agent, path: str, flags: int, split: Split) -> Iterator[int]:
-        """An entry file opened and registered with ``agent`` as a FILE segment for one operation."""
-        with split.charge("device"):
-            fd = os.open(path, flags | os.O_CLOEXEC, 0o644)
-        try:
-            with split.charge("host"):
-                registration = agent.register([(0, 0, fd, "")], "FILE")
-            try:
-                yield fd
-            finally:
-                with split.charge("host"):
-                    agent.deregister(registration)
-        finally:
-            with split.charge("device"):
-                os.close(fd)
 
     def delete(self, key: str) -> None:
         if self.files:
@@ -448,10 +312,3 @@ class NixlBackend(EntryFilesBackend):
                 "key_prefix": control.key_prefix if control else None,
                 "identity_source": control.identity_source if control else None}
 
-
-@contextlib.contextmanager
-def _translate(errors: tuple[type[BaseException], ...], what: str) -> Iterator[None]:
-    try:
-        yield
-    except errors as error:
-        raise OSError(f"{what} failed: {type(error).__name__}: {error}") from None

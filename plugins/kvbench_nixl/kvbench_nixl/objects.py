@@ -30,8 +30,7 @@ from kvbench_s3.backend import S3Backend
 
 from kvbench_core.contracts.backend import BackendContext, check_key
 from kvbench_nixl.library import Agent
-
-Descriptor = tuple[int, int, int]
+from kvbench_nixl.transfer import Descriptor
 
 
 class ObjectPieces:

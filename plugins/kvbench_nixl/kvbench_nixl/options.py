@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvbench_s3.backend import S3Backend
+from kvbench_s3.options import OPTIONS_SCHEMA as S3_OPTIONS_SCHEMA
 
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.spec.units import SIZE_PATTERN, parse_size
@@ -26,7 +26,7 @@ OBJ_OPTIONS = ("bucket", "endpoint_url", "region", "profile", "create_bucket", "
 MANAGED_OBJ_PARAMS = frozenset({"bucket", "endpoint_override", "scheme", "region", "use_virtual_addressing",
                                 "access_key", "secret_key", "session_token"})
 _SECRET_NAMES = "(?i)(secret|access_key|session_token|password|credential|token)"
-_S3 = S3Backend.options_schema["properties"]
+_S3 = S3_OPTIONS_SCHEMA["properties"]
 
 OPTIONS_SCHEMA: dict[str, Any] = {
     "type": "object",
