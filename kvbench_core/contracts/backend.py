@@ -34,6 +34,15 @@ class IOTiming:
     commands: int = 1  # device commands issued (pread/pwrite calls, HTTP parts, cuFile tasks)
     codec: float = 0.0  # of ``host``: encoding or decoding in a codec stage (kvbench_core.codecs), its own layer
     physical_bytes: int | None = None  # bytes that reached the device when a codec changed them; None = nbytes
+    #: A write a shared tier completed without a transfer: another holder had committed the same entry, so
+    #: this one holds it and sent nothing.  The entry's bytes; ``nbytes`` and ``commands`` are then 0.
+    dedup_bytes: int = 0
+
+    @classmethod
+    def deduplicated(cls, total: float, device: float, size: int) -> IOTiming:
+        """A write stored without a transfer: ``size`` bytes held, none moved, no data command issued
+        (``device`` is the control round trip that found the entry)."""
+        return cls(total, 0.0, device, 0, commands=0, dedup_bytes=size)
 
 
 class ByteSource(Protocol):

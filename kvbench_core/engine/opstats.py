@@ -35,10 +35,18 @@ class OpStats:
     codec: LatencyHistogram = field(default_factory=LatencyHistogram)
     codec_bytes: int = 0
     physical_bytes: int = 0
+    #: Writes a shared tier completed without a transfer (``IOTiming.dedup_bytes``) and the bytes they
+    #: hold: stored entries, but no operation, no bytes moved, no command, no latency here.
+    dedup_stores: int = 0
+    dedup_bytes: int = 0
     first_start: float | None = None
     last_end: float | None = None
 
     def add(self, timing: IOTiming, start: float, end: float) -> None:
+        if timing.dedup_bytes:
+            self.dedup_stores += 1
+            self.dedup_bytes += timing.dedup_bytes
+            return
         self.ops += 1
         self.bytes += timing.nbytes
         self.commands += timing.commands
@@ -69,6 +77,8 @@ class OpStats:
         self.command_bytes += other.command_bytes
         self.physical_bytes += other.physical_bytes
         self.codec_bytes += other.codec_bytes
+        self.dedup_stores += other.dedup_stores
+        self.dedup_bytes += other.dedup_bytes
         for name in ("total", "host", "device", "command", "codec"):
             getattr(self, name).merge(getattr(other, name))
         self._span(other.first_start, other.last_end)
@@ -86,6 +96,7 @@ class OpStats:
             "command_bytes": self.command_bytes,
             "physical_bytes": self.physical_bytes,
             "codec_bytes": self.codec_bytes,
+            "dedup_stores": self.dedup_stores, "dedup_bytes": self.dedup_bytes,
             "histograms": {"total": self.total.to_dict(), "host": self.host.to_dict(),
                            "device": self.device.to_dict(), "command": self.command.to_dict(),
                            "codec": self.codec.to_dict()},
@@ -104,6 +115,7 @@ class OpStats:
                    command_bytes=data.get("command_bytes", 0),
                    codec=LatencyHistogram.from_dict(codec) if codec else LatencyHistogram(),
                    physical_bytes=data.get("physical_bytes", data["bytes"]), codec_bytes=data.get("codec_bytes", 0),
+                   dedup_stores=data.get("dedup_stores", 0), dedup_bytes=data.get("dedup_bytes", 0),
                    first_start=data.get("first_start"), last_end=data.get("last_end"))
 
 

@@ -41,9 +41,12 @@ class TierOperations:
         self.telemetry.record_op(tier.name, op, timing, start, end, take_commands(tier, key, op))
         return timing
 
-    def record_source_read(self, upper: Tier, entry: Entry, seconds: float) -> None:
+    def record_source_read(self, upper: Tier, entry: Entry, seconds: float, write: IOTiming) -> None:
         """A demotion's (or promotion's) read of the tier it moves from is real traffic there: count it.  A memory
-        tier has no device to wait for, so its time is host time; a persistent tier's is device time."""
+        tier has no device to wait for, so its time is host time; a persistent tier's is device time.  A
+        ``write`` the lower tier completed without a transfer (``IOTiming.dedup_bytes``) read nothing."""
+        if write.dedup_bytes:
+            return
         end = time.perf_counter()
         host, device = (seconds, 0.0) if upper.backend.volatile else (0.0, seconds)
         commands = take_commands(upper, entry.key, "read")  # the range reads' own commands, as the recorder saw

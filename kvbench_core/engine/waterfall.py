@@ -284,14 +284,14 @@ class MultiTierCache:
                     return lower.backend.write_tensor(entry.key, upper.backend.tensor(entry.key))
                 return lower.backend.write(entry.key, cancellable)
 
-            self._ops.timed(lower, "write", entry.key, write)
+            timing = self._ops.timed(lower, "write", entry.key, write)
         except (StorageError, Cancelled):
             with self._lock:
                 lower.usage -= entry.size
                 upper.lru[entry.key] = entry
                 upper.lru.move_to_end(entry.key, last=False)
             raise
-        self._ops.record_source_read(upper, entry, source.read_seconds)
+        self._ops.record_source_read(upper, entry, source.read_seconds, timing)
         self._ops.delete_from(upper, entry)
         with self._lock:
             if upper.lru.get(entry.key) is entry:  # a cold demotion takes it from the middle of the LRU
@@ -309,12 +309,12 @@ class MultiTierCache:
             return
         source = cancellable_source(TierSource(lower.backend, entry.key, entry.size), self.cancel)
         try:
-            self._ops.timed(top, "write", entry.key, lambda: top.backend.write(entry.key, source))
+            timing = self._ops.timed(top, "write", entry.key, lambda: top.backend.write(entry.key, source))
         except (StorageError, Cancelled):
             with self._lock:
                 top.usage -= entry.size
             raise
-        self._ops.record_source_read(lower, entry, source.read_seconds)
+        self._ops.record_source_read(lower, entry, source.read_seconds, timing)
         with self._lock:
             lower.lru.pop(entry.key, None)
         self._ops.delete_from(lower, entry)

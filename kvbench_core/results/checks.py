@@ -136,15 +136,17 @@ def _decode_bytes(result: dict[str, Any], metrics: dict[str, Any]) -> Iterator[C
 
 def _written(metrics: dict[str, Any]) -> Iterator[Check]:
     """Bytes written to the tiers = new entries stored + demotion copies (+ promotion copies, which the
-    result counts but does not size: with promotions the stored + demoted bytes are a lower bound)."""
+    result counts but does not size: with promotions the stored + demoted bytes are a lower bound).  A
+    shared tier's store without a transfer (``dedup_bytes``) stored its entry but wrote nothing: its bytes
+    are on the written side apart, so ``bytes`` stays what was transferred."""
     cache = metrics["cache"]
-    written = sum(t["write"]["bytes"] for t in metrics["tiers"].values())
+    written = sum(t["write"]["bytes"] + t["write"].get("dedup_bytes", 0) for t in metrics["tiers"].values())
     parts = (cache.get("counters") or {}).get("stored_entry_bytes", 0) + sum(cache["demotions_bytes"].values())
     if cache.get("promotions"):
         yield Check("written_bytes", written >= parts, parts, written,
-                    "written bytes >= stored + demoted (promotion copies add to them)")
+                    "written + deduplicated bytes >= stored + demoted (promotion copies add to them)")
     else:
-        yield _check("written_bytes", parts, written, "written bytes = stored + demoted")
+        yield _check("written_bytes", parts, written, "written + deduplicated bytes = stored + demoted")
 
 
 def _throughput(metrics: dict[str, Any]) -> Iterator[Check]:

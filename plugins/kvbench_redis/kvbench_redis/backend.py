@@ -40,7 +40,7 @@ from kvbench_core.contracts.errors import BackendUnavailable
 from kvbench_core.contracts.validation import with_defaults
 from kvbench_core.spec.units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
 from kvbench_redis.endpoint import Endpoint
-from kvbench_redis.shared import CLAIM, COMMIT, RELEASE, SharedEntryKeys, SharedHolds
+from kvbench_redis.shared import CLAIM, COMMIT, HOLD_IF_COMPLETE, RELEASE, SharedEntryKeys, SharedHolds
 
 #: Largest piece handed to ``source.fill`` / ``sink.consume``: parts may be far larger than the
 #: payload generator's piece limit, so they are filled and consumed in pieces of this size.
@@ -282,12 +282,19 @@ class RedisBackend(ClientBackend):
         return IOTiming(time.perf_counter() - start, host, device, source.size, count + bool(stale))
 
     def _write_shared(self, key: str, source: ByteSource) -> IOTiming:
-        """Store a shared entry: its parts go under this writer's temp keys and one script renames them into
-        place, or drops them when another client committed the same entry first (then this one holds that).
-        Two clients storing one entry at once never interleave parts, and every byte booked was sent."""
+        """Store a shared entry.  One that another client committed already is held and not sent again (a
+        store without a transfer, ``IOTiming.deduplicated``).  Otherwise its parts go under this writer's temp
+        keys and one script renames them into place, or drops them when another client committed the same
+        entry meanwhile (then this one holds that).  Two clients storing one entry at once never interleave
+        parts, and every byte booked was sent."""
         start = time.perf_counter()
         size = source.size
         names = self._shared_keys(key, size)
+        if self._client.eval(HOLD_IF_COMPLETE, 1, names.sizes, self._shared.token, names.base, size):
+            self._shared.hold(key, size)
+            self._shared.count("deduplicated")
+            elapsed = time.perf_counter() - start  # the script's round trip: waiting on the server
+            return IOTiming.deduplicated(elapsed, elapsed, size)
         count = self._part_count(size)
         with self._shared.lock:
             self._shared.pending[key, size] = count  # removed by close if the write stops half way

@@ -15,9 +15,12 @@ by key *and* size, and has, under one cluster hash tag (one slot):
   that holds the entry (stored it, or found it by a lookup);
 - ``<key>:sizes``, the sizes complete under the key, for lookups.
 
-A store writes its parts under ``<key>:s<size>:w<token>:p<i>`` and commits them
-with one script that renames them into place, unless another client committed
-the same entry first (then its own parts are dropped and it holds that one).
+A store first asks whether the entry is complete already; if so it only adds
+its token (it holds that entry) and sends nothing, as a shared prefix cache
+checks before it stores.  Otherwise it writes its parts under
+``<key>:s<size>:w<token>:p<i>`` and commits them with one script that renames
+them into place, unless another client committed the same entry while the parts
+were on the way (then its own parts are dropped and it holds that one).
 A release removes the caller's token; the release that leaves no token deletes
 the entry: the last holder deletes.  Each step is one Lua script, atomic on the
 server, so none races another.
@@ -38,6 +41,15 @@ end
 if not best then return false end
 redis.call('SADD', ARGV[2] .. ':s' .. best .. ':holders', ARGV[1])
 return best
+"""
+
+#: KEYS sizes; ARGV token, base, size: 1 when the entry is complete already (now held by this token too: the
+#: store sends nothing), 0 when it is not (the store sends its parts and commits them).
+HOLD_IF_COMPLETE = """
+local entry = ARGV[2] .. ':s' .. ARGV[3]
+if redis.call('EXISTS', entry .. ':parts') == 0 then return 0 end
+redis.call('SADD', entry .. ':holders', ARGV[1])
+return 1
 """
 
 #: KEYS sizes; ARGV token, base, size, parts, ttl ms (0: none).  1 when this writer's temp parts became the
@@ -104,9 +116,10 @@ class SharedHolds:
 
     The counts say, per process, what the shared namespace did to its stores
     and holds (reported as the tier's ``counters``): ``stored``, stores that
-    became the entry; ``duplicate``, stores whose parts were sent (and are
-    booked: the bytes did travel) but dropped at commit because another client
-    had committed the same entry first; ``lookups_held``, local misses that
+    became the entry; ``deduplicated``, stores that found the entry complete
+    already and sent nothing (the tier's ``dedup_stores``); ``duplicate``, stores
+    whose parts were sent (and are booked: the bytes did travel) but dropped at
+    commit because another client committed the same entry meanwhile; ``lookups_held``, local misses that
     found another client's entry and now hold it; ``released``, holds dropped
     (the cache's evictions and demotions, and close), which are
     ``kept_for_others`` (another client still held the entry, so it stayed)
@@ -117,7 +130,7 @@ class SharedHolds:
     held: dict[str, list[int]] = field(default_factory=dict)  # key -> sizes held, the latest last
     pending: dict[tuple[str, int], int] = field(default_factory=dict)  # (key, size) -> temp parts half written
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
-        ("stored", "duplicate", "lookups_held", "released", "kept_for_others", "deleted_last"), 0))
+        ("stored", "deduplicated", "duplicate", "lookups_held", "released", "kept_for_others", "deleted_last"), 0))
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def count(self, name: str) -> None:

@@ -1,0 +1,105 @@
+"""Stores without a transfer (``IOTiming.dedup_bytes``, docs/metrics.md): a shared tier that finds an entry
+already committed by another holder stores it without sending a byte.  The engine books such a write as a
+stored entry and nothing else: no written bytes, no operation, no command, no latency, no read of the tier
+above when a demotion ends in one; written + deduplicated bytes = stored + demoted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvbench_core.builtins.memory import CPUMemoryBackend
+from kvbench_core.contracts.backend import BackendContext, ByteSource, IOTiming
+from kvbench_core.engine.cache_types import Tier
+from kvbench_core.engine.opstats import OpStats
+from kvbench_core.engine.payload import NoisePool
+from kvbench_core.engine.telemetry import Telemetry
+from kvbench_core.engine.waterfall import MultiTierCache
+from kvbench_core.results.checks import _written
+
+SIZE = 3000
+
+
+class SharedMemoryTier(CPUMemoryBackend):
+    """A memory tier whose ``elsewhere`` keys another client committed already: storing one sends nothing."""
+
+    def __init__(self, elsewhere: set[str]) -> None:
+        super().__init__({}, BackendContext(tier_name="shared", run_id="test"))
+        self.elsewhere = elsewhere
+        self.held: set[str] = set()
+
+    def write(self, key: str, source: ByteSource) -> IOTiming:
+        if key in self.elsewhere:
+            self.held.add(key)
+            return IOTiming.deduplicated(0.001, 0.001, source.size)
+        return super().write(key, source)
+
+    def read(self, key: str, size: int, sink: Any) -> IOTiming:
+        if key in self.held:
+            return IOTiming(0.001, 0.0, 0.001, size)
+        return super().read(key, size, sink)
+
+    def delete(self, key: str) -> None:
+        self.held.discard(key)
+        super().delete(key)
+
+
+def cache_over(tiers: list[Tier]) -> tuple[MultiTierCache, Telemetry]:
+    telemetry = Telemetry(["batch"])
+    telemetry.start_measuring()
+    pool = NoisePool(seed=3, pool_bytes=1 << 16, max_piece=1 << 16)
+    return MultiTierCache(tiers, telemetry, pool.payload), telemetry
+
+
+def test_a_deduplicated_write_is_a_stored_entry_and_no_operation() -> None:
+    stats = OpStats()
+    stats.add(IOTiming(0.002, 0.001, 0.001, SIZE, commands=2), 1.0, 1.002)
+    stats.add(IOTiming.deduplicated(0.5, 0.5, SIZE), 2.0, 2.5)
+    assert (stats.ops, stats.bytes, stats.commands, stats.physical_bytes) == (1, SIZE, 2, SIZE)
+    assert (stats.dedup_stores, stats.dedup_bytes) == (1, SIZE)
+    assert stats.total.count == stats.device.count == 1 and stats.last_end == 1.002  # no latency, no span
+    merged = OpStats.from_dict(stats.to_dict())
+    merged.merge(stats)
+    assert (merged.ops, merged.dedup_stores, merged.dedup_bytes) == (2, 2, 2 * SIZE)
+
+
+def test_through_the_cache_written_bytes_are_the_bytes_moved() -> None:
+    shared = SharedMemoryTier(elsewhere={"kv_system_a_t3"})
+    cache, telemetry = cache_over([Tier("shared", shared, 1 << 20)])
+    for key in ("kv_system_a_t3", "u0_c1_turn_1", "u1_c1_turn_1"):
+        assert cache.put(key, SIZE) == "shared"
+    writes = telemetry.tiers["shared"]["write"]
+    assert (writes.ops, writes.bytes, writes.dedup_stores, writes.dedup_bytes) == (2, 2 * SIZE, 1, SIZE)
+    assert writes.ops + writes.dedup_stores == 3  # stored entries = transfers + deduplicated
+    assert writes.bytes + writes.dedup_bytes == telemetry.counters["stored_entry_bytes"]
+    assert cache.occupancy()["shared"] == {"entries": 3, "bytes": 3 * SIZE, "capacity_bytes": 1 << 20}
+    point = telemetry.close_interval(users=1)
+    assert point["write_bytes"] == 2 * SIZE and point["tiers"]["shared"]["write_bytes"] == 2 * SIZE
+    assert cache.get("kv_system_a_t3") == "shared"  # held: this client's entry to read
+
+
+def test_a_demotion_onto_a_committed_entry_reads_nothing_above() -> None:
+    dram = CPUMemoryBackend({}, BackendContext(tier_name="dram", run_id="test"))
+    cache, telemetry = cache_over([Tier("dram", dram, SIZE * 3 // 2),
+                                   Tier("shared", SharedMemoryTier(elsewhere={"kv_system_a_t3"}), 1 << 20)])
+    cache.put("kv_system_a_t3", SIZE)
+    cache.put("u0_c1_turn_1", SIZE)  # room for one only: the prompt goes down onto the committed entry
+    assert cache.location("kv_system_a_t3") == "shared"
+    assert (telemetry.tiers["dram"]["read"].ops, telemetry.tiers["dram"]["read"].bytes) == (0, 0)
+    assert telemetry.demotions["dram->shared"] == SIZE
+    stored_and_demoted = telemetry.counters["stored_entry_bytes"] + SIZE
+    written = sum(ops["write"].bytes + ops["write"].dedup_bytes for ops in telemetry.tiers.values())
+    assert written == stored_and_demoted
+
+
+def _metrics(bytes_written: int, dedup_bytes: int, stored: int) -> dict[str, Any]:
+    return {"tiers": {"shared": {"write": {"bytes": bytes_written, "dedup_bytes": dedup_bytes}}},
+            "cache": {"counters": {"stored_entry_bytes": stored}, "demotions_bytes": {}, "promotions": 0}}
+
+
+def test_the_written_bytes_check_counts_deduplicated_bytes_apart() -> None:
+    (check,) = _written(_metrics(2 * SIZE, SIZE, 3 * SIZE))
+    assert check.passed
+    (check,) = _written(_metrics(3 * SIZE, SIZE, 3 * SIZE))  # a dedup booked as written as well: caught
+    assert not check.passed
+    (check,) = _written({"tiers": {"t": {"write": {"bytes": SIZE}}}, "cache": _metrics(0, 0, SIZE)["cache"]})
+    assert check.passed  # a result written before dedup_bytes existed
