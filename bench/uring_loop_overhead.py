@@ -1,6 +1,7 @@
-"""Python's own cost per command in the io_uring engine's loop: this tree's ``engines.py`` against a git revision's.
+"""Python's own cost per command in the io_uring engine's loop: this tree's engines against a git revision's.
 
-Both versions of ``kvbench_nvme/engines.py`` (the working tree's and ``--baseline``'s, loaded from git) move
+Both versions of the ``kvbench_nvme`` package (the working tree's and ``--baseline``'s, read from git; its
+``engines`` module names the engines, which live in several modules since the split) move
 the same entries through buffered io_uring on a tmpfs file (``/dev/shm`` by default), where no device
 time hides the loop: what each command costs is the engine's Python (planning, submitting, reaping,
 logging) plus the kernel's memcpy.  The source fills nothing, so payload rendering is left out too.
@@ -14,22 +15,26 @@ both alike; the medians of the per-command process CPU time and wall time, and t
 from __future__ import annotations
 
 import argparse
+import importlib.abc
 import importlib.util
+import io
 import os
 import resource
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from kvbench_core.contracts.backend import DISCARD
 from kvbench_core.filetiers.accounting import Phase
 
 REPO = Path(__file__).resolve().parents[1]
-ENGINES = "plugins/kvbench_nvme/kvbench_nvme/engines.py"
+PACKAGE = "plugins/kvbench_nvme/kvbench_nvme"
 
 
 class UnfilledSource:
@@ -42,22 +47,44 @@ class UnfilledSource:
         return None
 
 
+class VersionFinder(importlib.abc.MetaPathFinder):
+    """Resolves ``kvbench_nvme`` and its modules to one directory, ahead of the editable install's finder."""
+
+    def __init__(self, package: Path) -> None:
+        self.package = package
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname == "kvbench_nvme":
+            return importlib.util.spec_from_file_location(fullname, self.package / "__init__.py",
+                                                          submodule_search_locations=[str(self.package)])
+        if fullname.startswith("kvbench_nvme."):
+            return importlib.util.spec_from_file_location(fullname, self.package / f"{fullname[13:]}.py")
+        return None
+
+
 def load_engines(revision: str | None, workdir: Path) -> ModuleType:
-    """``engines.py`` of the working tree (``None``) or of a git revision, as its own module."""
+    """``kvbench_nvme.engines`` of the working tree (``None``) or of a git revision, with that version's
+    own sibling modules, as a copy of its own (the installed package is put back afterwards)."""
     if revision is None:
-        source, name = (REPO / ENGINES).read_text(), "engines_tree"
+        package = REPO / PACKAGE
     else:
-        source = subprocess.run(["git", "-C", str(REPO), "show", f"{revision}:{ENGINES}"],
-                                check=True, capture_output=True, text=True).stdout
-        name = "engines_baseline"
-    path = workdir / f"{name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", revision, PACKAGE],
+                                 check=True, capture_output=True).stdout
+        root = workdir / "baseline"
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(root, filter="data")
+        package = root / PACKAGE
+    ours = [name for name in sys.modules if name.split(".")[0] == "kvbench_nvme"]
+    saved = {name: sys.modules.pop(name) for name in ours}
+    finder = VersionFinder(package)
+    sys.meta_path.insert(0, finder)
+    try:
+        return importlib.import_module("kvbench_nvme.engines")
+    finally:
+        sys.meta_path.remove(finder)
+        for name in [name for name in sys.modules if name.split(".")[0] == "kvbench_nvme"]:
+            del sys.modules[name]  # the loaded classes keep their modules alive
+        sys.modules.update(saved)
 
 
 def cpu_seconds() -> float:
@@ -79,7 +106,7 @@ def one_round(engine: object, path: Path, size: int, queue_depth: int) -> tuple[
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--baseline", default="HEAD", help="git revision whose engines.py is the baseline")
+    parser.add_argument("--baseline", default="HEAD", help="git revision whose engines are the baseline")
     parser.add_argument("--dir", default="/dev/shm", help="directory for the entry file (tmpfs: no device)")
     parser.add_argument("--entry-mib", type=int, default=16)
     parser.add_argument("--transfer-kib", type=int, default=4)  # small: Python, not memcpy, dominates

@@ -68,7 +68,8 @@ from kvbench_core.filetiers.directory import TierDirectory
 from kvbench_core.filetiers.entry_files import EntryFilesBackend
 from kvbench_core.filetiers.fsinfo import describe_location
 from kvbench_core.spec.units import SIZE_PATTERN, parse_size
-from kvbench_nvme.engines import ENGINES, EngineSettings, make_engine
+from kvbench_nvme.engine_contract import EngineSettings
+from kvbench_nvme.engines import ENGINES, make_engine
 from kvbench_nvme.uring import ALIGN, UringUnavailable
 
 MAX_TRANSFER = 1 << 30

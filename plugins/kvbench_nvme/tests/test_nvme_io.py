@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from kvbench_nvme.engines import FILL_AHEAD
+from kvbench_nvme.psync import FILL_AHEAD
 from kvbench_nvme.uring import unavailable_reason
 
 from kvbench_core.contracts.backend import DISCARD

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import pytest
 from kvbench_nvme import uring
-from kvbench_nvme.engines import UringEngine
+from kvbench_nvme.uring_engine import UringEngine
 
 from kvbench_core.contracts.backend import DISCARD
 from kvbench_core.contracts.conformance import FileTierConformance
