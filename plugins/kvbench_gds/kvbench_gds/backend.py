@@ -37,52 +37,41 @@ Page cache.  cuFile's DMA path is O_DIRECT.  On a fallback path with
 ``posix_fadvise(DONTNEED)`` and each read starts with the same drop, so reads
 reach the device; ``describe()`` states which applies.
 
-Safety and cleanup reuse the nvme tier's ``TierDirectory`` and ``EntryFilesBackend``: files
+Safety and cleanup reuse the file tiers' ``TierDirectory`` and ``EntryFilesBackend``: files
 are ``<path>/<run_id>-<key>.kv``, ``close`` removes what this backend created.
+
+The options and their page-size checks are ``kvbench_gds.options``; loading the
+driver, kvikio and torch ``kvbench_gds.probe``; the per-thread staging buffers
+``kvbench_gds.staging``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, DiscardSink, IOTiming, check_key
-from kvbench_core.contracts.errors import BackendUnavailable, SpecError
+from kvbench_core.contracts.errors import BackendUnavailable
 from kvbench_core.contracts.validation import with_defaults
 from kvbench_core.engine.payload import EntryPayload
 from kvbench_core.filetiers.directory import TierDirectory
 from kvbench_core.filetiers.entry_files import EntryFilesBackend
 from kvbench_core.filetiers.fsinfo import describe_location
-from kvbench_core.spec.units import SIZE_PATTERN, parse_size
+from kvbench_gds.options import OPTIONS_SCHEMA, PAGE_SIZED, page_multiple
 from kvbench_gds.probe import (
-    INSTALL_HINT,
     AccessPath,
     DriverAwareRequirements,
     KvikioStatus,
     configure_kvikio,
     decide_access,
-    driver_problem,
+    load_gpu_stack,
+    round_trip,
 )
+from kvbench_gds.staging import Staging
 
-ALIGN = 4096  # GPU page size: cuFile DMA wants 4 KiB-aligned offsets and sizes
-MAX_TRANSFER = 1 << 30
-_SIZE = {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_PATTERN}]}
-
-
-
-def page_multiple(options: dict[str, Any], option: str, tier_name: str) -> int:
-    """A size option in bytes: whole 4 KiB pages, 4 KiB to 1 GiB (cuFile's alignment)."""
-    value = options[option]
-    size = parse_size(value)
-    if not ALIGN <= size <= MAX_TRANSFER or size % ALIGN:
-        raise SpecError(f"tiers.{tier_name}.options.{option}: expected a multiple of 4 KiB between 4 KiB and "
-                        f"1 GiB, got {value!r}")
-    return size
 
 class GDSBackend(EntryFilesBackend):
     """KV entries as files, moved between GPU memory and storage by kvikio (cuFile when GDS is there)."""
@@ -90,35 +79,8 @@ class GDSBackend(EntryFilesBackend):
     name = "gds"
     writes_device_tensors = True
     requires = DriverAwareRequirements()  # evaluated at selection: names the driver when that is the blocker
-    options_schema: ClassVar[dict[str, Any]] = {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["path"],
-        "properties": {
-            "path": {"type": "string", "minLength": 1,
-                     "description": "directory for the entry files, on a GDS-capable filesystem (ext4, xfs…)"},
-            "device": {"type": "string", "pattern": "^(cuda(:[0-9]+)?|cpu)$", "default": "cuda",
-                       "description": "torch device of the staging buffers; 'cpu' is for testing only (never GDS)"},
-            "num_threads": {"type": "integer", "minimum": 1, "maximum": 256, "default": 8,
-                            "description": "kvikio thread pool size (process-wide): cuFile tasks in flight"},
-            "task_size": {**_SIZE, "default": "4MiB",
-                          "description": "bytes per cuFile task; kvikio splits each pwrite/pread into these"},
-            "transfer_size": {**_SIZE, "default": "16MiB",
-                              "description": "bytes per pwrite/pread (staging buffer size), a multiple of 4 KiB"},
-            "compat_mode": {"enum": ["on", "off", "auto"], "default": "auto",
-                            "description": "kvikio compatibility mode: on = POSIX, off = cuFile only, "
-                                           "auto = cuFile when the system allows"},
-            "require_gds": {"type": "boolean", "default": False,
-                            "description": "fail before the run unless I/O takes the real GDS DMA path"},
-            "bypass_page_cache": {"type": "boolean", "default": True,
-                                  "description": "keep the page cache out of the measurement (O_DIRECT under "
-                                                 "cuFile; fsync + posix_fadvise DONTNEED on fallback paths)"},
-            "fsync": {"type": "boolean", "default": True,
-                      "description": "fsync each entry before write returns"},
-            "payload_origin": {"enum": ["host", "gpu"], "default": "host",
-                               "description": "gpu: render generated payloads in GPU memory (no host bytes)"},
-        },
-    }
+    options_schema: ClassVar[dict[str, Any]] = OPTIONS_SCHEMA
+
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)
         self.label = f"tier '{context.tier_name}' ({self.name})"
@@ -135,7 +97,7 @@ class GDSBackend(EntryFilesBackend):
                                        allow_nonempty=False, label=self.label)
         self.status: KvikioStatus | None = None
         self.access: AccessPath | None = None
-        self._staging = threading.local()
+        self.staging: Staging | None = None  # made at open(), once torch and the device are known
         self._lock = threading.Lock()
         self._noise: Any = None  # DeviceNoise of the run's pool, made on the first GPU-origin write
         self._writes: Counter[str] = Counter()
@@ -143,7 +105,7 @@ class GDSBackend(EntryFilesBackend):
     @classmethod
     def check_options(cls, options: dict[str, Any], tier_name: str) -> None:
         full = with_defaults(cls.options_schema, options)
-        for option in ("transfer_size", "task_size"):
+        for option in PAGE_SIZED:
             page_multiple(full, option, tier_name)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -151,105 +113,39 @@ class GDSBackend(EntryFilesBackend):
     def open(self) -> None:
         """Check driver → kvikio → torch → device (the order that names the real blocker), then
         configure kvikio, decide the access path and prove it with one aligned round trip."""
-        cuda = self.device_name.startswith("cuda")
-        problem = driver_problem() if cuda else None
-        if problem is not None:
-            raise BackendUnavailable(f"{self.label}: {problem}")
-        try:
-            import kvikio
-        except ImportError as error:
-            raise BackendUnavailable(f"{self.label}: kvikio is not installed ({error}): {INSTALL_HINT}") from None
-        except Exception as error:
-            raise BackendUnavailable(f"{self.label}: kvikio failed to load: {error}") from None
-        try:
-            import torch
-        except ImportError:
-            raise BackendUnavailable(f"{self.label}: torch is needed for GPU buffers: {INSTALL_HINT}") from None
-        if cuda and not torch.cuda.is_available():
-            raise BackendUnavailable(f"{self.label}: no CUDA device visible to torch {torch.__version__} "
-                                     f"(built for CUDA {torch.version.cuda or 'none'}); check nvidia-smi and "
-                                     "CUDA_VISIBLE_DEVICES, or install a CUDA build of torch")
-        self._kvikio, self._torch = kvikio, torch
-        self.device = torch.device(self.device_name)
-        if self.device.type == "cuda" and (self.device.index or 0) >= torch.cuda.device_count():
-            raise BackendUnavailable(f"{self.label}: {self.device_name} does not exist "
-                                     f"({torch.cuda.device_count()} CUDA devices)")
+        stack = load_gpu_stack(self.label, self.device_name)
+        self._kvikio, self._torch, self.device = stack.kvikio, stack.torch, stack.device
+        self.staging = Staging(stack.torch, stack.device, self.transfer_size)
         self.directory.open()
         try:
-            self.status = configure_kvikio(kvikio, compat_mode=self.compat_mode, num_threads=self.num_threads,
+            self.status = configure_kvikio(self._kvikio, compat_mode=self.compat_mode, num_threads=self.num_threads,
                                            task_size=self.task_size)
             filesystem = describe_location(self.directory.path)["filesystem"]
             fs_type = filesystem["type"] if isinstance(filesystem, dict) else None
-            self.access = decide_access(device_is_cuda=cuda, status=self.status, filesystem=fs_type)
+            self.access = decide_access(device_is_cuda=self.device.type == "cuda", status=self.status,
+                                        filesystem=fs_type)
             if self.require_gds and not self.access.gds:
                 raise BackendUnavailable(f"{self.label}: require_gds is set but I/O would take "
                                          f"{self.access.mechanism}: {self.access.reason}")
-            self._probe()
+            round_trip(stack, self._buffers, os.path.join(self.directory.path, f".{self.context.run_id}-probe"),
+                       label=self.label, mechanism=self.access.mechanism)
         except BaseException:
             self.directory.close()
             raise
 
-    def _probe(self) -> None:
-        """Write and read back one 4 KiB block through CuFile, so compat_mode: off on an unsuitable
-        system or a read-only filesystem fails here, clearly, not in the middle of the run."""
-        path = os.path.join(self.directory.path, f".{self.context.run_id}-probe")
-        block = self._device_buffer()[:ALIGN]
-        with self._gpu_work():
-            block.fill_(0xA5)
-            check = self._torch.zeros(ALIGN, dtype=self._torch.uint8, device=self.device)
-        try:
-            with self._kvikio.CuFile(path, "w") as handle:
-                handle.pwrite(block, ALIGN, 0).get()
-            with self._kvikio.CuFile(path, "r") as handle:
-                handle.pread(check, ALIGN, 0).get()
-        except (OSError, RuntimeError) as error:
-            raise BackendUnavailable(f"{self.label}: kvikio cannot do I/O in {self.directory.path} "
-                                     f"({self.access.mechanism if self.access else 'unknown path'}): {error}") from None
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-        if not bool(self._torch.equal(block, check)):
-            raise BackendUnavailable(f"{self.label}: a 4 KiB probe read back different bytes in {self.directory.path}")
-
     def close(self) -> None:
         with self._lock:
             self._noise = None
-        self._staging = threading.local()  # drop the staging buffers (GPU memory) of every thread
+        if self.staging is not None:
+            self.staging.release()  # the staging buffers (GPU memory) of every thread
         self._remove_files()
 
-    # -- buffers ---------------------------------------------------------------------------------
+    # -- data path -------------------------------------------------------------------------------
 
-    def _device_buffer(self) -> Any:
-        """This thread's device staging buffer (allocated on first use, reused afterwards)."""
-        buffer = getattr(self._staging, "device", None)
-        if buffer is None:
-            buffer = self._torch.empty(self.transfer_size, dtype=self._torch.uint8, device=self.device)
-            self._staging.device = buffer
-        return buffer
-
-    def _host_buffer(self) -> tuple[Any, memoryview]:
-        """This thread's pinned host buffer and a memoryview of it (the bridge to sources and sinks)."""
-        buffer = getattr(self._staging, "host", None)
-        if buffer is None:
-            pinned = self.device.type == "cuda"
-            buffer = self._torch.empty(self.transfer_size, dtype=self._torch.uint8, pin_memory=pinned)
-            self._staging.host = buffer
-            self._staging.host_view = memoryview(buffer.numpy())
-        return buffer, self._staging.host_view
-
-    @contextlib.contextmanager
-    def _gpu_work(self) -> Iterator[None]:
-        """Run torch ops on this thread's own CUDA stream and wait for them: kvikio touches the
-        memory from its own threads, and a per-thread stream keeps threads from waiting on each other."""
-        if self.device.type != "cuda":
-            yield
-            return
-        stream = getattr(self._staging, "stream", None)
-        if stream is None:
-            stream = self._staging.stream = self._torch.cuda.Stream(self.device)
-        with self._torch.cuda.stream(stream):
-            yield
-        stream.synchronize()
+    @property
+    def _buffers(self) -> Staging:
+        assert self.staging is not None, "open() the tier first"
+        return self.staging
 
     def _device_noise(self, payload: EntryPayload) -> Any:
         with self._lock:
@@ -259,21 +155,19 @@ class GDSBackend(EntryFilesBackend):
                 self._noise = DeviceNoise(payload.pool, self.device, self.transfer_size)
             return self._noise
 
-    # -- data path -------------------------------------------------------------------------------
-
     def _tasks(self, nbytes: int) -> int:
         return max(1, -(-nbytes // self.task_size))
 
     def _stage(self, source: ByteSource, offset: int, n: int, on_gpu: bool) -> Any:
         """Put the source's bytes ``[offset, offset + n)`` into the device buffer; return that slice."""
-        piece = self._device_buffer()[:n]
+        piece = self._buffers.device_buffer()[:n]
         if on_gpu:
-            with self._gpu_work():
+            with self._buffers.gpu_work():
                 self._noise.render(source.entry_id, offset, piece)
         else:
-            host, view = self._host_buffer()
+            host, view = self._buffers.host_buffer()
             source.fill(offset, view[:n])
-            with self._gpu_work():
+            with self._buffers.gpu_work():
                 piece.copy_(host[:n], non_blocking=True)
         return piece
 
@@ -356,7 +250,7 @@ class GDSBackend(EntryFilesBackend):
                 t0 = time.perf_counter()
                 os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
                 host += time.perf_counter() - t0
-            buffer = self._device_buffer()
+            buffer = self._buffers.device_buffer()
             for offset in range(0, size, self.transfer_size):
                 n = min(self.transfer_size, size - offset)
                 t0 = time.perf_counter()
@@ -366,8 +260,8 @@ class GDSBackend(EntryFilesBackend):
                 self._log(key, "read", offset, n, t0)
                 commands += self._tasks(n)
                 if inspect:
-                    pinned, view = self._host_buffer()
-                    with self._gpu_work():
+                    pinned, view = self._buffers.host_buffer()
+                    with self._buffers.gpu_work():
                         pinned[:n].copy_(buffer[:n], non_blocking=True)
                     sink.consume(offset, view[:n])
                     host += time.perf_counter() - t1

@@ -6,7 +6,7 @@ Two questions, kept apart from the data path so both are testable without a GPU:
    the NVIDIA driver (``libcuda.so.1``), then kvikio, then torch, then a CUDA
    device.  Installing kvikio on a machine without a driver does not help, so
    the driver is reported first — at selection (``requires``, see
-   ``DriverAwareRequirements``) and again in ``open()``.
+   ``DriverAwareRequirements``) and again in ``open()`` (``load_gpu_stack``).
 2. *Is it GDS?*  kvikio silently falls back to POSIX I/O through a host bounce
    buffer (its "compatibility mode"), and cuFile has a compatibility mode of
    its own when the nvidia-fs driver is missing or the filesystem is not one
@@ -16,10 +16,18 @@ Two questions, kept apart from the data path so both are testable without a GPU:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import os
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from kvbench_core.contracts.errors import BackendUnavailable
+from kvbench_gds.options import ALIGN
+
+if TYPE_CHECKING:
+    from kvbench_gds.staging import Staging
 
 INSTALL_HINT = "pip install 'kvbench-gds[cu12]'  (or [cu13] for a CUDA 13 driver)"
 
@@ -137,3 +145,63 @@ def decide_access(*, device_is_cuda: bool, status: KvikioStatus, filesystem: str
                                  "(not GDS)", f"filesystem {filesystem or 'unknown'} is not one GDS can DMA to "
                                               f"({', '.join(sorted(GDS_FILESYSTEMS))})")
     return AccessPath(True, "GPUDirect Storage: cuFile DMA between GPU memory and the device", "")
+
+
+@dataclass(frozen=True)
+class GpuStack:
+    """The imported kvikio and torch, and the torch device the tier stages on."""
+
+    kvikio: Any
+    torch: Any
+    device: Any
+
+
+def load_gpu_stack(label: str, device_name: str) -> GpuStack:
+    """Check driver → kvikio → torch → device, the order that names the real blocker, and load them.
+
+    Every failure is a one-line ``BackendUnavailable`` opening with ``label``.
+    """
+    cuda = device_name.startswith("cuda")
+    problem = driver_problem() if cuda else None
+    if problem is not None:
+        raise BackendUnavailable(f"{label}: {problem}")
+    try:
+        import kvikio
+    except ImportError as error:
+        raise BackendUnavailable(f"{label}: kvikio is not installed ({error}): {INSTALL_HINT}") from None
+    except Exception as error:
+        raise BackendUnavailable(f"{label}: kvikio failed to load: {error}") from None
+    try:
+        import torch
+    except ImportError:
+        raise BackendUnavailable(f"{label}: torch is needed for GPU buffers: {INSTALL_HINT}") from None
+    if cuda and not torch.cuda.is_available():
+        raise BackendUnavailable(f"{label}: no CUDA device visible to torch {torch.__version__} "
+                                 f"(built for CUDA {torch.version.cuda or 'none'}); check nvidia-smi and "
+                                 "CUDA_VISIBLE_DEVICES, or install a CUDA build of torch")
+    device = torch.device(device_name)
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise BackendUnavailable(f"{label}: {device_name} does not exist ({torch.cuda.device_count()} CUDA devices)")
+    return GpuStack(kvikio, torch, device)
+
+
+def round_trip(stack: GpuStack, staging: Staging, path: str, *, label: str, mechanism: str) -> None:
+    """Write and read back one 4 KiB block at ``path`` through CuFile, so compat_mode: off on an unsuitable
+    system or a read-only filesystem fails at open, clearly, not in the middle of the run."""
+    torch, where = stack.torch, os.path.dirname(path)
+    block = staging.device_buffer()[:ALIGN]
+    with staging.gpu_work():
+        block.fill_(0xA5)
+        check = torch.zeros(ALIGN, dtype=torch.uint8, device=stack.device)
+    try:
+        with stack.kvikio.CuFile(path, "w") as handle:
+            handle.pwrite(block, ALIGN, 0).get()
+        with stack.kvikio.CuFile(path, "r") as handle:
+            handle.pread(check, ALIGN, 0).get()
+    except (OSError, RuntimeError) as error:
+        raise BackendUnavailable(f"{label}: kvikio cannot do I/O in {where} ({mechanism}): {error}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    if not bool(torch.equal(block, check)):
+        raise BackendUnavailable(f"{label}: a 4 KiB probe read back different bytes in {where}")

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from gds_fakes import HAS_TORCH, gpu_host_problem, make_fake_kvikio
-from kvbench_gds import backend as backend_module
 from kvbench_gds import probe
 from kvbench_gds.backend import GDSBackend
 
@@ -29,13 +28,11 @@ def select(tmp_path: Path, **options: object) -> GDSBackend:
 @pytest.fixture
 def no_driver(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(probe, "driver_problem", lambda: NO_DRIVER)
-    monkeypatch.setattr(backend_module, "driver_problem", lambda: NO_DRIVER)
 
 
 @pytest.fixture
 def driver(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(probe, "driver_problem", lambda: None)
-    monkeypatch.setattr(backend_module, "driver_problem", lambda: None)
 
 
 @pytest.fixture
