@@ -14,7 +14,7 @@ from kvbench_core.engine.opstats import OpStats
 from kvbench_core.engine.payload import NoisePool
 from kvbench_core.engine.telemetry import Telemetry
 from kvbench_core.engine.waterfall import MultiTierCache
-from kvbench_core.results.checks import _written
+from kvbench_core.results.checks import _stored_entries, _written
 
 SIZE = 3000
 
@@ -103,3 +103,29 @@ def test_the_written_bytes_check_counts_deduplicated_bytes_apart() -> None:
     assert not check.passed
     (check,) = _written({"tiers": {"t": {"write": {"bytes": SIZE}}}, "cache": _metrics(0, 0, SIZE)["cache"]})
     assert check.passed  # a result written before dedup_bytes existed
+
+
+def test_the_stored_entries_check_counts_a_store_without_a_transfer_as_a_stored_entry() -> None:
+    cache = {"counters": {"stored_entries": 3}, "demotions_count": {"dram->shared": 1}, "promotions": 0}
+    tiers = {"dram": {"write": {"ops": 3}}, "shared": {"write": {"ops": 0, "dedup_stores": 1}}}
+    (check,) = _stored_entries({"tiers": tiers, "cache": cache})
+    assert check.passed
+    tiers["shared"]["write"]["dedup_stores"] = 0  # the demotion onto a committed entry went uncounted
+    (check,) = _stored_entries({"tiers": tiers, "cache": cache})
+    assert not check.passed
+    assert list(_stored_entries({"tiers": tiers, "cache": {"demotions_count": {}}})) == []  # an older result
+
+
+def test_a_real_run_with_demotions_checks_its_stored_entries_and_they_add_up(tmp_path: Any) -> None:
+    import json
+
+    from tiny_spec import history_spec, run_cli
+
+    tier = {"name": "disk", "backend": "nvme", "capacity": "64MiB",
+            "options": {"path": str(tmp_path / "cache"), "fsync": False}}
+    code, _, err = run_cli(tmp_path, history_spec([tier], output={"directory": str(tmp_path / "out"),
+                                                                  "progress": "off"}))
+    assert code == 0, err
+    result = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
+    (check,) = [item for item in result["checks"]["items"] if item["name"] == "stored_entries"]
+    assert check["passed"] and check["expected"] > result["metrics"]["cache"]["counters"]["stored_entries"] > 0

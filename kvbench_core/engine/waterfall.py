@@ -91,6 +91,7 @@ class MultiTierCache:
                 if self._make_room(self.tiers.index(tier), size, depth=0):
                     self._write_new(tier, entry)
                     self.telemetry.count("stored_entry_bytes", size)  # the working set the declaration reports
+                    self.telemetry.count("stored_entries")
                     return tier.name
             self.telemetry.count("allocation_failed")
             return None

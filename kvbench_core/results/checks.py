@@ -144,9 +144,27 @@ def _written(metrics: dict[str, Any]) -> Iterator[Check]:
     parts = (cache.get("counters") or {}).get("stored_entry_bytes", 0) + sum(cache["demotions_bytes"].values())
     if cache.get("promotions"):
         yield Check("written_bytes", written >= parts, parts, written,
-                    "written + deduplicated bytes >= stored + demoted (promotion copies add to them)")
+                    "written bytes >= stored + demoted - deduplicated (promotion copies add to them)")
     else:
-        yield _check("written_bytes", parts, written, "written + deduplicated bytes = stored + demoted")
+        yield _check("written_bytes", parts, written,
+                     "written bytes = stored + demoted - deduplicated (stored without a transfer)")
+
+
+def _stored_entries(metrics: dict[str, Any]) -> Iterator[Check]:
+    """Entries stored in the tiers (new entries + demotion copies) = the tiers' write operations + their
+    stores without a transfer (``dedup_stores``): each stored entry was sent once or found already there."""
+    cache = metrics["cache"]
+    stored = (cache.get("counters") or {}).get("stored_entries")
+    if stored is None:  # a result from before the count
+        return
+    parts = stored + sum((cache.get("demotions_count") or {}).values())
+    writes = sum(t["write"]["ops"] + t["write"].get("dedup_stores", 0) for t in metrics["tiers"].values())
+    if cache.get("promotions"):
+        yield Check("stored_entries", writes >= parts, parts, writes,
+                    "write operations + stores without a transfer >= stored + demoted entries (promotions add)")
+    else:
+        yield _check("stored_entries", parts, writes,
+                     "write operations + stores without a transfer = stored + demoted entries")
 
 
 def _throughput(metrics: dict[str, Any]) -> Iterator[Check]:
@@ -182,7 +200,7 @@ def run_checks(result: dict[str, Any]) -> dict[str, Any]:
         return {"passed": True, "violations": [], "items": []}
     series = result.get("timeseries") or []
     found = [*_tier_bytes(metrics, series), *_command_bytes(metrics), *_reads(metrics), *_decode_bytes(result, metrics),
-             *_written(metrics), *_throughput(metrics), *_window(result, metrics, series)]
+             *_written(metrics), *_stored_entries(metrics), *_throughput(metrics), *_window(result, metrics, series)]
     violations = [c.line() for c in found if not c.passed]
     return {"passed": not violations, "violations": violations,
             "items": [{**asdict(c), "expected": _json_number(c.expected), "observed": _json_number(c.observed)}
