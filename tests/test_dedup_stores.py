@@ -129,3 +129,12 @@ def test_a_real_run_with_demotions_checks_its_stored_entries_and_they_add_up(tmp
     result = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
     (check,) = [item for item in result["checks"]["items"] if item["name"] == "stored_entries"]
     assert check["passed"] and check["expected"] > result["metrics"]["cache"]["counters"]["stored_entries"] > 0
+
+
+def test_the_summary_says_what_was_stored_without_a_transfer() -> None:
+    from kvbench_core.cli.run_cmd import dedup_lines
+
+    assert dedup_lines({"write": {"dedup_stores": 0, "dedup_bytes": 0}}) == []
+    assert dedup_lines({"write": {}}) == []  # an older result
+    (line,) = dedup_lines({"write": {"dedup_stores": 4, "dedup_bytes": 2_500_000_000}})
+    assert "stored without a transfer: 4 entries, 2.500 GB" in line and "not in write GB" in line

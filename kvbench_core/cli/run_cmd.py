@@ -109,6 +109,7 @@ def summarize(result: dict[str, Any]) -> str:
                 f"write p95 {_fmt(write['latency_ms']['total']['p95'])} ms "
                 f"(device {_fmt(write['latency_ms']['device']['p95'])})")
             lines += command_lines(name, tier)
+            lines += dedup_lines(tier)
             coded = codec_line(tier["codec"]) if "codec" in tier else None
             if coded:
                 lines.append(f"  {'':<10} {coded}")
@@ -164,6 +165,16 @@ def command_lines(name: str, tier: dict[str, Any]) -> list[str]:
             per_command = f", per command p95 {_fmt(commands)} ms" if commands is not None else ""
             parts.append(f"{op} per entry of {stats['mean_entry_bytes'] / 1e6:.2f} MB{per_command}")
     return [f"  {'':<10} {'; '.join(parts)}"] if parts else []
+
+
+def dedup_lines(tier: dict[str, Any]) -> list[str]:
+    """A shared tier's stores that sent nothing (docs/metrics.md, stores without a transfer): held, but in
+    none of the write figures above, so the line says how many and how large."""
+    write = tier["write"]
+    if not write.get("dedup_stores"):
+        return []
+    return [f"  {'':<10} stored without a transfer: {write['dedup_stores']} entries, "
+            f"{write['dedup_bytes'] / 1e9:.3f} GB another client had committed (not in write GB)"]
 
 
 def render_plan(spec: dict[str, Any], plan: dict[str, Any], *, dry_run: bool = True) -> str:
