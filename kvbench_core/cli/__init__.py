@@ -84,24 +84,49 @@ class _Terminated(BaseException):
     A ``BaseException``, like ``KeyboardInterrupt``, so no ``except Exception`` on the way swallows it."""
 
 
+class _Interrupted(KeyboardInterrupt):
+    """Ctrl-C before a run installs its own graceful handler: a ``KeyboardInterrupt`` to every ``except`` on
+    the way, but not of CPython's exact type.  One of exactly that type leaving an ``exec`` of source text
+    (every dataclass and named tuple kvbench's modules define makes its methods so; a Ctrl-C while ``main``
+    imports the commands and plugins often lands in one) marks the interpreter as interrupted for good: after
+    ``main`` printed its line and returned 130, the process killed itself with SIGINT, so a parent saw 130
+    or -2 by where the Ctrl-C happened to land."""
+
+
 def _raise_terminated(_signum: int, _frame: Any) -> None:
     raise _Terminated
 
 
-def _restore_interrupts() -> None:
-    """From ``main`` on, Ctrl-C is a ``KeyboardInterrupt`` again, which the run turns into a graceful stop."""
-    if signal.SIGINT in _STARTUP_HANDLERS and signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
-        signal.signal(signal.SIGINT, _STARTUP_HANDLERS[signal.SIGINT])
+def _raise_interrupted(_signum: int, _frame: Any) -> None:
+    raise _Interrupted
+
+
+#: What ``main`` turns each signal into until a run installs its graceful handler.
+_MAIN_HANDLERS = {signal.SIGINT: _raise_interrupted, signal.SIGTERM: _raise_terminated}
+
+
+def _install_main_handlers(restore: dict[int, Any]) -> None:
+    """Put ``main``'s handlers in place of the start-up ones (or of the interpreter's, when ``main`` runs
+    again in one process), noting in ``restore`` what to put back.  A signal the session ignores stays
+    ignored.  ``restore`` is filled before each handler goes in: installing one runs a signal already
+    pending, which then raises from here."""
+    for sig, handler in _MAIN_HANDLERS.items():
+        current = signal.getsignal(sig)
+        if current is _interrupted_while_starting:
+            current = _STARTUP_HANDLERS[sig]
+        elif current not in (signal.default_int_handler, signal.SIG_DFL):
+            continue
+        restore[sig] = current
+        signal.signal(sig, handler)
 
 
 def main(argv: list[str] | None = None) -> int:
-    # From here on a signal never ends kvbench in a traceback or a bare kill: one line and 130/143.
-    sigterm = None
-    if threading.current_thread() is threading.main_thread():
-        _restore_interrupts()
-        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, _interrupted_while_starting):
-            sigterm = signal.signal(signal.SIGTERM, _raise_terminated)
+    # From here on a signal never ends kvbench in a traceback or a bare kill: one line and 130/143.  The
+    # handlers go in inside the ``try``: a signal that arrives as they do is answered like any other.
+    restore: dict[int, Any] = {}
     try:
+        if threading.current_thread() is threading.main_thread():
+            _install_main_handlers(restore)
         return _main(argv)
     except KeyboardInterrupt:
         print("kvbench: interrupted", file=sys.stderr)
@@ -110,8 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         print("kvbench: terminated", file=sys.stderr)
         return 128 + signal.SIGTERM
     finally:
-        if sigterm is not None:
-            signal.signal(signal.SIGTERM, sigterm)
+        for sig, previous in restore.items():
+            signal.signal(sig, previous)
 
 
 def _main(argv: list[str] | None) -> int:
