@@ -49,14 +49,14 @@ class S3Backend(ClientBackend):
         self.max_concurrency: int = self.options["max_concurrency"]
         self.endpoint = self.options.get("endpoint_url", "AWS S3")  # what messages name until open() connects
         self.identity_source = "none"
-        self.link = S3Client()
-        self._transfers = Transfers(self.link, self.bucket, self.part_size, self.max_concurrency,
+        self.s3 = S3Client()  # every request goes through it, counted and timed
+        self._transfers = Transfers(self.s3, self.bucket, self.part_size, self.max_concurrency,
                                     context.tier_name, context.io_log)
         self._mask: MaskSecrets | None = None
 
     @property
     def _client(self) -> Any:  # type: ignore[override]  # ClientBackend.close asks whether open() connected
-        return self.link.client
+        return self.s3.client
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -70,10 +70,10 @@ class S3Backend(ClientBackend):
         self.identity_source = credentials.method
         try:
             connections = self.context.concurrency * self.max_concurrency
-            self.link.connect(session, self.options, connections)
-            self.endpoint = self.link.client.meta.endpoint_url
+            self.s3.connect(session, self.options, connections)
+            self.endpoint = self.s3.client.meta.endpoint_url
             self._transfers.start(connections - self.context.concurrency)
-            ensure_bucket(self.link, self.bucket, create=self.options["create_bucket"], where=where,
+            ensure_bucket(self.s3, self.bucket, create=self.options["create_bucket"], where=where,
                           endpoint=self.endpoint)
         except ClientError as error:
             self._disconnect()
@@ -87,7 +87,7 @@ class S3Backend(ClientBackend):
 
     def _disconnect(self) -> None:
         self._transfers.stop()
-        self.link.close()
+        self.s3.close()
         if self._mask is not None:
             self._mask.detach()
             self._mask = None
@@ -104,7 +104,7 @@ class S3Backend(ClientBackend):
         ranged.read_range(self._transfers, key, self.object_name(key), offset, out)
 
     def delete(self, key: str) -> None:
-        self.link.call("delete_object", Bucket=self.bucket, Key=self.object_name(key))
+        self.s3.call("delete_object", Bucket=self.bucket, Key=self.object_name(key))
 
     def object_name(self, key: str) -> str:
         """The object key of the entry ``key``: the run's prefix and the checked entry key."""
@@ -114,10 +114,10 @@ class S3Backend(ClientBackend):
 
     def counters(self) -> dict[str, Any]:
         """Requests issued by S3 operation, and HTTP attempts (more attempts than requests: retries)."""
-        return self.link.counters()
+        return self.s3.counters()
 
     def describe(self) -> dict[str, Any]:
-        client = self.link.client
+        client = self.s3.client
         return {
             "backend": self.name,
             "access_mechanism": "S3 REST API over HTTP(S) via boto3: PutObject or explicit multipart upload, "
@@ -139,4 +139,4 @@ class S3Backend(ClientBackend):
 
     def _cleanup(self) -> None:
         """Delete every object under this run's prefix and abort its unfinished multipart uploads."""
-        delete_prefix(self.link, self.bucket, self.key_prefix, self.context.tier_name)
+        delete_prefix(self.s3, self.bucket, self.key_prefix, self.context.tier_name)

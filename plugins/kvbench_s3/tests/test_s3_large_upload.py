@@ -30,5 +30,5 @@ def test_a_large_multipart_upload_survives_a_complete_slower_than_a_parts_timeou
     assert timing.nbytes == LARGE
     counters = backend.counters()["requests"]
     assert counters["complete_multipart_upload"] == 1 and counters["upload_part"] >= LARGE // (8 << 20)
-    head = backend.link.client.head_object(Bucket=backend.bucket, Key=backend.object_name("big"))
+    head = backend.s3.client.head_object(Bucket=backend.bucket, Key=backend.object_name("big"))
     assert head["ContentLength"] == LARGE
