@@ -80,6 +80,7 @@ def _fetch(transfers: Transfers, key: str, name: str, offset: int, length: int, 
 
 
 def _drain(transfers: Transfers, body: Any, view: memoryview, name: str) -> None:
+    """Read the whole response body into ``view``; a body cut short is an OSError."""
     got = 0
     while got < len(view):
         n = body.readinto(view[got:])

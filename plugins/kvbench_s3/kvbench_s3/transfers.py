@@ -32,7 +32,7 @@ class Transfers:
     part_size: int
     max_concurrency: int
     tier_name: str
-    io_log: Any  # the run's IoLog, or None
+    io_log: Any  # the run's per-command log (BackendContext.io_log), or None
     buffers: ThreadBuffers = field(default_factory=ThreadBuffers)  # one part-sized buffer per thread
     helpers: ThreadPoolExecutor | None = None
 
@@ -48,9 +48,11 @@ class Transfers:
             self.helpers = None
 
     def part_count(self, size: int) -> int:
+        """How many parts an entry of ``size`` bytes is moved as."""
         return -(-size // self.part_size)
 
     def part_length(self, index: int, size: int) -> int:
+        """The length of part ``index`` of an entry of ``size`` bytes (the last one may be short)."""
         return min(self.part_size, size - index * self.part_size)
 
     def log(self, key: str, op: str, offset: int, length: int, started: float) -> None:
