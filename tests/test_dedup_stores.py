@@ -138,3 +138,22 @@ def test_the_summary_says_what_was_stored_without_a_transfer() -> None:
     assert dedup_lines({"write": {}}) == []  # an older result
     (line,) = dedup_lines({"write": {"dedup_stores": 4, "dedup_bytes": 2_500_000_000}})
     assert "stored without a transfer: 4 entries, 2.500 GB" in line and "not in write GB" in line
+
+
+def test_the_report_tables_show_the_same_stores_without_a_transfer() -> None:
+    """The xlsx and HTML tier tables read them through op_figures, the figures the JSON holds."""
+    from kvbench_core.reports.html import _tiers
+    from kvbench_core.reports.metrics import op_figures
+
+    stats = {"ops": 3, "bytes": 9000, "commands": 3, "active_window_s": 1.0, "bandwidth_bytes_per_s": 9000.0}
+    tier = {"backend": "redis", "capacity_bytes": 1 << 30, "read": dict(stats),
+            "write": {**stats, "dedup_stores": 4, "dedup_bytes": 2_500_000_000}}
+    figures = op_figures(tier, "write")
+    assert (figures["dedup_stores"], figures["dedup_gb"]) == (4, 2.5)
+    assert figures["ops"] == 3 and figures["gb"] == 9000 / 1e9  # kept out of the operations and bytes
+    assert op_figures(tier, "read")["dedup_stores"] == 0
+    html = _tiers({"metrics": {"tiers": {"shared": tier}}})
+    assert "<th>stores without a transfer</th><th>deduplicated GB</th>" in html
+    assert '<td>write</td>' in html and '<td class="num">4</td><td class="num">2.500</td></tr>' in html
+    plain = {**tier, "write": dict(stats)}
+    assert "stores without a transfer" not in _tiers({"metrics": {"tiers": {"shared": plain}}})

@@ -165,10 +165,14 @@ def _tiers(result: dict[str, Any]) -> str:
     tiers = (result.get("metrics") or {}).get("tiers") or {}
     if not tiers:
         return ""
-    rows = [[name, tier.get("backend"), op, *(f[k] for k in ("capacity_gib", "ops", "iops", "gb", "bandwidth_gb_s",
-                                                            "errors"))]
+    columns = ["capacity_gib", "ops", "iops", "gb", "bandwidth_gb_s", "errors"]
+    headers = ["tier", "backend", "op", "capacity GiB", "ops", "IOPS", "GB", "bandwidth GB/s", "errors"]
+    if any(tier["write"].get("dedup_stores") for tier in tiers.values()):  # a shared tier's, docs/metrics.md
+        columns += ["dedup_stores", "dedup_gb"]
+        headers += ["stores without a transfer", "deduplicated GB"]
+    rows = [[name, tier.get("backend"), op, *(f[k] for k in columns)]
             for name, tier in tiers.items() for op in ("read", "write") for f in (op_figures(tier, op),)]
-    table = _table(["tier", "backend", "op", "capacity GiB", "ops", "IOPS", "GB", "bandwidth GB/s", "errors"], rows)
+    table = _table(headers, rows)
     latency_rows = [[name, op, layer, *((stats.get("latency_ms") or {}).get(layer, {}).get(p) for p in PERCENTILES)]
                     for name, tier in tiers.items() for op in ("read", "write") for stats in (tier[op],)
                     for layer in ("total", "host", "device")]

@@ -103,7 +103,9 @@ def figure_values(result: dict[str, Any]) -> dict[str, FigureValue]:
 def op_figures(tier: dict[str, Any], op: str) -> dict[str, float | None]:
     """One tier operation's table figures, in the units the reports name: capacity in GiB (2^30), bytes in
     GB and bandwidth in GB/s (10^9), IOPS = entry operations per second of the op's active window (first
-    start to last end, the same window as the bandwidth), device commands per second likewise."""
+    start to last end, the same window as the bandwidth), device commands per second likewise; a shared
+    tier's stores without a transfer (``dedup_stores``, ``dedup_bytes``: docs/metrics.md) beside them,
+    in no other figure."""
     stats = tier[op]
     window = stats.get("active_window_s") or 0.0
     capacity = tier.get("capacity_bytes")
@@ -112,4 +114,5 @@ def op_figures(tier: dict[str, Any], op: str) -> dict[str, float | None]:
             "iops": stats.get("ops", 0) / window if window else None, "commands": stats.get("commands"),
             "commands_per_s": (stats.get("commands") or 0) / window if window else None,
             "gb": stats.get("bytes", 0) / 1e9, "bandwidth_gb_s": None if bandwidth is None else bandwidth / 1e9,
-            "active_window_s": window, "errors": stats.get("errors")}
+            "active_window_s": window, "errors": stats.get("errors"),
+            "dedup_stores": stats.get("dedup_stores", 0), "dedup_gb": stats.get("dedup_bytes", 0) / 1e9}

@@ -235,7 +235,8 @@ def _tiers_sheet(book: _Book, tiers: dict[str, Any]) -> None:
     (first start to last end, as the bandwidth); device commands/s are the backend's own commands."""
     layers = ("total", "host", "device")
     headers = ["tier", "backend", "op", "capacity GiB", "ops", "IOPS", "device commands", "device commands/s",
-               "GB", "bandwidth GB/s", "active window s", "errors",
+               "GB", "bandwidth GB/s", "active window s", "errors", "stores without a transfer (entries)",
+               "deduplicated GB",
                *(f"{layer} {p} ms" for layer in layers for p in PERCENTILES)]
     rows = []
     for name, tier in tiers.items():
@@ -243,6 +244,7 @@ def _tiers_sheet(book: _Book, tiers: dict[str, Any]) -> None:
             f = op_figures(tier, op)
             rows.append([name, tier.get("backend"), op, f["capacity_gib"], f["ops"], f["iops"], f["commands"],
                          f["commands_per_s"], f["gb"], f["bandwidth_gb_s"], f["active_window_s"], f["errors"],
+                         f["dedup_stores"], f["dedup_gb"],
                          *((tier[op].get("latency_ms") or {}).get(layer, {}).get(p) for layer in layers
                            for p in PERCENTILES)])
     book.table("Tiers", headers, rows)
