@@ -110,7 +110,7 @@ def test_spec_validate_checks_what_backends_refuse_without_building_one(tmp_path
     assert counts.models == 1 and not counts.built
     assert main(["spec", "validate", str(path), "--set", "cache.tiers[1].options.direct=true",
                  "--set", "cache.tiers[1].options.transfer_size=1000"]) == 2
-    assert "tiers.disk.options.transfer_size: with direct: true the transfer size must be a multiple of 4 KiB" \
+    assert "cache.tiers[1].options.transfer_size: with direct: true the transfer size must be a multiple of 4 KiB" \
         in capsys.readouterr().err
     assert not counts.built
     assert not (tmp_path / "tier").exists() and not (tmp_path / "out").exists()

@@ -87,6 +87,15 @@ class BackendContext:
     keep: bool = False
     io_log: Any = None  # optional per-command logger (kvbench_core.engine.iolog.IOLog) for kvio validation
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Where the user wrote this tier's options (``cache.tiers[1].options``; ``--options`` on a command
+    #: line), so that an option error the constructor raises names the place to fix, as the schema's do.
+    options_path: str = ""
+
+    @property
+    def options_where(self) -> str:
+        """The prefix of a backend's option errors: ``options_path``, or the tier's name outside a spec
+        (a bench script, a test that builds a backend by hand)."""
+        return self.options_path or f"tier '{self.tier_name}' options"
 
 
 class StorageBackend(abc.ABC):
@@ -127,14 +136,17 @@ class StorageBackend(abc.ABC):
         self.context = context
 
     @classmethod  # noqa: B027 - optional hook, most tiers' schemas say it all
-    def check_options(cls, options: dict[str, Any], tier_name: str) -> None:
+    def check_options(cls, options: dict[str, Any], path: str) -> None:
         """Refuse what ``options_schema`` cannot say (a size's range, options that exclude each other), with
-        a ``SpecError`` naming the field, without building the backend.  ``options`` are the options as the
+        a ``SpecError`` naming the field under ``path`` (``cache.tiers[1].options``: errors read
+        ``cache.tiers[1].options.transfer_size: ...``, as the schema's and a source's do), without building
+        the backend.  ``options`` are the options as the
         spec wrote them, validated against the schema: ``with_defaults`` gives the values the backend will
         use, and a rule about options given together judges the keys written.  Spec validation calls it
         once per tier, so ``kvbench spec validate`` and ``run`` refuse a bad tier before anything is built
-        or written, and a run builds each backend once.  The constructor may use the same helpers (and so
-        raise the same errors when built outside a spec).  The default checks nothing."""
+        or written, and a run builds each backend once.  The constructor may use the same helpers with
+        ``context.options_where`` (and so raise the same errors when built outside a spec).  The default
+        checks nothing."""
 
     def open(self) -> None:  # noqa: B027 - optional hook, most memory tiers need nothing
         """Connect, create directories, check the endpoint; fail early with ``BackendUnavailable``."""

@@ -3,6 +3,7 @@ entry of a spec for a caller that has no plan (``plugins --conformance``, ``repl
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,8 +29,9 @@ def create_backend(tier: dict[str, Any], context: BackendContext, *, path: str =
     by default ``<path>.options``: a command line names the flag the user wrote them in)."""
     cls = lookup("backend", tier["backend"], path=f"{path}.backend")
     options = dict(tier.get("options") or {})
-    validate_or_raise(options, cls.options_schema, root=options_path or f"{path}.options")
+    options_path = options_path or f"{path}.options"
+    validate_or_raise(options, cls.options_schema, root=options_path)
     check_codec(tier.get("codec"), path=path)
     choice = PluginChoice(kind="backend", name=tier["backend"], cls=cls, field=path,
                           options=freeze(options))
-    return build_backend(choice, context, codec=tier.get("codec"))
+    return build_backend(choice, dataclasses.replace(context, options_path=options_path), codec=tier.get("codec"))

@@ -51,7 +51,7 @@ def build_tiers(plan: RunPlan, tiers: list[Tier], *, run_id: str, client_index: 
     for tier in plan.enabled_tiers:
         context = BackendContext(tier_name=tier.name, run_id=run_id, seed=plan.seed, concurrency=workers,
                                  keep=plan.output.keep_files, io_log=io_log_for(tier.name),
-                                 extra={"client_index": client_index})
+                                 extra={"client_index": client_index}, options_path=f"{tier.field}.options")
         built.append((tier, build_backend(tier.backend, context, codec=tier.codec)))
     for tier, backend in built:
         backend.open()

@@ -61,7 +61,7 @@ def _check_cross_fields(raw: dict[str, Any]) -> None:
     for i, tier in enumerate(cache["tiers"]):
         cls = lookup("backend", tier["backend"], path=f"cache.tiers[{i}].backend")
         # What a backend's schema fragment cannot say, checked without building it (a run builds it once).
-        cls.check_options(dict(tier.get("options") or {}), tier["name"])
+        cls.check_options(dict(tier.get("options") or {}), f"cache.tiers[{i}].options")
     check_codec_choices(raw)
     source = (raw.get("workload") or {}).get("source", DEFAULTS["workload"]["source"])
     source_class = lookup("source", source, path="workload.source")

@@ -91,8 +91,8 @@ class GDSBackend(EntryFilesBackend):
         self.bypass_page_cache: bool = self.options["bypass_page_cache"]
         self.fsync: bool = self.options["fsync"]
         self.payload_origin: str = self.options["payload_origin"]
-        self.transfer_size = page_multiple(self.options, "transfer_size", context.tier_name)
-        self.task_size = page_multiple(self.options, "task_size", context.tier_name)
+        self.transfer_size = page_multiple(self.options, "transfer_size", context.options_where)
+        self.task_size = page_multiple(self.options, "task_size", context.options_where)
         self.directory = TierDirectory(self.options["path"], check_key(context.run_id),
                                        allow_nonempty=False, label=self.label)
         self.status: KvikioStatus | None = None
@@ -103,10 +103,10 @@ class GDSBackend(EntryFilesBackend):
         self._writes: Counter[str] = Counter()
 
     @classmethod
-    def check_options(cls, options: dict[str, Any], tier_name: str) -> None:
+    def check_options(cls, options: dict[str, Any], path: str) -> None:
         full = with_defaults(cls.options_schema, options)
         for option in PAGE_SIZED:
-            page_multiple(full, option, tier_name)
+            page_multiple(full, option, path)
 
     # -- lifecycle -------------------------------------------------------------------------------
 

@@ -49,11 +49,12 @@ OPTIONS_SCHEMA: dict[str, Any] = {
 }
 
 
-def page_multiple(options: dict[str, Any], option: str, tier_name: str) -> int:
-    """A size option in bytes: whole 4 KiB pages, 4 KiB to 1 GiB (cuFile's alignment)."""
+def page_multiple(options: dict[str, Any], option: str, where: str) -> int:
+    """A size option in bytes: whole 4 KiB pages, 4 KiB to 1 GiB (cuFile's alignment); errors name
+    ``<where>.<option>``."""
     value = options[option]
     size = parse_size(value)
     if not ALIGN <= size <= MAX_TRANSFER or size % ALIGN:
-        raise SpecError(f"tiers.{tier_name}.options.{option}: expected a multiple of 4 KiB between 4 KiB and "
+        raise SpecError(f"{where}.{option}: expected a multiple of 4 KiB between 4 KiB and "
                         f"1 GiB, got {value!r}")
     return size

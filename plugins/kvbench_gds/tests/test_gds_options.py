@@ -48,7 +48,7 @@ def test_bad_options_are_named_by_path(options: dict, message: str) -> None:
 
 @pytest.mark.parametrize("option", ["transfer_size", "task_size"])
 def test_sizes_must_be_whole_4k_pages(option: str) -> None:
-    with pytest.raises(SpecError, match=f"tiers.gds.options.{option}: expected a multiple of 4 KiB"):
+    with pytest.raises(SpecError, match=f"tier 'gds' options.{option}: expected a multiple of 4 KiB"):
         GDSBackend({"path": "/x", option: "6000"}, BackendContext(tier_name="gds", run_id="r1"))
     assert getattr(GDSBackend({"path": "/x", option: "8KiB"}, BackendContext(tier_name="gds", run_id="r1")),
                    option) == 8192

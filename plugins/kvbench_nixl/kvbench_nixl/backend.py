@@ -76,18 +76,18 @@ class NixlBackend(EntryFilesBackend):
     options_schema: ClassVar[dict[str, Any]] = OPTIONS_SCHEMA
 
     @classmethod
-    def check_options(cls, options: dict[str, Any], tier_name: str) -> None:
-        where, full = f"tiers.{tier_name}.options", with_defaults(cls.options_schema, options)
-        check_combinations(full, given=frozenset(options), where=where)
-        transfer_size(full["transfer_size"], where)
+    def check_options(cls, options: dict[str, Any], path: str) -> None:
+        full = with_defaults(cls.options_schema, options)
+        check_combinations(full, given=frozenset(options), where=path)
+        transfer_size(full["transfer_size"], path)
 
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)
         self.label = f"tier '{context.tier_name}' ({self.name})"
-        self.where = f"tiers.{context.tier_name}.options"
+        self.where = context.options_where
         self.nixl_backend: str = self.options["nixl_backend"]
         self.files = self.nixl_backend in FILE_BACKENDS
-        self.check_options(options, context.tier_name)
+        self.check_options(options, self.where)
         self.queue_depth: int = self.options["queue_depth"]
         self.memory: str = self.options["memory"]
         self.device: str = self.options["device"]

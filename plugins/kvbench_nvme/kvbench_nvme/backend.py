@@ -85,9 +85,10 @@ class _ProbeSource:
         out[:] = _PROBE[offset:offset + len(out)]
 
 
-def transfer_size_of(options: dict[str, Any], tier_name: str) -> int:
-    """The tier's ``transfer_size`` in bytes: 1 B to 1 GiB, whole 4 KiB pages with ``direct: true``."""
-    value, where = options["transfer_size"], f"tiers.{tier_name}.options.transfer_size"
+def transfer_size_of(options: dict[str, Any], where: str) -> int:
+    """The tier's ``transfer_size`` in bytes: 1 B to 1 GiB, whole 4 KiB pages with ``direct: true``;
+    errors name ``<where>.transfer_size``."""
+    value, where = options["transfer_size"], f"{where}.transfer_size"
     size = parse_size(value)
     if not 1 <= size <= MAX_TRANSFER:
         raise SpecError(f"{where}: expected a size between 1 B and 1 GiB, got {value!r}")
@@ -136,7 +137,7 @@ class NVMeBackend(EntryFilesBackend):
         self.drop_cache: bool = self.options["drop_cache"]
         self.direct: bool = self.options["direct"]
         self.queue_depth: int = self.options["queue_depth"]
-        self.transfer_size = transfer_size_of(self.options, context.tier_name)
+        self.transfer_size = transfer_size_of(self.options, context.options_where)
         self.label = f"tier '{context.tier_name}' ({self.name})"
         self.directory = TierDirectory(self.options["path"], check_key(context.run_id),
                                        allow_nonempty=self.options["allow_nonempty"], label=self.label)
@@ -151,8 +152,8 @@ class NVMeBackend(EntryFilesBackend):
             concurrency=context.concurrency, thread_name=f"kvbench-{self.name}"))
 
     @classmethod
-    def check_options(cls, options: dict[str, Any], tier_name: str) -> None:
-        transfer_size_of(with_defaults(cls.options_schema, options), tier_name)
+    def check_options(cls, options: dict[str, Any], path: str) -> None:
+        transfer_size_of(with_defaults(cls.options_schema, options), path)
 
     # -- lifecycle -------------------------------------------------------------------------------
 

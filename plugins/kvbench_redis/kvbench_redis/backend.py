@@ -45,17 +45,17 @@ class RedisBackend(ClientBackend):
     options_schema: ClassVar[dict[str, Any]] = OPTIONS_SCHEMA
 
     @classmethod
-    def check_options(cls, options: dict[str, Any], tier_name: str) -> None:
-        cls._endpoint(options, tier_name)
+    def check_options(cls, options: dict[str, Any], path: str) -> None:
+        cls._endpoint(options, path)
 
     @classmethod
-    def _endpoint(cls, options: dict[str, Any], tier_name: str) -> Endpoint:
+    def _endpoint(cls, options: dict[str, Any], where: str) -> Endpoint:
         return Endpoint.from_options(with_defaults(cls.options_schema, options), given=frozenset(options),
-                                     where=f"tier '{tier_name}': options")
+                                     where=where)
 
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)
-        self.endpoint = self._endpoint(options, context.tier_name)
+        self.endpoint = self._endpoint(options, context.options_where)
         self.cluster = bool(self.options["cluster"])
         self.namespace = self.options.get("shared_namespace")
         # Only the shared entries go under the shared namespace: every client has its own u5_c1_turn_1,

@@ -42,7 +42,7 @@ class Endpoint:
 
         ``options`` carry the values (the schema's defaults filled); the rules judge ``given``, the keys the
         spec wrote: a ``url`` beside the *default* host is no clash, beside an explicit ``db: 0`` it is.
-        ``where`` prefixes errors (``tier 'shared': options``).
+        ``where`` prefixes errors (``cache.tiers[1].options``).
         """
         _check_combinations(given, where)
         username = options.get("username")

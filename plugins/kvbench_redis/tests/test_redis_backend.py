@@ -285,9 +285,9 @@ def tier(**options: Any) -> dict[str, Any]:
     ({"url": "redis://user:pw@host:6379/0"}, "tier.options.url: expected a redis://, rediss:// or unix:// URL "
                                              "without a password"),
     ({"url": "redis://host/0?password=pw"}, "tier.options.url: expected"),
-    ({"url": "redis://h:1", "port": 2}, "tier 'redis0': options.port: not allowed together with url"),
+    ({"url": "redis://h:1", "port": 2}, "tier.options.port: not allowed together with url"),
     # written at its default value, still written: refused like any other (a filled default never is)
-    ({"url": "redis://h:6380/2", "db": 0}, "tier 'redis0': options.db: not allowed together with url"),
+    ({"url": "redis://h:6380/2", "db": 0}, "tier.options.db: not allowed together with url"),
     ({"unix_socket": "/s", "host": "h"}, "options.host: not allowed together with unix_socket"),
     ({"ssl_ca_file": "/ca.pem"}, "options.ssl_ca_file: needs TLS"),
     ({"cluster": True, "unix_socket": "/s"}, "options.cluster: a Redis Cluster is reached over TCP"),
