@@ -142,12 +142,8 @@ def _written(metrics: dict[str, Any]) -> Iterator[Check]:
     cache = metrics["cache"]
     written = sum(t["write"]["bytes"] + t["write"].get("dedup_bytes", 0) for t in metrics["tiers"].values())
     parts = (cache.get("counters") or {}).get("stored_entry_bytes", 0) + sum(cache["demotions_bytes"].values())
-    if cache.get("promotions"):
-        yield Check("written_bytes", written >= parts, parts, written,
-                    "written bytes >= stored + demoted - deduplicated (promotion copies add to them)")
-    else:
-        yield _check("written_bytes", parts, written,
-                     "written bytes = stored + demoted - deduplicated (stored without a transfer)")
+    yield _copies_add_up(cache, "written_bytes", parts, written,
+                         "written bytes = stored + demoted - deduplicated (stored without a transfer)")
 
 
 def _stored_entries(metrics: dict[str, Any]) -> Iterator[Check]:
@@ -159,12 +155,16 @@ def _stored_entries(metrics: dict[str, Any]) -> Iterator[Check]:
         return
     parts = stored + sum((cache.get("demotions_count") or {}).values())
     writes = sum(t["write"]["ops"] + t["write"].get("dedup_stores", 0) for t in metrics["tiers"].values())
+    yield _copies_add_up(cache, "stored_entries", parts, writes,
+                         "write operations + stores without a transfer = stored + demoted entries")
+
+
+def _copies_add_up(cache: dict[str, Any], name: str, parts: int, counted: int, detail: str) -> Check:
+    """``counted`` = ``parts``; with promotions only ``>=``, since their copies are counted but not sized."""
     if cache.get("promotions"):
-        yield Check("stored_entries", writes >= parts, parts, writes,
-                    "write operations + stores without a transfer >= stored + demoted entries (promotions add)")
-    else:
-        yield _check("stored_entries", parts, writes,
-                     "write operations + stores without a transfer = stored + demoted entries")
+        return Check(name, counted >= parts, parts, counted,
+                     detail.replace(" = ", " >= ", 1) + " (promotion copies add to them)")
+    return _check(name, parts, counted, detail)
 
 
 def _throughput(metrics: dict[str, Any]) -> Iterator[Check]:
