@@ -121,6 +121,39 @@ def test_a_signal_during_the_drain_stops_within_a_second_and_says_interrupted(sl
     assert out[0].stop_reason == "duration reached; then signal SIGTERM during the drain"
 
 
+def idle_runner(tmp_path: Any) -> Runner:
+    """A runner that is never run: what ``request_stop`` does to its state is all these tests read."""
+    spec = small_spec(output={"directory": str(tmp_path)})
+    validate(spec)
+    return Runner(plan_run(resolve(spec, str(tmp_path))))
+
+
+def test_a_second_signal_leaves_the_stop_reason_of_the_first(tmp_path: Any) -> None:
+    """Two Ctrl-Cs the handler sees apart (rather than merged into one, as two sent back to back usually
+    are) read "signal SIGINT; then signal SIGINT during the drain"; a stop that a signal follows still
+    says both (the drain test above)."""
+    runner = idle_runner(tmp_path)
+    runner.request_stop("signal SIGINT", status="interrupted")
+    runner.request_stop("signal SIGINT", status="interrupted")
+    assert (runner.state.status, runner.state.stop_reason) == ("interrupted", "signal SIGINT")
+
+
+def test_a_signal_may_ask_to_stop_while_its_thread_is_already_stopping_the_run(tmp_path: Any) -> None:
+    """A signal's handler runs on the main thread, which may be inside ``request_stop`` itself (the run's
+    loop stopping at its duration): the second call must not wait for the lock its own thread holds."""
+    runner = idle_runner(tmp_path)
+
+    def signal_inside_a_stop() -> None:
+        with runner._stop_lock:  # where the loop's own request_stop is when the handler runs
+            runner.request_stop("signal SIGINT", status="interrupted")
+
+    thread = threading.Thread(target=signal_inside_a_stop, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive(), "request_stop waited for a lock its own thread held"
+    assert runner.state.status == "interrupted"
+
+
 def test_requests_that_finish_in_the_drain_are_reported_apart(slow_tier: None, tmp_path: Any) -> None:
     """Entries of one command of 0.25 s: the ones in flight at the end of the window finish in the drain."""
     spec = slow_spec(tmp_path, piece_s=0.25, duration=0.6, drain_timeout=5,

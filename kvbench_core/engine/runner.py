@@ -53,7 +53,9 @@ class Runner:
         self.barrier = barrier
         self.qos = plan.qos
         self._stop = threading.Event()
-        self._stop_lock = threading.Lock()
+        # Re-entrant: a signal's handler runs on the main thread, possibly while it holds this lock
+        # (a stop the run's own loop requests), and asks for it again.
+        self._stop_lock = threading.RLock()
         self._cancel = CancelToken()
         self._events = EventHeap()
         self._completed = 0  # requests finished inside the window (the request limit counts these)
@@ -65,7 +67,10 @@ class Runner:
         """Stop issuing requests (signal handler, fatal error, autoscaler convergence, duration).
 
         An interruption (a signal) also cancels the work in flight at its next command boundary, and
-        labels the run ``interrupted`` even when it came during the drain of a run that had ended."""
+        labels the run ``interrupted`` even when it came during the drain of a run that had ended.  A second
+        signal changes nothing: the run was interrupted by the first (a Ctrl-C the handler saw apart from
+        the first, rather than merged with it, was reported as "signal SIGINT; then signal SIGINT during the
+        drain")."""
         with self._stop_lock:
             if not self._stop.is_set():
                 self.state.stop_reason = reason
@@ -73,7 +78,7 @@ class Runner:
                     self.state.status = status
                 if error is not None:
                     self.state.error = error
-            elif status == "interrupted" and self.state.status != "failed":
+            elif status == "interrupted" and self.state.status not in ("failed", "interrupted"):
                 self.state.status = "interrupted"
                 self.state.stop_reason = f"{self.state.stop_reason}; then {reason} during the drain"
             if status == "interrupted":
