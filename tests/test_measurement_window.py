@@ -16,9 +16,11 @@ from kvbench_core.builtins.memory import CPUMemoryBackend
 from kvbench_core.cli.run_cmd import summarize
 from kvbench_core.contracts.backend import ByteSource, IOTiming
 from kvbench_core.contracts.plugins import hookimpl
+from kvbench_core.engine.progress import ProgressPrinter
 from kvbench_core.engine.runner import Runner
 from kvbench_core.engine.window import default_drain_timeout
 from kvbench_core.results.result import build_result
+from kvbench_core.results.trial import InProcess
 from kvbench_core.spec.loader import resolve, validate
 from kvbench_core.spec.overrides import _deep_merge
 from kvbench_core.spec.plan import plan_run
@@ -152,6 +154,19 @@ def test_a_signal_may_ask_to_stop_while_its_thread_is_already_stopping_the_run(t
     thread.join(10)
     assert not thread.is_alive(), "request_stop waited for a lock its own thread held"
     assert runner.state.status == "interrupted"
+
+
+def test_a_signal_before_the_trials_runner_exists_still_stops_it(tmp_path: Any) -> None:
+    """The session's handler is in before the trial's runner is built: a signal in between found no runner
+    to stop, and the run went on to its end and said "completed" (here: its request count)."""
+    spec = small_spec(output={"directory": str(tmp_path)})
+    validate(spec)
+    launcher = InProcess()
+    launcher.stop("signal SIGINT")
+    run = launcher.run_trial(spec, plan_run(resolve(spec, str(tmp_path))), run_id="r", trial=1,
+                             printer=ProgressPrinter("off"))
+    assert (run.result["run"]["status"], run.result["run"]["stop_reason"]) == ("interrupted", "signal SIGINT")
+    assert run.result["metrics"]["requests"]["completed"] < spec["requests"]
 
 
 def test_requests_that_finish_in_the_drain_are_reported_apart(slow_tier: None, tmp_path: Any) -> None:

@@ -54,11 +54,15 @@ class Launcher(Protocol):
 
 def run_once(plan: RunPlan, as_written: dict[str, Any], runners: list[Runner], *, run_id: str,
              trial: int, client_index: int = 0, on_progress: Callable[[dict[str, Any]], None] | None = None,
-             barrier: Callable[[], None] | None = None) -> tuple[dict[str, Any], RunState]:
+             barrier: Callable[[], None] | None = None,
+             stop_reasons: list[str] | None = None) -> tuple[dict[str, Any], RunState]:
     """Run ``plan`` once with a ``Runner`` (published in ``runners`` so signals can stop it) and build
-    its result."""
+    its result.  ``stop_reasons`` holds the stops asked for before the runner existed: applied once it is
+    published (a stop that also reached it there is not applied twice)."""
     runner = Runner(plan, run_id=run_id, client_index=client_index, on_progress=on_progress, barrier=barrier)
     runners[:] = [runner]
+    if stop_reasons:
+        stop_runners(runners, stop_reasons[0])
     started = time.time()
     state = runner.run()
     return build_result(state, as_written, trial=trial, started_at=started), state
@@ -114,6 +118,7 @@ class InProcess:
 
     def __init__(self) -> None:
         self.runners: list[Runner] = []
+        self.stop_reasons: list[str] = []  # a signal may come before the trial's runner exists
 
     def agree(self, run_id: str) -> str:
         return run_id
@@ -123,9 +128,11 @@ class InProcess:
 
     def run_trial(self, as_written: dict[str, Any], plan: RunPlan, *, run_id: str, trial: int,
                   printer: ProgressPrinter) -> TrialRun:
-        result, state = run_once(plan, as_written, self.runners, run_id=run_id, trial=trial, on_progress=printer)
+        result, state = run_once(plan, as_written, self.runners, run_id=run_id, trial=trial, on_progress=printer,
+                                 stop_reasons=self.stop_reasons)
         printer.finish()
         return TrialRun(result, error=state.error, crash=state.crash)
 
     def stop(self, reason: str) -> None:
+        self.stop_reasons.append(reason)
         stop_runners(self.runners, reason)
