@@ -86,3 +86,20 @@ def test_a_result_without_latency_parts_still_summarizes() -> None:
     data = result(queue_ms=0.0, storage_ms=0.0, sla_met=False)
     (verdict,) = explain(data)
     assert "mostly" not in verdict.why and "too few requests" in verdict.next_step
+
+
+def test_the_next_step_gives_the_size_of_the_dominant_operations_own_entries() -> None:
+    """'one nvme read of X takes Y ms': X is what that tier's reads moved per operation, the size Y is for,
+    not the mean over every tier (which a DRAM tier of smaller entries pulls down)."""
+    data = copy.deepcopy(result(queue_ms=100.0, storage_ms=400.0, sla_met=False))
+    data["metrics"]["tiers"]["nvme"]["read"] = op(10, 10 * 96 * MIB, 1.0, 200.0)
+    assert mean_entry_bytes(data) != 96 * MIB
+    (verdict,) = explain(data)
+    assert verdict.next_step.startswith("next: one nvme read of 96.00 MiB takes 200.0 ms on the device")
+
+
+def test_a_tiers_entry_size_is_in_the_same_binary_units_as_the_verdicts() -> None:
+    from kvbench_core.cli.run_cmd import command_lines
+
+    (line,) = command_lines("nvme", {"read": {"mean_entry_bytes": 64 * MIB}, "write": {}})
+    assert line.strip() == "read per entry of 64.00 MiB"

@@ -180,7 +180,8 @@ def test_requests_that_finish_in_the_drain_are_reported_apart(slow_tier: None, t
     requests, drain = result["metrics"]["requests"], result["metrics"]["drain"]
     assert drain["requests_completed"] >= 1 and drain["write_bytes"] > 0
     assert drain["cancelled_in_flight"] is False
-    assert f"{drain['requests_completed']} requests finished" in summarize(result)  # the summary says so
+    n = drain["requests_completed"]
+    assert f"{n} request{'' if n == 1 else 's'} finished" in summarize(result)  # the summary says so
     window_bytes = sum(p["write_bytes"] for p in result["timeseries"])
     assert window_bytes == result["metrics"]["tiers"]["slow"]["write"]["command_bytes"]  # the drain is not in it
     assert result["workload"]["stats"]["requests_issued"] == (requests["completed"] + requests["failed"]

@@ -128,7 +128,8 @@ def outcome_lines(metrics: dict[str, Any], workload: dict[str, Any]) -> list[str
     if drain.get("requests_completed") or drain.get("requests_cancelled") or moved:
         cancelled = f", {drain['requests_cancelled']} cancelled at its limit" if drain.get("requests_cancelled") else ""
         lines.append(f"  drain {drain['seconds']:.2f} s (limit {_fmt(drain.get('limit_s'))} s): "
-                     f"{drain.get('requests_completed', 0)} requests finished, {moved:.3f} GB moved{cancelled}; "
+                     f"{_count(drain.get('requests_completed', 0), 'request')} finished, {moved:.3f} GB moved"
+                     f"{cancelled}; "
                      "not in the figures above")
     arrivals = workload.get("arrivals") or {}
     if arrivals.get("dropped"):
@@ -136,6 +137,11 @@ def outcome_lines(metrics: dict[str, Any], workload: dict[str, Any]) -> list[str
                      f"{arrivals['served']} served ({_fmt(arrivals['served_per_s'])}/s), {arrivals['dropped']} "
                      f"dropped at a full backlog (peak {arrivals['backlog_peak']})")
     return lines
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 request``, ``2 requests``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 #: Time outside the measured window worth a line of the summary (seconds, and share of the window).
@@ -163,7 +169,7 @@ def command_lines(name: str, tier: dict[str, Any]) -> list[str]:
         if stats.get("mean_entry_bytes"):
             commands = (stats.get("command_latency_ms") or {}).get("p95")
             per_command = f", per command p95 {_fmt(commands)} ms" if commands is not None else ""
-            parts.append(f"{op} per entry of {stats['mean_entry_bytes'] / 1e6:.2f} MB{per_command}")
+            parts.append(f"{op} per entry of {format_bytes(stats['mean_entry_bytes'])}{per_command}")
     return [f"  {'':<10} {'; '.join(parts)}"] if parts else []
 
 

@@ -39,7 +39,7 @@ class RunClock:
         if any(mark is None for mark in marks):
             return {}
         names = ("setup", "warmup", "measured", "drain", "cleanup")
-        return {name: max(0.0, later - earlier)
+        return {name: round(max(0.0, later - earlier), 6)  # microseconds, as the window's figures
                 for name, earlier, later in zip(names, marks[:-1], marks[1:], strict=True)}
 
 

@@ -49,6 +49,12 @@ def mean_entry_bytes(result: dict[str, Any]) -> float | None:
     return nbytes / ops if ops else None
 
 
+def op_entry_bytes(result: dict[str, Any], tier: str | None, op: str | None) -> float | None:
+    """Bytes per operation of one tier's reads or writes: the size that tier's mean time is for."""
+    stats = (((result.get("metrics") or {}).get("tiers") or {}).get(tier or "") or {}).get(op or "") or {}
+    return stats["bytes"] / stats["ops"] if stats.get("ops") else None
+
+
 def entry_phrase(result: dict[str, Any]) -> str | None:
     """"per KV entry of 236.00 MiB mean (7,547 tokens x 32.00 KiB)"."""
     entry = mean_entry_bytes(result)
@@ -119,7 +125,8 @@ def next_step(result: dict[str, Any], dominant: Share | None, sla_ms: float, met
         return (f"next: requests wait for one of {workload.get('max_inflight', '?')} workers (max_inflight): "
                 f"lower workload.users ({workload.get('users', '?')}), or raise workload.max_inflight if the "
                 "devices have queue depth to spare")
-    entry = mean_entry_bytes(result) or 0.0
+    # The dominant tier operation's own entries, the size its mean time is for (not every tier's mean).
+    entry = op_entry_bytes(result, dominant.tier, dominant.op) or mean_entry_bytes(result) or 0.0
     if dominant.layer == "host" and _is_memory(result, dominant.tier):
         return (f"next: {dominant.tier} copies of {format_bytes(entry)} entries take {dominant.mean_ms:,.1f} ms "
                 "each: memory bandwidth is the limit here; fewer tokens per entry (a smaller model, shorter "
