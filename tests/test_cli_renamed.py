@@ -89,3 +89,19 @@ def test_the_new_conformance_flag_says_nothing_and_the_old_one_runs_the_same_che
 def _statuses(out: str) -> list[tuple[str, str]]:
     """(status, check name) for each line a conformance run prints per check."""
     return re.findall(r"^(PASS|FAIL|SKIP)\s+(\w+)", out, flags=re.MULTILINE)
+
+
+def test_validate_with_a_spec_file_is_spec_validate_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    """The old ``validate`` (the kvio scorer) took no file: ``validate spec.yaml`` is a new user's guess at
+    ``spec validate``, so it runs that, with one line naming it; with the scorer's inputs it is ``score``."""
+    from pathlib import Path
+
+    spec = str(Path(__file__).parent.parent / "specs" / "quickstart.yaml")
+    assert main(["validate", spec]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.splitlines()[0] == ("kvbench: `validate SPEC` is `spec validate SPEC` (`validate` alone, "
+                                            "the kvio scorer, is now `score`)")
+    assert main(["spec", "validate", spec]) == 0
+    assert capsys.readouterr().out == captured.out
+    assert main(["validate", "--plan", "p.yaml", "--measured", "missing.jsonl"]) == 2
+    assert capsys.readouterr().err.startswith("kvbench: `validate` is now `score`\n")

@@ -29,10 +29,23 @@ def renamed_command_line(argv: Sequence[str]) -> list[str]:
     is not an option (the top-level options, ``--version`` and ``--help``, take no value)."""
     words = list(argv)
     at = next((index for index, word in enumerate(words) if not word.startswith("-")), None)
+    if at is not None and words[at] == "validate" and _names_a_spec(words[at + 1:]):
+        # The old ``validate`` (the kvio scorer) took no file argument: ``validate spec.yaml`` is a new
+        # user's first guess at validating a spec, which is ``spec validate``.
+        print(f"kvbench: `validate SPEC` is `spec validate SPEC` (`validate` alone, the kvio scorer, is now "
+              f"`{RENAMED_COMMANDS['validate']}`)", file=sys.stderr)
+        return [*words[:at], "spec", *words[at:]]
     if at is not None and words[at] in RENAMED_COMMANDS:
         notice(words[at], RENAMED_COMMANDS[words[at]])
         words[at] = RENAMED_COMMANDS[words[at]]
     return words
+
+
+def _names_a_spec(words: Sequence[str]) -> bool:
+    """A YAML file among the words and none of the scorer's inputs: a spec to validate."""
+    scorer = {"--plan", "--semantic", "--measured", "--tracer"}
+    return (any(word.endswith((".yaml", ".yml")) for word in words if not word.startswith("-"))
+            and not any(word.split("=")[0] in scorer for word in words))
 
 
 def _command_of(parser: argparse.ArgumentParser) -> str:
