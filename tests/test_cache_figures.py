@@ -85,6 +85,19 @@ def test_steady_allows_the_eviction_sawtooth_but_needs_a_turnover() -> None:
     assert cache_state_at_open([tier_holding(0)], 0.8) == "cold"
 
 
+def test_a_tier_drained_by_idle_time_is_steady_once_what_left_it_reaches_what_it_holds() -> None:
+    """The tier below's cold_after holds the tier above at a level its timer sets, below its target: full is
+    waived there, the turnover still counts (cold demotions are bytes that left it)."""
+    def with_cold_tier_below(upper: Tier) -> list[Tier]:
+        below = Tier("disk", CPUMemoryBackend({}, BackendContext(tier_name="disk", run_id="t")), 24 * S,
+                     cold_after=1.0, usage=int(20 * S), evicted_bytes=int(64 * S), largest_entry=int(1.5 * S))
+        return [upper, below]
+
+    assert cache_state_at_open(with_cold_tier_below(tier_holding(3, evicted_mib=3)), 0.8) == "steady"
+    assert cache_state_at_open(with_cold_tier_below(tier_holding(3, evicted_mib=2)), 0.8) == "warm"
+    assert cache_state_at_open([tier_holding(3, evicted_mib=3)], 0.8) == "warm"  # no timer: 3 of 12.8 MiB
+
+
 def test_a_window_opened_on_a_full_turned_over_cache_is_steady(run_spec: Any) -> None:
     _, result = run_spec(small_spec(warmup=0.5, requests=5, workload={"options": {"multi_turn": {"max_turns": 2}}},
                                     cache={"tiers": [{"name": "dram", "backend": "cpu", "capacity": "16MiB"}]}))

@@ -33,7 +33,7 @@ class Tier:
     cold_after: float | None = None  # entries idle this long in the tier above move down here
     description: dict[str, Any] = field(default_factory=dict)  # backend.describe() taken when the tier opened
     usage: int = 0  # reserved + stored bytes
-    evicted_bytes: int = 0  # demoted or deleted to make room, since the run began (cache_state: steady)
+    evicted_bytes: int = 0  # demoted or deleted to make room, or demoted cold, since the run began (steady)
     largest_entry: int = 0  # the largest entry ever reserved here: the eviction sawtooth's depth (steady)
     lru: OrderedDict[str, Entry] = field(default_factory=OrderedDict, repr=False)  # stored here, oldest first
 

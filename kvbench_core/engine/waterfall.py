@@ -188,6 +188,7 @@ class MultiTierCache:
                     target = self.placement.demotion_target(index - 1, entry.size)
                     if entry.tier is upper and target is not None and self._make_room(target, entry.size, depth=1):
                         self._demote(entry, upper, self.tiers[target])
+                        upper.evicted_bytes += entry.size  # it left the tier: turnover (cache_state)
                         moved += 1
                 finally:
                     entry.lock.release()
