@@ -185,7 +185,7 @@ def _start_and_wait_for_measurement(tmp_path: Path, duration: str) -> subprocess
         if ready:
             line = process.stderr.readline()
             seen += line
-            if line.startswith("2 clients [") and "warm-up" not in line:
+            if line.startswith("2 clients [measuring"):  # the set-up line has the prefix too
                 return process
         assert process.poll() is None, seen
     process.kill()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 #: Without a terminal, ``auto`` writes one plain line this often (seconds).
@@ -21,23 +22,33 @@ PHASE_LABELS = {"setup": "set-up", "warmup": "warm-up", "measure": "measuring", 
                 "results": "writing results"}
 
 
+@dataclass(frozen=True)
+class ProgressScope:
+    """Whose figures the lines show, known before the first line (the set-up line comes before any client
+    exists): one process's (the default), several clients' summed (``"2 clients "``, p95 the worst
+    client's), or an MPI rank's own."""
+
+    prefix: str = ""
+    p95_of: str | None = None  # whose p95 an aggregate line shows; None: this process's own
+
+
 class ProgressPrinter:
     """Called with each progress point (``runner`` intervals) and with ``phase(name)`` between them."""
 
     def __init__(self, mode: str | bool = "auto", stream: TextIO | None = None, prefix: str = "",
                  plain_every_s: float = PLAIN_EVERY_S, duration_s: float | None = None,
-                 warmup_s: float = 0.0) -> None:
+                 warmup_s: float = 0.0, scope: ProgressScope = ProgressScope()) -> None:
         mode = {True: "on", False: "off"}.get(mode, mode)  # YAML 1.1 reads on/off as booleans
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
         self.enabled = mode != "off"
-        self.prefix = prefix
+        self.prefix = prefix + scope.prefix
         self.plain_every_s = 0.0 if mode == "on" else plain_every_s
         self._started = time.monotonic()
         self._last_plain = self._started
         self._plain_phase: str | None = None
         self._live: _LiveView | None = None
-        self._last: dict[str, Any] = {"duration_s": duration_s, "warmup_s": warmup_s}
+        self._last: dict[str, Any] = {"duration_s": duration_s, "warmup_s": warmup_s, "p95_of": scope.p95_of}
 
     def phase(self, name: str) -> None:
         """A phase without interval points of its own: set-up, writing results."""
@@ -90,7 +101,7 @@ def format_progress(point: dict[str, Any]) -> str:
     """One plain line: phase and time, requests, bandwidth per tier, p95s."""
     phase = PHASE_LABELS.get(point.get("phase", ""), point.get("phase", ""))
     progress = fraction_done(point)
-    head = phase if progress is None else f"{phase} {progress[0]:.0f}/{progress[1]:.0f}s"
+    head = (phase if progress is None else f"{phase} {progress[0]:.0f}/{progress[1]:.0f}s") + clients_note(point)
     p95 = point.get("e2e_p95_ms") or {}
     worst = max((v for v in p95.values() if v is not None), default=None)
     parts = [f"[{head}] users {point.get('users', 0)}  req {point.get('requests', 0)}"]
@@ -102,6 +113,13 @@ def format_progress(point: dict[str, Any]) -> str:
     if point.get("p95_of"):  # an aggregate of several clients' points (scaleout/multiclient.py)
         parts.append(f"(p95: {point['p95_of']})")
     return "  ".join(parts)
+
+
+def clients_note(point: dict[str, Any]) -> str:
+    """While the clients of a scaled-out run cross from warm-up to measuring, how many already measure
+    (the line's figures are every client's, in whichever phase it is)."""
+    measuring = point.get("clients_measuring")
+    return f", {measuring} clients" if measuring else ""
 
 
 def tiers_in_order(point: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -132,7 +150,7 @@ class _LiveView:
 
     def update(self, point: dict[str, Any]) -> None:
         progress = fraction_done(point)
-        fields = {"phase": PHASE_LABELS.get(point.get("phase", ""), point.get("phase", "")),
+        fields = {"phase": PHASE_LABELS.get(point.get("phase", ""), point.get("phase", "")) + clients_note(point),
                   "requests": f"users {point.get('users', 0)}  req/interval {point.get('requests', 0)}  "
                               f"queue {point.get('queue', 0)}"}
         if progress is None:

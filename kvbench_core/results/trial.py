@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kvbench_core.contracts.errors import UserError
-from kvbench_core.engine.progress import ProgressPrinter
+from kvbench_core.engine.progress import ProgressPrinter, ProgressScope
 from kvbench_core.engine.runner import Runner, RunState
 from kvbench_core.results.result import build_result
 from kvbench_core.spec.plan import RunPlan
@@ -37,6 +37,8 @@ class Launcher(Protocol):
 
     #: Whether this process writes results and prints the summary (false on MPI ranks other than 0).
     writer: bool
+    #: Whose figures this process's progress lines show (the session's printer is made with it).
+    progress_scope: ProgressScope
 
     def agree(self, run_id: str) -> str:
         """The run id every client of the session uses (MPI: rank 0's)."""
@@ -115,6 +117,7 @@ class InProcess:
     """The default: the trial is one ``Runner`` in this process."""
 
     writer = True
+    progress_scope = ProgressScope()
 
     def __init__(self) -> None:
         self.runners: list[Runner] = []

@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from kvbench_core.contracts.errors import MissingDependency, SpecError
-from kvbench_core.engine.progress import ProgressPrinter
+from kvbench_core.engine.progress import ProgressPrinter, ProgressScope
 from kvbench_core.engine.runner import Runner
 from kvbench_core.results.merge import ClientReport, merge_results
 from kvbench_core.results.trial import TrialRun, run_once, stop_runners
@@ -68,6 +68,7 @@ class MpiRanks:
         self.comm, self.op_min, self.op_max = comm, MPI.MIN, MPI.MAX
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.writer = self.rank == 0
+        self.progress_scope = ProgressScope(f"rank 0/{self.size} ")  # only rank 0 prints, its own figures
         self.layout = ClientLayout("rank", self.size)
         self.runners: list[Runner] = []
         # Taken before the first collective, so no rank has created a directory yet.
@@ -96,8 +97,6 @@ class MpiRanks:
                 stop_runners(self.runners, STOPPED)
 
         started = time.time()
-        if self.rank == 0:
-            printer.prefix = f"{printer.prefix}rank 0/{self.size} "
         result, state = run_once(mine, as_written, self.runners, run_id=self.layout.run_id(run_id, self.rank),
                                  trial=trial, client_index=self.rank, barrier=start_together, on_progress=printer)
         printer.finish()

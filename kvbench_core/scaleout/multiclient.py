@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from kvbench_core.engine.progress import ProgressPrinter
+from kvbench_core.engine.progress import ProgressPrinter, ProgressScope
 from kvbench_core.engine.runner import Runner
 from kvbench_core.results.merge import ClientReport, merge_results
 from kvbench_core.results.trial import TrialRun, run_once, stop_on_signals, stop_runners
@@ -43,6 +43,7 @@ from kvbench_core.scaleout.clients import ClientFailed, ClientLayout, DirectoryS
 from kvbench_core.spec.plan import RunPlan
 
 POLL_S = 0.2
+WORST_CLIENT = "worst client"  # whose p95 the aggregate progress line shows (see ``worst_p95``)
 JOIN_S = 10.0  # after its result, a client only has to exit; past this it is killed
 
 
@@ -64,6 +65,7 @@ class LocalClients:
 
     def __init__(self, plan: RunPlan) -> None:
         self.layout = ClientLayout("client", plan.clients)
+        self.progress_scope = ProgressScope(f"{plan.clients} clients ", p95_of=WORST_CLIENT)
         self._stop_reasons: list[str] = []
 
     def agree(self, run_id: str) -> str:
@@ -80,7 +82,7 @@ class LocalClients:
                   printer: ProgressPrinter) -> TrialRun:
         context = multiprocessing.get_context("spawn")
         total = self.layout.total
-        plans = [client_plan(plan, self.layout, i) for i in range(total)]
+        plans = local_client_plans(plan)
         snapshot = DirectorySnapshot([d for p in plans for d in tier_directories(p)])
         host = socket.gethostname()
         reports = [ClientReport(index=i, run_id=self.layout.run_id(run_id, i), seed=plans[i].seed,
@@ -90,7 +92,6 @@ class LocalClients:
         processes = [context.Process(target=client_main, name=f"kvbench-client{i}",
                                      args=(ClientJob(i, plans[i], as_written, reports[i].run_id, trial), pipes[i][1]))
                      for i in range(total)]
-        printer.prefix = f"{printer.prefix}{total} clients "
         self._stop_reasons.clear()
         started = time.time()
         for process, report, (_, child_end) in zip(processes, reports, pipes, strict=True):
@@ -138,7 +139,7 @@ class _Coordinator:
         self.killed = False
         self.points: dict[int, dict[str, Any]] = {}
         self.fresh: set[int] = set()
-        self.last_print = 0.0
+        self.last_print = time.monotonic()  # the first line waits for every client, as later ones do
 
     def run(self) -> None:
         by_handle = {p.sentinel: i for i, p in enumerate(self.processes)}
@@ -208,9 +209,7 @@ class _Coordinator:
                 continue
 
     def _progress(self, index: int, point: dict[str, Any]) -> None:
-        """One aggregate line once every live client sent a new point: sums over the clients' latest
-        points; percentiles cannot be merged from points, so the line shows the worst client's p95, an
-        upper bound of the merged one (``worst_p95``)."""
+        """One aggregate line (``merge_points``) once every live client sent a new point."""
         self.points[index] = point
         self.fresh.add(index)
         interval = point.get("interval_s") or 1.0
@@ -220,21 +219,36 @@ class _Coordinator:
         self.last_print = time.monotonic()
         points = list(self.points.values())
         if any(p.get("phase") == "drain" for p in points):
-            self.printer({"phase": "drain"})  # the printer keeps the last interval's figures
+            # the printer keeps the last interval's figures
+            self.printer({"phase": "drain", "clients_measuring": None})
             return
-        measuring = [p for p in points if p.get("phase") == "measure"]
-        shown = measuring or points
-        self.printer({
-            "phase": "measure" if measuring else "warmup",
-            "elapsed_s": max(p.get("elapsed_s", 0.0) for p in shown),
-            "t_s": max(p.get("t_s", 0.0) for p in shown),
-            "duration_s": shown[0].get("duration_s"), "warmup_s": shown[0].get("warmup_s"),
-            **{key: sum(p.get(key, 0) for p in shown)
-               for key in ("users", "requests", "read_bytes_per_s", "write_bytes_per_s", "queue")},
-            **worst_p95(shown),
-            "occupancy": shown[0].get("occupancy") or {},  # the tiers' order, for the display
-            "p95_of": "worst client",
-        })
+        self.printer(merge_points(points, len(self.processes)))
+
+
+def local_client_plans(plan: RunPlan) -> list[RunPlan]:
+    """The plan each local client runs (own seed, own ``client<i>`` directories, its users)."""
+    layout = ClientLayout("client", plan.clients)
+    return [client_plan(plan, layout, i) for i in range(layout.total)]
+
+
+def merge_points(points: list[dict[str, Any]], clients: int) -> dict[str, Any]:
+    """The aggregate of every client's latest point: counts and rates summed over all of them, whichever
+    phase each is in (while the clients cross from warm-up to measuring, summing only those measuring
+    showed half the users); ``clients_measuring`` says how many measure when not all do.  Percentiles
+    cannot be merged from points, so the line shows the worst client's p95 (``worst_p95``)."""
+    measuring = [p for p in points if p.get("phase") == "measure"]
+    return {
+        "phase": "measure" if measuring else "warmup",
+        "clients_measuring": f"{len(measuring)}/{clients}" if measuring and len(measuring) < clients else None,
+        "elapsed_s": max(p.get("elapsed_s", 0.0) for p in measuring or points),
+        "t_s": max(p.get("t_s", 0.0) for p in points),
+        "duration_s": points[0].get("duration_s"), "warmup_s": points[0].get("warmup_s"),
+        **{key: sum(p.get(key, 0) for p in points)
+           for key in ("users", "requests", "read_bytes_per_s", "write_bytes_per_s", "queue")},
+        **worst_p95(points),
+        "occupancy": points[0].get("occupancy") or {},  # the tiers' order, for the display
+        "p95_of": WORST_CLIENT,
+    }
 
 
 def worst_p95(points: list[dict[str, Any]]) -> dict[str, Any]:

@@ -76,7 +76,8 @@ def run_session(as_written: dict[str, Any], plan: RunPlan, *, quiet: bool = Fals
         for trial in range(1, trials + 1):
             printer = ProgressPrinter("off" if quiet or not launcher.writer else plan.output.progress,
                                       prefix=f"trial {trial}/{trials} " if trials > 1 else "",
-                                      duration_s=plan.window.duration_s, warmup_s=plan.window.warmup_s)
+                                      duration_s=plan.window.duration_s, warmup_s=plan.window.warmup_s,
+                                      scope=launcher.progress_scope)
             printer.phase("setup")
             run = launcher.run_trial(as_written, plan, run_id=session_id if trials == 1 else f"{session_id}-t{trial}",
                                      trial=trial, printer=printer)
