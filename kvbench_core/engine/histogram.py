@@ -2,9 +2,13 @@
 
 Values land in bucket ``ceil(log_gamma(x))`` with ``gamma = (1+a)/(1-a)``;
 any quantile read back is within relative error ``a`` of a true sample
-value at that rank.  Histograms from threads, processes or MPI ranks merge
-by adding bucket counts, so percentiles are never averaged.  Serialised as a
-small dict of bucket -> count.
+value at that rank.  The rank is the nearest rank (fio, HdrHistogram, numpy's
+``inverted_cdf``): p_q is the ``ceil(q*n)``-th smallest sample, so at least a
+fraction q of the samples are at or below it and p100 is the maximum; with few
+samples the tail percentiles are the slowest operation, never below it.
+Histograms from threads, processes or MPI ranks merge by adding bucket
+counts, so percentiles are never averaged.  Serialised as a small dict of
+bucket -> count.
 """
 
 from __future__ import annotations
@@ -16,6 +20,18 @@ DEFAULT_ACCURACY = 0.01
 PERCENTILES = (50.0, 95.0, 99.0, 99.9)
 #: Per-command latency goes one nine further, as fio's clat does: millions of commands make p99.99 meaningful.
 COMMAND_PERCENTILES = (*PERCENTILES, 99.99)
+
+
+def nearest_rank(q: float, count: int) -> int:
+    """0-based rank of quantile ``q`` among ``count`` sorted samples: ``ceil(q*count) - 1``, at least 0.
+
+    ``q*count`` is snapped to a whole number within float noise first: p99.9 arrives as 99.9/100 =
+    0.9990000000000001, and of 1000 samples it is the 999th, not (as a plain ceil says) the 1000th."""
+    position = q * count
+    whole = round(position)
+    if math.isclose(position, whole, rel_tol=1e-12, abs_tol=1e-12):
+        position = whole
+    return min(max(math.ceil(position) - 1, 0), count - 1)
 
 
 class LatencyHistogram:
@@ -56,10 +72,12 @@ class LatencyHistogram:
         self.max = max(self.max, other.max)
 
     def quantile(self, q: float) -> float | None:
-        """Value at quantile ``q`` in [0, 1] (lower-rank convention); None when empty."""
+        """Value at quantile ``q`` in [0, 1] by the nearest rank (docs/metrics.md); None when empty."""
         if self.count == 0:
             return None
-        rank = q * (self.count - 1)
+        rank = nearest_rank(q, self.count)
+        if rank == self.count - 1:
+            return self.max  # the slowest sample is known exactly, its bucket only to within the error
         seen = self.zeros
         if rank < seen:
             return 0.0
@@ -70,7 +88,7 @@ class LatencyHistogram:
                 gamma = math.exp(self._gamma_log)
                 value = 2 * gamma**index / (gamma + 1)
                 return min(max(value, self.min), self.max)
-        return self.max
+        return self.max  # a document whose bucket counts fall short of its count
 
     @property
     def mean(self) -> float | None:

@@ -196,11 +196,16 @@ def cdf_points(histogram: dict[str, Any], points: int = 400) -> tuple[np.ndarray
 
 def tail_points(histogram: dict[str, Any], points: int = 200) -> tuple[np.ndarray, np.ndarray]:
     """(latency ms, fraction of operations slower), exceedance from 1 down to 1/TAIL_DEPTH, via the
-    histogram's own quantile function (past its last sample the quantile is the maximum: a vertical end)."""
+    histogram's own quantile function, ending at (max, 1/n): the slowest operation is the tail's last step,
+    on the plot however few operations there were (with more than TAIL_DEPTH it is the drop below the axis)."""
     hist = LatencyHistogram.from_dict(histogram)
+    if not hist.count:
+        return np.empty(0), np.empty(0)
+    last = 1.0 / hist.count
     slower = np.logspace(0.0, np.log10(1.0 / TAIL_DEPTH), points)
+    slower = slower[slower > last]
     values = np.array([hist.quantile(1.0 - s) for s in slower], dtype=float) * 1000.0
-    return values, slower
+    return np.append(values, hist.max * 1000.0), np.append(slower, last)
 
 
 def _tail_axes(axes: Any, title: str) -> None:
@@ -216,6 +221,19 @@ def _tail_axes(axes: Any, title: str) -> None:
     axes.set_xlabel("latency (ms, log)")
     axes.set_ylabel("slower than x")
     axes.grid(alpha=0.3, which="major")
+
+
+def _tail_step(axes: Any, histogram: dict[str, Any], **style: Any) -> list[float]:
+    """Draw one histogram's tail (its positive latencies; a log axis has no zero), with a dot on its last
+    point, the slowest operation, which a lone step could not show; returns the latency range drawn."""
+    values, slower = tail_points(histogram)
+    positive = values > 0
+    if not positive.any():
+        return []
+    values, slower = values[positive], slower[positive]
+    line = axes.step(values, slower, where="post", **style)[0]
+    axes.plot(values[-1:], slower[-1:], "o", color=line.get_color(), markersize=3)
+    return [float(values.min()), float(values.max())]
 
 
 def _p95_marker(axes: Any, histogram: dict[str, Any], color: str, nth: int = 0) -> None:
@@ -259,12 +277,7 @@ def _latency_cdf(result: dict[str, Any]) -> Any:
                 continue
             shown: list[float] = []
             for layer, color, style in LAYERS:
-                values, slower = tail_points(hists[layer])
-                positive = values > 0
-                if positive.any():
-                    axes.step(values[positive], slower[positive], where="post", color=color, linestyle=style,
-                              label=layer)
-                    shown += [float(values[positive].min()), float(values[positive].max())]
+                shown += _tail_step(axes, hists[layer], color=color, linestyle=style, label=layer)
             _decades_only(axes, shown)
             _p95_marker(axes, hists["total"], "black")
             axes.legend(loc="lower left", fontsize="x-small")
@@ -278,15 +291,12 @@ def _service_tail(axes: Any, service: dict[str, dict[str, Any]], qos: dict[str, 
     shown: list[float] = []
     for nth, (name, histogram) in enumerate(service.items()):
         color = colors.get(name, "tab:gray")
-        values, slower = tail_points(histogram)
-        positive = values > 0
-        axes.step(values[positive], slower[positive], where="post", color=color, label=name)
+        shown += _tail_step(axes, histogram, color=color, label=name)
         _p95_marker(axes, histogram, color, nth)
         sla = (qos.get(name) or {}).get("sla_p95_ms")
         if sla:
             axes.axvline(sla, color=color, linestyle="--", linewidth=1)
             shown.append(sla)
-        shown += [float(v) for v in values[positive][[0, -1]]] if positive.any() else []
     _decades_only(axes, shown)
     axes.legend(loc="lower left", fontsize="x-small")
 
