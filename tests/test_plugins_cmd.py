@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
+from testkit import free_port
 
 from kvbench_core.builtins.memory import CPUMemoryBackend
 from kvbench_core.cli import main
@@ -119,6 +121,52 @@ def test_check_usage_errors_are_one_line(argv: list[str], message: str, capsys: 
     err = capsys.readouterr().err
     assert message in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(("argv", "code", "line"), [
+    # a directory a spec refuses (exit 2, cache.tiers[1].options.path: ...) is refused as a flag's option
+    (["--conformance", "nvme", "--options", "{path: /etc/kvb}"], 2,
+     "--options.path: /etc/kvb is inside a system directory"),
+    (["--conformance", "nvme", "--options", "{path: TIER}", "--dead-options", "{path: /etc/kvb}"], 2,
+     "--dead-options.path: /etc/kvb is inside a system directory"),
+    # several schema errors on one line, not "invalid spec:" and a list (these are no spec)
+    (["--conformance", "nvme", "--options", "{bogus: 1}"], 2, "--options.bogus: unknown field (allowed: "),
+    (["--conformance", "nvmee"], 2, "--conformance: unknown backend 'nvmee'; installed: "),
+    (["--conformance", "cpu", "--options", "{a: [}"], 2,
+     "--options: not valid JSON or YAML (line 1, column 6): expected the node content, but found '}'"),
+    (["--conformance", "cpu", "--options", "{a: 1, a: 2}"], 2, "--options: not valid JSON or YAML (line 1, column 8): "
+                                                               "duplicate key 'a'"),  # as strict as a spec
+])
+def test_conformance_errors_are_one_line_naming_the_flag_and_create_nothing(
+        argv: list[str], code: int, line: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    if "nvme" in argv:
+        pytest.importorskip("kvbench_nvme")
+    monkeypatch.chdir(tmp_path)
+    tier = tmp_path / "tier"
+    argv = [arg.replace("TIER", str(tier)) for arg in argv]
+    assert main(["plugins", *argv]) == code
+    err = capsys.readouterr().err
+    assert err.startswith(f"kvbench: error: {line}") and err.count("\n") == 1, err
+    assert "spec" not in err
+    assert list(tmp_path.iterdir()) == []  # no tier directory, no file
+
+
+def test_several_option_errors_share_the_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("kvbench_nvme")
+    assert main(["plugins", "--conformance", "nvme", "--options", "{bogus: 1}"]) == 2
+    err = capsys.readouterr().err
+    assert "; --options.path: required field is missing" in err and err.count("\n") == 1
+
+
+def test_a_tier_that_cannot_open_is_named_as_the_command_line_chose_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """Not the harness's own tier name ('tier 'conformance' (redis)'), which the user never wrote."""
+    pytest.importorskip("kvbench_redis")
+    port = free_port()
+    assert main(["plugins", "--conformance", "redis", "--options", f"{{port: {port}}}"]) == 3
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"kvbench: error: --conformance redis: cannot use the server at 127.0.0.1:{port}")
+    assert captured.err.count("\n") == 1 and "round_trip" not in captured.out
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")

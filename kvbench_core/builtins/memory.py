@@ -188,7 +188,7 @@ class GPUMemoryBackend(StorageBackend):
         self._torch = torch
         if self.device_name.startswith("cuda") and not torch.cuda.is_available():
             raise BackendUnavailable(
-                f"tier '{self.context.tier_name}' (gpu): CUDA is not available "
+                f"{self.context.label('gpu')}: CUDA is not available "
                 f"(torch {torch.__version__}, built for CUDA {torch.version.cuda or 'none'}); "
                 "install a CUDA build of torch on a machine with an NVIDIA driver, or set the tier's "
                 "capacity to 0"

@@ -14,6 +14,7 @@ this flag's name; "check" is now only ``kvbench check``, a result against rules.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,10 @@ import yaml
 from kvbench_core.cli.renamed import RenamedFlag
 from kvbench_core.contracts.backend import BackendContext, StorageBackend
 from kvbench_core.contracts.errors import SpecError
-from kvbench_core.contracts.plugins import installed_plugins
+from kvbench_core.contracts.plugins import installed_plugins, lookup
+from kvbench_core.contracts.validation import schema_errors
+from kvbench_core.spec.loader import check_tier_directory
+from kvbench_core.spec.reading import parse_json_or_yaml, yaml_problem
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -57,14 +61,22 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def parse_options(text: str, source: str = "--options") -> dict[str, Any]:
-    """Options from inline JSON/YAML (JSON is YAML) or from a file of either."""
+    """Options from inline JSON/YAML (JSON is YAML) or from a file of either, read as strictly as a spec
+    (duplicate keys refused, the alias budget); a malformed one is one line, as a spec's is."""
     path = Path(text)
     if not text.lstrip().startswith(("{", "[")) and path.is_file():
-        text, source = path.read_text(), str(path)
+        try:
+            text, source = path.read_text(), str(path)
+        except (OSError, UnicodeDecodeError) as error:
+            raise SpecError(f"{source}: cannot read {path}: {getattr(error, 'strerror', None) or error}") from None
     try:
-        options = yaml.safe_load(text)
+        options = parse_json_or_yaml(text)
     except yaml.YAMLError as error:
-        raise SpecError(f"{source}: not valid JSON or YAML: {error}") from None
+        mark, problem = yaml_problem(error)
+        where = f" (line {mark[0]}, column {mark[1]})" if mark else ""
+        raise SpecError(f"{source}: not valid JSON or YAML{where}: {problem}") from None
+    except RecursionError:
+        raise SpecError(f"{source}: values nested too deeply to parse") from None
     if options is None:
         return {}
     if not isinstance(options, dict):
@@ -72,16 +84,36 @@ def parse_options(text: str, source: str = "--options") -> dict[str, Any]:
     return options
 
 
+def check_flag_options(cls: type[StorageBackend], options: dict[str, Any], flag: str) -> None:
+    """The options a flag gives, judged as a spec's tier options are, before anything is created: every
+    schema error on one line (these are not a spec), the tier's directory never the OS or a home directory
+    (``--options.path: /etc/kvb is inside a system directory``, exit 2, as a spec is refused)."""
+    messages = schema_errors(options, cls.options_schema, root=flag)
+    if messages:
+        raise SpecError("; ".join(messages))
+    directory = options.get(cls.directory_option) if cls.directory_option else None
+    if isinstance(directory, str):
+        check_tier_directory(f"{flag}.{cls.directory_option}", directory)
+
+
 def run_conformance(name: str, options: dict[str, Any], *, as_json: bool,
                   dead_options: dict[str, Any] | None = None) -> int:
-    """Select and open the tier once (errors there are one clear line), then run every check."""
+    """Select the backend and check its options (errors there name the flag: ``--conformance``,
+    ``--options.x``), open the tier once (errors there name ``--conformance NAME``), then run every check."""
     from kvbench_core.contracts.conformance import BackendHarness, CheckSkipped, reopen_probe, run_checks
     from kvbench_core.engine.factory import create_backend
 
+    cls = lookup("backend", name, path="--conformance")
+    check_flag_options(cls, options, "--options")
+    if dead_options is not None:
+        check_flag_options(cls, dead_options, "--dead-options")
+
     def factory_for(tier_options: dict[str, Any], flag: str) -> Any:
-        """Errors name the flag the options were written in (``--options.size: ...``)."""
+        """Errors name the flag the options were written in (``--options.size: ...``) or the backend as the
+        command line chose it (``--conformance redis: cannot use the server at ...``)."""
         tier = {"name": "check", "backend": name, "options": tier_options}
-        return lambda context: create_backend(tier, context, path="--conformance", options_path=flag)
+        return lambda context: create_backend(tier, dataclasses.replace(context, named_as=f"--conformance {name}"),
+                                              path="--conformance", options_path=flag)
 
     factory = factory_for(options, "--options")
 

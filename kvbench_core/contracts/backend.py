@@ -90,12 +90,20 @@ class BackendContext:
     #: Where the user wrote this tier's options (``cache.tiers[1].options``; ``--options`` on a command
     #: line), so that an option error the constructor raises names the place to fix, as the schema's do.
     options_path: str = ""
+    #: How the user named this tier, when not by a spec's tier name: ``--conformance redis`` on the
+    #: command line (the harness's tier name, ``conformance``, is nothing the user wrote).
+    named_as: str = ""
 
     @property
     def options_where(self) -> str:
         """The prefix of a backend's option errors: ``options_path``, or the tier's name outside a spec
         (a bench script, a test that builds a backend by hand)."""
         return self.options_path or f"tier '{self.tier_name}' options"
+
+    def label(self, backend: str) -> str:
+        """The prefix of a backend's other errors (cannot open, unusable here): ``tier 'nvme0' (nvme)``, or
+        ``named_as``."""
+        return self.named_as or f"tier '{self.tier_name}' ({backend})"
 
 
 class StorageBackend(abc.ABC):

@@ -160,14 +160,20 @@ def check_tier_paths(tiers: list[dict[str, Any]]) -> None:
     itself (as for ``output.directory``: refused at load, not when the run opens the tier after writing
     its result directory), and no two tiers sharing or nesting a directory."""
     for field, path in tier_paths(tiers):
-        _check_variables(field, path)
-        target = resolved(path)
-        reason = refusal_reason(target)
-        if reason is not None:
-            raise SpecError(f"{field}: {path}{f' ({target})' if target != path else ''} {reason}")
+        check_tier_directory(field, path)
     reason = overlap_reason(tiers)
     if reason is not None:
         raise SpecError(reason)
+
+
+def check_tier_directory(field: str, path: str) -> None:
+    """One file tier's directory (at ``field``: a spec's ``cache.tiers[1].options.path``, a command line's
+    ``--options.path``): its ``$VARIABLE``s set, and never the OS, a virtual filesystem or a home directory."""
+    _check_variables(field, path)
+    target = resolved(path)
+    reason = refusal_reason(target)
+    if reason is not None:
+        raise SpecError(f"{field}: {path}{f' ({target})' if target != path else ''} {reason}")
 
 
 def _check_variables(field: str, path: str) -> None:

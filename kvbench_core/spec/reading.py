@@ -13,8 +13,9 @@ import yaml
 from kvbench_core.contracts.errors import InputFileError, SpecError
 
 
-def _parse_json_or_yaml(text: str) -> Any:
-    """JSON is YAML, but PyYAML needs ~1 s per 30 KB: a result file (JSON) is parsed as JSON first."""
+def parse_json_or_yaml(text: str) -> Any:
+    """Strict YAML (a spec file, a command line's inline options).  JSON is YAML, but PyYAML needs ~1 s per
+    30 KB: a result file (JSON) is parsed as JSON first."""
     if text.lstrip().startswith("{"):
         try:
             return json.loads(text)
@@ -99,6 +100,14 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _c
 _FastStrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+def yaml_problem(error: yaml.YAMLError) -> tuple[tuple[int, int] | None, str]:
+    """``((line, column) or None, what is wrong)`` of a YAML error, for a one-line message (PyYAML's own
+    spans four lines with a caret drawing)."""
+    mark = getattr(error, "problem_mark", None)
+    return ((mark.line + 1, mark.column + 1) if mark else None,
+            getattr(error, "problem", None) or str(error).splitlines()[0])
+
+
 def read_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Parse a YAML spec, or a result JSON whose embedded spec is to be re-run."""
     return _read_spec(path)[0]
@@ -116,11 +125,10 @@ def _read_spec(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str | None
     except OSError as error:
         raise InputFileError(f"{file}: cannot read spec: {error.strerror}") from None
     try:
-        data = _parse_json_or_yaml(text)
+        data = parse_json_or_yaml(text)
     except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        mark, problem = yaml_problem(error)
+        where = f":{mark[0]}:{mark[1]}" if mark else ""
         raise SpecError(f"{file}{where}: malformed YAML: {problem}") from None
     except RecursionError:
         raise SpecError(f"{file}: malformed spec: values nested too deeply to parse") from None

@@ -83,7 +83,7 @@ class GDSBackend(EntryFilesBackend):
 
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)
-        self.label = f"tier '{context.tier_name}' ({self.name})"
+        self.label = context.label(self.name)
         self.device_name: str = self.options["device"]
         self.num_threads: int = self.options["num_threads"]
         self.compat_mode: str = self.options["compat_mode"]

@@ -83,7 +83,7 @@ class NixlBackend(EntryFilesBackend):
 
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)
-        self.label = f"tier '{context.tier_name}' ({self.name})"
+        self.label = context.label(self.name)
         self.where = context.options_where
         self.nixl_backend: str = self.options["nixl_backend"]
         self.files = self.nixl_backend in FILE_BACKENDS

@@ -138,7 +138,7 @@ class NVMeBackend(EntryFilesBackend):
         self.direct: bool = self.options["direct"]
         self.queue_depth: int = self.options["queue_depth"]
         self.transfer_size = transfer_size_of(self.options, context.options_where)
-        self.label = f"tier '{context.tier_name}' ({self.name})"
+        self.label = context.label(self.name)
         self.directory = TierDirectory(self.options["path"], check_key(context.run_id),
                                        allow_nonempty=self.options["allow_nonempty"], label=self.label)
         self._write_flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC

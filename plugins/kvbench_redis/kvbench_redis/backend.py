@@ -84,7 +84,7 @@ class RedisBackend(ClientBackend):
     # -- lifecycle -----------------------------------------------------------------------------
 
     def open(self) -> None:
-        where = f"tier '{self.context.tier_name}' (redis)"
+        where = self.context.label("redis")
         self._client, self.server = server.connect(self.endpoint, self.options, self.pool_size, where)
         self._redirects = server.redirect_errors(self.cluster)
         try:

@@ -63,7 +63,7 @@ class S3Backend(ClientBackend):
     def open(self) -> None:
         from botocore.exceptions import BotoCoreError, ClientError
 
-        where = f"tier '{self.context.tier_name}' (s3)"
+        where = self.context.label("s3")
         session, credentials = open_session(self.options, where)
         self._mask = MaskSecrets.of(credentials)
         self._mask.attach()
