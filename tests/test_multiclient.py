@@ -239,3 +239,27 @@ def test_the_merged_status_is_the_worst_a_client_reports(single: Any, statuses: 
     run = merge_results(clients, mode="local", label="client", run_id="r", trial=1, as_written=as_written,
                         spec=dict(spec, clients=2), started_at=99.0)["run"]
     assert run["status"] == merged
+
+
+def test_the_merged_declaration_is_the_whole_runs_not_client_0s(single: Any) -> None:
+    """Cache state: the least advanced client's; working set: summed bytes, the most oversubscribed client's
+    multiple per tier (each client has its own tier); reuse rate from the summed counters (review R1 M4)."""
+    as_written, spec, result = single
+
+    def client(i: int, state: str, stored: int, multiple: float, hits: int) -> ClientReport:
+        crafted = copy.deepcopy(result)
+        tiers = crafted["declaration"]["tiers"]
+        tiers["cache_state"]["value"] = state
+        tiers["working_set_vs_tier"]["value"] = {"stored_bytes": stored, "multiple_of_capacity": {"nvme": multiple}}
+        crafted["metrics"]["cache"]["counters"].update(turn_reads=4, turn_hits=hits, prefix_reads=0, prefix_hits=0)
+        return ClientReport(index=i, run_id=f"r-c{i}", seed=client_seed(42, i), users=3, directories=[],
+                            result=crafted, released_at=100.0)
+
+    merged = merge_results([client(0, "steady", 100, 0.5, 4), client(1, "warm", 300, 1.5, 1)], mode="local",
+                           label="client", run_id="r", trial=1, as_written=as_written, spec=dict(spec, clients=2),
+                           started_at=99.0)
+    tiers, workload = merged["declaration"]["tiers"], merged["declaration"]["workload"]
+    assert tiers["cache_state"]["value"] == "warm"
+    assert tiers["working_set_vs_tier"]["value"] == {"stored_bytes": 400, "multiple_of_capacity": {"nvme": 1.5}}
+    assert workload["prefix_reuse_rate"]["value"] == 5 / 8
+    assert workload["input_length_mean"]["value"] == merged["workload"]["stats"]["input_length"]["mean"]

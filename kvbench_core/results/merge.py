@@ -17,13 +17,13 @@ The rules (seed §11.6; docs/scale-out.md):
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvbench_core.engine.telemetry import SERIES_COUNTS, series_rates
 from kvbench_core.results.checks import run_checks
+from kvbench_core.results.merge_declaration import merge_declarations
 from kvbench_core.results.metrics import Metrics, sum_dicts
 from kvbench_core.results.result import rerun_section, spec_section
 from kvbench_core.spec.declaration import contradictions
@@ -80,8 +80,11 @@ def merge_results(clients: list[ClientReport], *, mode: str, label: str, run_id:
                                              if worst in statuses), "completed")
     reasons = sorted({c.result["run"]["stop_reason"] for c in reported if c.result["run"]["stop_reason"]})
     users = [c.users for c in clients]
+    merged_workload = _merge_workload([c.result["workload"] for c in reported], base["workload"]["source"])
     released = [c.released_at for c in clients if c.released_at is not None]
-    declaration = copy.deepcopy(base["declaration"])
+    counters = (metrics.get("cache") or {}).get("counters") or {}
+    declaration = merge_declarations([r["declaration"] for r in measured] or [base["declaration"]],
+                                     workload=merged_workload, counters=counters)
     concurrency = declaration.get("workload", {}).get("concurrency")
     if isinstance(concurrency, dict):
         concurrency.update(value=f"{sum(users)} users over {len(clients)} {label}s "
@@ -103,7 +106,7 @@ def merge_results(clients: list[ClientReport], *, mode: str, label: str, run_id:
         "environment": base["environment"],
         "declaration": declaration,
         "warnings": contradictions(declaration),
-        "workload": _merge_workload([c.result["workload"] for c in reported], base["workload"]["source"]),
+        "workload": merged_workload,
         "metrics": metrics,
         "timeseries": _merge_series([c.result["timeseries"] for c in reported]),
         "autoscaling": {"trajectory": [], "summary": {},
