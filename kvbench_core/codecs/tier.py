@@ -82,9 +82,53 @@ class ArraySink:
         self.array[offset:offset + len(data)] = np.frombuffer(data, dtype=np.uint8)
 
 
+SEGMENT_MARK = ".kvc"
+
+
 def segment_key(key: str, index: int) -> str:
     """The inner backend's key of segment ``index`` (segment 0 keeps the entry's own key)."""
-    return key if index == 0 else f"{key}.kvc{index}"
+    return key if index == 0 else f"{key}{SEGMENT_MARK}{index}"
+
+
+def entry_key(key: str) -> str:
+    """The entry an inner object key belongs to (``segment_key``'s inverse): a segment's device commands
+    are commands of the entry's operation, and the recorder books them there."""
+    head, mark, index = key.rpartition(SEGMENT_MARK)
+    return head if mark and index.isdigit() else key
+
+
+@dataclass(slots=True)
+class SegmentTally:
+    """What an entry's segments did on the inner backend, summed into the entry's ``IOTiming``.
+
+    A shared inner tier may store a segment without a transfer (another writer committed it): its logical
+    bytes are the entry's ``dedup_bytes``, the rest its ``nbytes``, so an entry whose every segment was
+    found is a store without a transfer and no operation (docs/codecs.md, "Over a shared tier")."""
+
+    host: float = 0.0
+    codec: float = 0.0
+    device: float = 0.0
+    commands: int = 0
+    physical: int = 0
+    moved: int = 0
+    deduplicated: int = 0
+
+    def add(self, timing: IOTiming, logical: int, host: float = 0.0, codec: float = 0.0) -> None:
+        """One segment of ``logical`` bytes: ``host``/``codec`` the stage's own work on it."""
+        found = timing.nbytes + timing.dedup_bytes
+        sent = logical if not timing.dedup_bytes else logical * timing.nbytes // max(found, 1)
+        self.host += host + timing.host
+        self.codec += codec if sent else 0.0  # the codec layer pairs its time with the bytes it books
+        self.device += timing.device
+        self.commands += timing.commands
+        self.physical += timing.nbytes
+        self.moved += sent
+        self.deduplicated += logical - sent
+
+    def timing(self, start: float) -> IOTiming:
+        return IOTiming(total=time.perf_counter() - start, host=self.host, device=self.device, nbytes=self.moved,
+                        commands=self.commands, codec=self.codec, physical_bytes=self.physical,
+                        dedup_bytes=self.deduplicated)
 
 
 def demotion_source(source: Any) -> Any:
@@ -120,6 +164,8 @@ class CodecTier(StorageBackend):
         self._range_last = threading.local()  # the chunk read_range decoded last (pieces rarely span chunks)
         self._lock = threading.Lock()
         self._index: dict[str, list[Segment]] = {}
+        if hasattr(inner.context.io_log, "owner_of"):  # the run's CommandRecorder: segments book to their entry
+            inner.context.io_log.owner_of = entry_key
 
     # -- pass-through ------------------------------------------------------------------------------------
     def open(self) -> None:
@@ -155,22 +201,16 @@ class CodecTier(StorageBackend):
         upper = getattr(source, "backend", None)
         if isinstance(upper, CodecTier) and upper.signature == self.signature and upper.layout(key):
             return self._copy_encoded(key, source, upper, start)
-        host = codec = device = 0.0
-        commands = physical = 0
+        tally = SegmentTally()
         segments = []
         for index, at in enumerate(range(0, max(source.size, 1), self.segment_bytes)):
             logical = min(self.segment_bytes, source.size - at)
             encoded, fill_s, encode_s = self._encode_segment(source, at, logical)
             timing = self.inner.write(segment_key(key, index), ArraySource(encoded))
             segments.append(self._layout_of(encoded, key))
-            host += fill_s + encode_s + timing.host
-            codec += encode_s
-            device += timing.device
-            commands += timing.commands
-            physical += timing.nbytes
+            tally.add(timing, logical, host=fill_s + encode_s, codec=encode_s)
         self._publish(key, segments)
-        return IOTiming(total=time.perf_counter() - start, host=host, device=device, nbytes=source.size,
-                        commands=commands, codec=codec, physical_bytes=physical)
+        return tally.timing(start)
 
     def _encode_segment(self, source: ByteSource, at: int, logical: int) -> tuple[np.ndarray, float, float]:
         """Encode logical bytes ``[at, at + logical)`` into this thread's segment buffer."""
@@ -235,21 +275,17 @@ class CodecTier(StorageBackend):
     def _copy_encoded(self, key: str, source: Any, upper: CodecTier, start: float) -> IOTiming:
         """Demotion between tiers with the same codec: move the encoded segments without decoding."""
         segments = upper.layout(key) or []
-        host = device = 0.0
-        commands = physical = 0
+        tally = SegmentTally()
+        pulled = demotion_source(source)
         for index, segment in enumerate(segments):
             encoded = np.frombuffer(self._encoded.get(segment.physical), dtype=np.uint8)
             t0 = time.perf_counter()
             upper.inner.read_range(segment_key(key, index), 0, memoryview(encoded))
-            demotion_source(source).read_seconds += time.perf_counter() - t0  # booked as the upper tier's read
-            timing = self.inner.write(segment_key(key, index), ArraySource(encoded))
-            host += timing.host
-            device += timing.device
-            commands += timing.commands
-            physical += timing.nbytes
+            pulled.read_seconds += time.perf_counter() - t0  # booked as the upper tier's read
+            pulled.bytes_read += segment.logical
+            tally.add(self.inner.write(segment_key(key, index), ArraySource(encoded)), segment.logical)
         self._publish(key, segments)
-        return IOTiming(total=time.perf_counter() - start, host=host, device=device, nbytes=source.size,
-                        commands=commands, codec=0.0, physical_bytes=physical)
+        return tally.timing(start)
 
     # -- read ----------------------------------------------------------------------------------------------
     def _segments(self, key: str) -> list[Segment]:

@@ -7,10 +7,12 @@ into a ``ByteSink`` piece by piece.  So no entry is ever materialised whole in
 Python memory, and memory stays bounded by what is in flight.
 
 Every operation returns an ``IOTiming`` with the seed's L4 split:
-``host`` is user-space preparation (filling/copying buffers, serialising
-headers, hashing), ``device`` is time spent waiting on the storage (inside the
-read/write/fsync syscalls, the network round trip, the cuFile call).
-``host + device <= total``; the remainder is untracked overhead.
+``device`` is time spent waiting on the storage (inside the read/write/fsync
+syscalls, the network round trip, the cuFile call); ``host`` is the part of the
+rest the backend can name (filling/copying buffers, serialising headers,
+hashing), with ``host + device <= total``.  The result's L4 host is
+``total - device`` for every tier (docs/metrics.md): everything that is not
+waiting on the device, named or not, so host + device is the total.
 """
 
 from __future__ import annotations
@@ -34,15 +36,35 @@ class IOTiming:
     commands: int = 1  # device commands issued (pread/pwrite calls, HTTP parts, cuFile tasks)
     codec: float = 0.0  # of ``host``: encoding or decoding in a codec stage (kvbench_core.codecs), its own layer
     physical_bytes: int | None = None  # bytes that reached the device when a codec changed them; None = nbytes
-    #: A write a shared tier completed without a transfer: another holder had committed the same entry, so
-    #: this one holds it and sent nothing.  The entry's bytes; ``nbytes`` and ``commands`` are then 0.
+    #: Bytes of a write a shared tier stored without a transfer: another holder had committed them, so this
+    #: one holds them and sent nothing.  ``nbytes + dedup_bytes`` is the entry.  All of it (``nbytes`` 0,
+    #: ``commands`` 0): a store without a transfer, no operation of the tier.  Part of it (a codec stage
+    #: whose later segments another writer had committed): an operation that moved ``nbytes``.
     dedup_bytes: int = 0
 
     @classmethod
-    def deduplicated(cls, total: float, device: float, size: int) -> IOTiming:
+    def deduplicated(cls, total: float, device: float, size: int, host: float = 0.0) -> IOTiming:
         """A write stored without a transfer: ``size`` bytes held, none moved, no data command issued
-        (``device`` is the control round trip that found the entry)."""
-        return cls(total, 0.0, device, 0, commands=0, dedup_bytes=size)
+        (``device`` is the control round trip that found the entry, ``host`` what preparing it cost)."""
+        return cls(total, host, device, 0, commands=0, dedup_bytes=size)
+
+    @property
+    def transferred(self) -> bool:
+        """Whether this is an operation of the tier (it moved bytes, or claims no store without a transfer)."""
+        return self.nbytes > 0 or not self.dedup_bytes
+
+    def contract_error(self) -> str | None:
+        """Why these figures cannot all be true, or None: the rules the engine books an operation by
+        (docs/metrics.md, "Stores without a transfer"), so a backend breaking one is refused, not misbooked."""
+        if self.nbytes < 0 or self.dedup_bytes < 0 or self.commands < 0:
+            return (f"negative bytes or commands (nbytes {self.nbytes}, dedup_bytes {self.dedup_bytes}, "
+                    f"commands {self.commands})")
+        if not self.transferred and self.commands:
+            return (f"a store without a transfer (dedup_bytes {self.dedup_bytes}, nbytes 0) reports "
+                    f"{self.commands} data commands")
+        if self.physical_bytes and not self.nbytes:
+            return f"physical_bytes {self.physical_bytes} reached the device for nbytes 0"
+        return None
 
 
 class ByteSource(Protocol):

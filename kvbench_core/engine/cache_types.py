@@ -54,15 +54,18 @@ class Entry:
 
 
 class TierSource:
-    """``ByteSource`` that pulls an entry's bytes from an upper tier (the demotion read side)."""
+    """``ByteSource`` that pulls an entry's bytes from an upper tier (the demotion read side), counting
+    the time and the bytes it read there: the upper tier's read is booked from these, not assumed."""
 
-    __slots__ = ("backend", "key", "read_seconds", "size")
+    __slots__ = ("backend", "bytes_read", "key", "read_seconds", "size")
 
     def __init__(self, backend: StorageBackend, key: str, size: int) -> None:
         self.backend, self.key, self.size = backend, key, size
         self.read_seconds = 0.0
+        self.bytes_read = 0
 
     def fill(self, offset: int, out: memoryview) -> None:
         start = time.perf_counter()
         self.backend.read_range(self.key, offset, out)
         self.read_seconds += time.perf_counter() - start
+        self.bytes_read += len(out)

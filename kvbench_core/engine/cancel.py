@@ -13,6 +13,7 @@ every command.  It forwards to the run's JSONL I/O log when the spec asks for on
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from kvbench_core.contracts.backend import ByteSink, ByteSource, DiscardSink
@@ -92,15 +93,18 @@ class CommandRecorder:
     """One tier's ``io_log``: collects each operation's device commands for the cache to book with the
     operation (``take``), forwards them to the JSONL I/O log if any, and is a cancellation point.
 
-    The cache never runs two operations on one key of one tier at once, so commands are kept per key.
-    Outside the measured window they only feed the live progress line."""
+    The cache never runs two operations on one key of one tier at once, so commands are kept per key:
+    the key of the entry whose operation issued them (``owner_of`` maps a backend's object key to it, where
+    one entry is several objects, as a codec stage's segments are), so every command is taken with its
+    operation and nothing stays pending.  Outside the measured window they only feed the live progress line."""
 
-    __slots__ = ("_lock", "_pending", "io_log", "telemetry", "tier", "token")
+    __slots__ = ("_lock", "_pending", "io_log", "owner_of", "telemetry", "tier", "token")
 
     def __init__(self, tier: str, telemetry: Any, *, io_log: Any = None, token: CancelToken | None = None) -> None:
         self.tier, self.telemetry, self.io_log, self.token = tier, telemetry, io_log, token
         self._lock = threading.Lock()
         self._pending: dict[tuple[str, str], list[tuple[int, float, float]]] = {}
+        self.owner_of: Callable[[str], str] | None = None
 
     def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float,
                requested: int | None = None, align: int | None = None) -> None:
@@ -108,7 +112,8 @@ class CommandRecorder:
         aligned length (an O_DIRECT tail), forwarded to the I/O log (docs/kvio.md, "the I/O log")."""
         if self.telemetry.measuring:
             with self._lock:
-                self._pending.setdefault((key, op), []).append((nbytes, start_s, end_s))
+                owner = key if self.owner_of is None else self.owner_of(key)
+                self._pending.setdefault((owner, op), []).append((nbytes, start_s, end_s))
         else:
             self.telemetry.record_progress_bytes(self.tier, op, nbytes)
         if self.io_log is not None:

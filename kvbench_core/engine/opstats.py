@@ -35,23 +35,27 @@ class OpStats:
     codec: LatencyHistogram = field(default_factory=LatencyHistogram)
     codec_bytes: int = 0
     physical_bytes: int = 0
-    #: Writes a shared tier completed without a transfer (``IOTiming.dedup_bytes``) and the bytes they
-    #: hold: stored entries, but no operation, no bytes moved, no command, no latency here.
+    #: Writes a shared tier completed without a transfer (``IOTiming.dedup_bytes``, ``nbytes`` 0): stored
+    #: entries, but no operation, no bytes moved, no command, no latency here.  ``dedup_bytes`` holds their
+    #: bytes plus the deduplicated part of operations that moved the rest (a codec stage's segments another
+    #: writer had committed), so ``bytes + dedup_bytes`` is always the bytes stored.
     dedup_stores: int = 0
     dedup_bytes: int = 0
     first_start: float | None = None
     last_end: float | None = None
 
     def add(self, timing: IOTiming, start: float, end: float) -> None:
-        if timing.dedup_bytes:
+        self.dedup_bytes += timing.dedup_bytes
+        if not timing.transferred:
             self.dedup_stores += 1
-            self.dedup_bytes += timing.dedup_bytes
             return
         self.ops += 1
         self.bytes += timing.nbytes
         self.commands += timing.commands
         self.total.add(timing.total)
-        self.host.add(timing.host)
+        # L4 host is everything that is not waiting on the device (docs/metrics.md), the same for every tier
+        # whatever part of it the backend could name, so host + device is the operation's total.
+        self.host.add(max(timing.total - timing.device, 0.0))
         self.device.add(timing.device)
         self.physical_bytes += timing.nbytes if timing.physical_bytes is None else timing.physical_bytes
         if timing.codec > 0:

@@ -217,7 +217,7 @@ class Telemetry:
         reports none).  Inside a request it waits in the request's tally; outside (preload, cold
         demotion) it belongs to the window it started in."""
         record = OpRecord(tier, op, timing, start, end, commands or [])
-        if not timing.dedup_bytes:  # a store without a transfer is no operation of the tier (OpStats.add)
+        if timing.transferred:  # a store without a transfer is no operation of the tier (OpStats.add)
             with self._lock:
                 self._interval["tiers"][tier][op][1].add(timing.total)
         tally = self._tally()

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from kvbench_core.contracts.backend import IOTiming
 from kvbench_core.contracts.errors import Cancelled, StorageError
-from kvbench_core.engine.cache_types import Entry, Tier
+from kvbench_core.engine.cache_types import Entry, Tier, TierSource
 from kvbench_core.engine.cancel import CommandRecorder
 from kvbench_core.engine.telemetry import Telemetry
 
@@ -30,6 +30,10 @@ class TierOperations:
         start = time.perf_counter()
         try:
             timing = action()
+            breach = timing.contract_error()
+            if breach is not None:  # booked as it stands it would lose or invent bytes: refused, as a failure
+                raise TimingContractError(f"backend '{tier.backend.name}' ({type(tier.backend).__name__}) "
+                                          f"returned an IOTiming that breaks the contract: {breach}")
         except (StorageError, Cancelled):
             take_commands(tier, key, op)  # a failed or cancelled operation is booked nowhere, nor its commands
             raise
@@ -41,17 +45,21 @@ class TierOperations:
         self.telemetry.record_op(tier.name, op, timing, start, end, take_commands(tier, key, op))
         return timing
 
-    def record_source_read(self, upper: Tier, entry: Entry, seconds: float, write: IOTiming) -> None:
-        """A demotion's (or promotion's) read of the tier it moves from is real traffic there: count it.  A memory
-        tier has no device to wait for, so its time is host time; a persistent tier's is device time.  A
-        ``write`` the lower tier completed without a transfer (``IOTiming.dedup_bytes``) read nothing."""
-        if write.dedup_bytes:
+    def record_source_read(self, upper: Tier, entry: Entry, source: TierSource) -> None:
+        """A demotion's (or promotion's) read of the tier it moves from is real traffic there: count what
+        ``source`` really read (nothing, when the lower tier found the entry committed before pulling a byte;
+        all of it when it read the entry to encode or hash it, whatever it then sent).  A memory tier has no
+        device to wait for, so its time is host time; a persistent tier's is device time."""
+        commands = take_commands(upper, entry.key, "read")  # the range reads' own commands, as the recorder saw
+        if not source.bytes_read:
             return
         end = time.perf_counter()
+        seconds = source.read_seconds
         host, device = (seconds, 0.0) if upper.backend.volatile else (0.0, seconds)
-        commands = take_commands(upper, entry.key, "read")  # the range reads' own commands, as the recorder saw
-        timing = IOTiming(total=seconds, host=host, device=device, nbytes=entry.size, commands=max(len(commands), 1),
-                          physical_bytes=upper.backend.stored_bytes(entry.key))  # a codec tier stores fewer
+        whole = source.bytes_read >= entry.size
+        stored = upper.backend.stored_bytes(entry.key) if whole else None  # a codec tier stores fewer
+        timing = IOTiming(total=seconds, host=host, device=device, nbytes=source.bytes_read,
+                          commands=max(len(commands), 1), physical_bytes=stored)
         self.telemetry.record_op(upper.name, "read", timing, end - seconds, end, commands)
 
     def delete_from(self, tier: Tier, entry: Entry) -> None:
@@ -61,6 +69,10 @@ class TierOperations:
         except Exception as error:
             self.telemetry.record_op_error(tier.name, "delete", entry.key, error)
             raise StorageError(tier.name, "delete", entry.key, error) from error
+
+
+class TimingContractError(Exception):
+    """A backend's ``IOTiming`` breaks ``IOTiming.contract_error``'s rules (a plugin bug, not the device's)."""
 
 
 def take_commands(tier: Tier, key: str, op: str) -> list[tuple[int, float, float]]:

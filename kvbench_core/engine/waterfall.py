@@ -283,17 +283,18 @@ class MultiTierCache:
         try:
             def write() -> IOTiming:
                 if tensor_path:
+                    source.bytes_read = entry.size  # the DMA reads the whole device tensor
                     return lower.backend.write_tensor(entry.key, upper.backend.tensor(entry.key))
                 return lower.backend.write(entry.key, cancellable)
 
-            timing = self._ops.timed(lower, "write", entry.key, write)
+            self._ops.timed(lower, "write", entry.key, write)
         except (StorageError, Cancelled):
             with self._lock:
                 lower.usage -= entry.size
                 upper.lru[entry.key] = entry
                 upper.lru.move_to_end(entry.key, last=False)
             raise
-        self._ops.record_source_read(upper, entry, source.read_seconds, timing)
+        self._ops.record_source_read(upper, entry, source)
         self._ops.delete_from(upper, entry)
         with self._lock:
             if upper.lru.get(entry.key) is entry:  # a cold demotion takes it from the middle of the LRU
@@ -309,14 +310,15 @@ class MultiTierCache:
         assert lower is not None
         if not self.placement.admits(top, entry.size) or not self._make_room(0, entry.size, depth=0):
             return
-        source = cancellable_source(TierSource(lower.backend, entry.key, entry.size), self.cancel)
+        source = TierSource(lower.backend, entry.key, entry.size)
+        cancellable = cancellable_source(source, self.cancel)
         try:
-            timing = self._ops.timed(top, "write", entry.key, lambda: top.backend.write(entry.key, source))
+            self._ops.timed(top, "write", entry.key, lambda: top.backend.write(entry.key, cancellable))
         except (StorageError, Cancelled):
             with self._lock:
                 top.usage -= entry.size
             raise
-        self._ops.record_source_read(lower, entry, source.read_seconds, timing)
+        self._ops.record_source_read(lower, entry, source)
         with self._lock:
             lower.lru.pop(entry.key, None)
         self._ops.delete_from(lower, entry)
