@@ -53,9 +53,12 @@ class IOTiming:
         """Whether this is an operation of the tier (it moved bytes, or claims no store without a transfer)."""
         return self.nbytes > 0 or not self.dedup_bytes
 
-    def contract_error(self) -> str | None:
-        """Why these figures cannot all be true, or None: the rules the engine books an operation by
-        (docs/metrics.md, "Stores without a transfer"), so a backend breaking one is refused, not misbooked."""
+    def contract_error(self, op: str) -> str | None:
+        """Why these figures of an ``op`` (``write``/``read``) cannot all be true, or None: the rules the engine
+        books an operation by (docs/metrics.md, "Stores without a transfer"), so a backend breaking one is
+        refused, not misbooked."""
+        if self.dedup_bytes and op != "write":
+            return f"a {op} reports dedup_bytes {self.dedup_bytes}: only a write is stored without a transfer"
         if self.nbytes < 0 or self.dedup_bytes < 0 or self.commands < 0:
             return (f"negative bytes or commands (nbytes {self.nbytes}, dedup_bytes {self.dedup_bytes}, "
                     f"commands {self.commands})")
@@ -166,7 +169,7 @@ class StorageBackend(abc.ABC):
         self.context = context
 
     @classmethod  # noqa: B027 - optional hook, most tiers' schemas say it all
-    def check_options(cls, options: dict[str, Any], path: str) -> None:
+    def check_options(cls, options: dict[str, Any], path: str = "tier.options") -> None:
         """Refuse what ``options_schema`` cannot say (a size's range, options that exclude each other), with
         a ``SpecError`` naming the field under ``path`` (``cache.tiers[1].options``: errors read
         ``cache.tiers[1].options.transfer_size: ...``, as the schema's and a source's do), without building
