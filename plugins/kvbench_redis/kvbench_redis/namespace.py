@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvbench_redis.shared import CLAIM, COMMIT, HOLD_IF_COMPLETE, RELEASE, SharedEntryKeys, SharedHolds
+from kvbench_redis.shared import (
+    CLAIM,
+    COMMIT,
+    EXPIRED_BEFORE_COMMIT,
+    HOLD_IF_COMPLETE,
+    RELEASE,
+    SharedEntryKeys,
+    SharedHolds,
+)
 
 
 class SharedNamespace:
@@ -65,9 +73,13 @@ class SharedNamespace:
         return [f"{names.temp_prefix}{i}" for i in range(count)], commit
 
     def finish_store(self, key: str, size: int, committed: Any) -> None:
-        """The commit's reply: this store became the entry, or another client's commit won (held either way)."""
+        """The commit's reply: this store became the entry, or another client's commit won (held either way),
+        or a temp part expired before the commit (an ``OSError``: nothing is held, nothing left behind)."""
         with self.holds.lock:
             del self.holds.pending[key, size]
+        if committed == EXPIRED_BEFORE_COMMIT:
+            raise OSError(f"tier {self.tier_name!r}: the parts of {key!r} expired before their commit "
+                          f"(ttl {self.ttl_ms} ms is shorter than the store took)")
         self.holds.hold(key, size)
         self.holds.count("stored" if committed else "duplicate")
 

@@ -50,8 +50,12 @@ OPTIONS_SCHEMA: dict[str, Any] = {
         "ssl_check_hostname": {"type": "boolean", "default": True},
         "cluster": {"type": "boolean", "default": False,
                     "description": "the endpoint is a Redis Cluster node; entries spread over its shards"},
-        "part_size": {**_SIZE, "description": "largest value per key; default: the server's proto-max-bulk-len"},
-        "ttl": {**_DURATION, "default": 0, "description": "expire entries after this long (0: never)"},
+        # A description is also what a bad value's message says was expected ("ttl: expected ..."), so
+        # these say what a value is, not what it does (that is in docs/tiers/redis.md).
+        "part_size": {**_SIZE, "description": "a size >= 1 such as 4MiB (default: the server's "
+                                              "proto-max-bulk-len)"},
+        "ttl": {**_DURATION, "default": 0, "description": "a duration >= 0 such as 1h or 500ms (0: entries "
+                                                          "never expire)"},
         "shared_namespace": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$",
                              "description": "a fixed key namespace shared by every process that names it, "
                                             "for the entries shared_keys selects"},

@@ -24,6 +24,12 @@ were on the way (then its own parts are dropped and it holds that one).
 A release removes the caller's token; the release that leaves no token deletes
 the entry: the last holder deletes.  Each step is one Lua script, atomic on the
 server, so none races another.
+
+With a ``ttl``, the commit that makes an entry gives its parts, marker and
+holders one absolute deadline (``PEXPIREAT``, in the same script), so the bytes
+never expire before the marker that says they are there; no later store or hold
+moves it.  Every script treats an entry as complete only when the marker and
+every part it counts exist (a part may also go to ``maxmemory`` eviction).
 """
 
 from __future__ import annotations
@@ -32,48 +38,90 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+#: The scripts' shared part: whether an entry is complete, and one expiry for all of its keys.  An entry is
+#: complete when its marker (``:parts``) exists and so does every part it counts: a part evicted under
+#: ``maxmemory`` or expired apart from the marker makes the entry incomplete, never "complete without bytes"
+#: (a store that held such an entry sent nothing, and the read that followed failed).
+_ENTRY = """
+local function complete(entry)
+  local count = tonumber(redis.call('GET', entry .. ':parts'))
+  if not count then return false end
+  for i = 0, count - 1 do
+    if redis.call('EXISTS', entry .. ':p' .. i) == 0 then return false end
+  end
+  return true
+end
+"""
+
 #: KEYS sizes; ARGV token, base: hold the largest complete entry under the key; its size, or nil.
-CLAIM = """
-local best = nil
+CLAIM = _ENTRY + """
+local best, name = nil, nil
 for _, size in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  if not best or tonumber(size) > best then best = tonumber(size) end
+  if (not best or tonumber(size) > best) and complete(ARGV[2] .. ':s' .. size) then
+    best, name = tonumber(size), size
+  end
 end
 if not best then return false end
-redis.call('SADD', ARGV[2] .. ':s' .. best .. ':holders', ARGV[1])
+redis.call('SADD', ARGV[2] .. ':s' .. name .. ':holders', ARGV[1])
 return best
 """
 
 #: KEYS sizes; ARGV token, base, size: 1 when the entry is complete already (now held by this token too: the
-#: store sends nothing), 0 when it is not (the store sends its parts and commits them).
-HOLD_IF_COMPLETE = """
+#: store sends nothing), 0 when it is not (the store sends its parts and commits them).  Holding does not
+#: change the entry's expiry.
+HOLD_IF_COMPLETE = _ENTRY + """
 local entry = ARGV[2] .. ':s' .. ARGV[3]
-if redis.call('EXISTS', entry .. ':parts') == 0 then return 0 end
+if not complete(entry) then return 0 end
 redis.call('SADD', entry .. ':holders', ARGV[1])
 return 1
 """
 
+#: COMMIT's reply when a temp part expired before the commit (the store took longer than the ttl).
+EXPIRED_BEFORE_COMMIT = -1
+
 #: KEYS sizes; ARGV token, base, size, parts, ttl ms (0: none).  1 when this writer's temp parts became the
-#: entry, 0 when the same entry was complete already (its temp parts dropped, the entry held).
-COMMIT = """
+#: entry, 0 when the same entry was complete already (its temp parts dropped, the entry held, its expiry
+#: untouched: its bytes are the winner's), -1 (``EXPIRED_BEFORE_COMMIT``) when a temp part had expired (all
+#: dropped, nothing held).  An incomplete entry (a part evicted) is replaced whole.  The committed entry's
+#: parts, marker and holders get one absolute deadline in this script, so they expire at the same instant;
+#: ``:sizes`` lives at least as long as every entry it lists.
+COMMIT = _ENTRY + """
 local entry = ARGV[2] .. ':s' .. ARGV[3]
 local count = tonumber(ARGV[4])
 local temp = entry .. ':w' .. ARGV[1] .. ':p'
-local committed = 0
-if redis.call('EXISTS', entry .. ':parts') == 1 then
+local ttl = tonumber(ARGV[5])
+local function drop_temp()
   for i = 0, count - 1 do redis.call('UNLINK', temp .. i) end
-else
-  for i = 0, count - 1 do redis.call('RENAME', temp .. i, entry .. ':p' .. i) end
-  redis.call('SET', entry .. ':parts', count)
-  redis.call('SADD', KEYS[1], ARGV[3])
-  committed = 1
 end
+if complete(entry) then
+  drop_temp()
+  redis.call('SADD', entry .. ':holders', ARGV[1])
+  return 0
+end
+for i = 0, count - 1 do
+  if redis.call('EXISTS', temp .. i) == 0 then drop_temp() return -1 end
+end
+local stale = tonumber(redis.call('GET', entry .. ':parts') or '0')
+for i = count, stale - 1 do redis.call('UNLINK', entry .. ':p' .. i) end
+local sizes_ttl = redis.call('PTTL', KEYS[1])  -- -2: none yet, -1: never expires
+local names = {entry .. ':parts', entry .. ':holders'}
+for i = 0, count - 1 do
+  redis.call('RENAME', temp .. i, entry .. ':p' .. i)
+  names[#names + 1] = entry .. ':p' .. i
+end
+redis.call('SET', entry .. ':parts', count)
 redis.call('SADD', entry .. ':holders', ARGV[1])
-if tonumber(ARGV[5]) > 0 then
-  for _, name in ipairs({entry .. ':parts', entry .. ':holders', KEYS[1]}) do
-    redis.call('PEXPIRE', name, ARGV[5])
-  end
+redis.call('SADD', KEYS[1], ARGV[3])
+if ttl > 0 then
+  local now = redis.call('TIME')
+  local deadline = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + ttl
+  for _, name in ipairs(names) do redis.call('PEXPIREAT', name, deadline) end
+  if sizes_ttl == -2 or (sizes_ttl >= 0 and sizes_ttl < ttl) then redis.call('PEXPIREAT', KEYS[1], deadline) end
+else
+  for _, name in ipairs(names) do redis.call('PERSIST', name) end
+  redis.call('PERSIST', KEYS[1])
 end
-return committed
+return 1
 """
 
 #: KEYS sizes; ARGV token, base, size: drop this hold; 1 when it was the last and the entry is gone.
@@ -117,7 +165,8 @@ class SharedHolds:
     The counts say, per process, what the shared namespace did to its stores
     and holds (reported as the tier's ``counters``): ``stored``, stores that
     became the entry; ``deduplicated``, stores that found the entry complete
-    already and sent nothing (the tier's ``dedup_stores``); ``duplicate``, stores
+    already and sent nothing (the tier's ``dedup_stores`` counts those of the measured window only:
+    these counts cover the whole process, set-up, warm-up and drain included); ``duplicate``, stores
     whose parts were sent (and are booked: the bytes did travel) but dropped at
     commit because another client committed the same entry meanwhile; ``lookups_held``, local misses that
     found another client's entry and now hold it; ``released``, holds dropped

@@ -292,7 +292,12 @@ def tier(**options: Any) -> dict[str, Any]:
     ({"ssl_ca_file": "/ca.pem"}, "options.ssl_ca_file: needs TLS"),
     ({"cluster": True, "unix_socket": "/s"}, "options.cluster: a Redis Cluster is reached over TCP"),
     ({"unix_socket": "/s", "ssl": True}, "does not apply to a unix socket"),
-    ({"part_size": "lots"}, "tier.options.part_size"),
+    ({"part_size": "lots"}, 'tier.options.part_size: expected a size >= 1 such as 4MiB (default: the '
+                            'server\'s proto-max-bulk-len), got "lots"'),
+    # the option's description is the expectation: it once read "expected expire entries after this long"
+    ({"ttl": "-1s"}, 'tier.options.ttl: expected a duration >= 0 such as 1h or 500ms (0: entries never '
+                     'expire), got "-1s"'),
+    ({"ttl": -1}, "tier.options.ttl: expected a value >= 0, got -1"),
     ({"shared_namespace": "a b"}, "tier.options.shared_namespace"),
 ])
 def test_bad_options_are_spec_errors(options: dict[str, Any], message: str) -> None:
