@@ -157,3 +157,65 @@ def test_the_report_tables_show_the_same_stores_without_a_transfer() -> None:
     assert '<td>write</td>' in html and '<td class="num">4</td><td class="num">2.500</td></tr>' in html
     plain = {**tier, "write": dict(stats)}
     assert "stores without a transfer" not in _tiers({"metrics": {"tiers": {"shared": plain}}})
+
+
+def test_a_partly_deduplicated_write_is_an_operation_of_the_bytes_it_moved() -> None:
+    stats = OpStats()
+    stats.add(IOTiming(0.002, 0.001, 0.001, 1000, commands=1, dedup_bytes=SIZE - 1000), 1.0, 1.002)
+    assert (stats.ops, stats.bytes, stats.commands, stats.physical_bytes) == (1, 1000, 1, 1000)
+    assert (stats.dedup_stores, stats.dedup_bytes) == (0, SIZE - 1000)  # stored once: as an operation
+    assert stats.bytes + stats.dedup_bytes == SIZE
+
+
+class HashingSharedTier(SharedMemoryTier):
+    """A content-addressed shared tier: it reads the whole source to hash it, then finds it committed."""
+
+    def write(self, key: str, source: ByteSource) -> IOTiming:
+        if key in self.elsewhere:
+            scratch = memoryview(bytearray(source.size))
+            source.fill(0, scratch)
+        return super().write(key, source)
+
+
+def test_a_demotion_onto_a_committed_entry_books_what_the_lower_tier_read_above() -> None:
+    """R1 M3: the upper tier's read was skipped because of the flag, not because nothing was read."""
+    dram = CPUMemoryBackend({}, BackendContext(tier_name="dram", run_id="test"))
+    cache, telemetry = cache_over([Tier("dram", dram, SIZE * 3 // 2),
+                                   Tier("shared", HashingSharedTier(elsewhere={"kv_system_a_t3"}), 1 << 20)])
+    cache.put("kv_system_a_t3", SIZE)
+    cache.put("u0_c1_turn_1", SIZE)  # the prompt goes down; the shared tier hashes all of it, sends nothing
+    assert (telemetry.tiers["dram"]["read"].ops, telemetry.tiers["dram"]["read"].bytes) == (1, SIZE)
+    assert telemetry.tiers["shared"]["write"].dedup_stores == 1
+
+
+class BrokenDedupTier(CPUMemoryBackend):
+    """A backend that claims a store without a transfer and data commands at once, or dedups a read."""
+
+    def write(self, key: str, source: ByteSource) -> IOTiming:
+        return IOTiming(0.001, 0.0, 0.001, 0, commands=2, dedup_bytes=source.size)
+
+    def read(self, key: str, size: int, sink: Any) -> IOTiming:
+        return IOTiming(0.001, 0.0, 0.001, 0, commands=0, dedup_bytes=size)
+
+
+def test_a_timing_that_breaks_the_dedup_contract_is_refused_naming_the_backend() -> None:
+    import pytest
+
+    from kvbench_core.contracts.conformance import check_timing
+    from kvbench_core.contracts.errors import StorageError
+    from kvbench_core.engine.tier_ops import TierOperations
+
+    tier = Tier("odd", BrokenDedupTier({}, BackendContext(tier_name="odd", run_id="test")), 1 << 20)
+    telemetry = Telemetry(["batch"])
+    telemetry.start_measuring()
+    ops = TierOperations(telemetry)
+    with pytest.raises(StorageError, match=r"backend 'cpu' \(BrokenDedupTier\).*reports 2 data commands"):
+        ops.timed(tier, "write", "k", lambda: tier.backend.write("k", NoisePool(3, 1 << 16, 1 << 16).payload("k", 9)))
+    with pytest.raises(StorageError, match="a read reports dedup_bytes 9"):
+        ops.timed(tier, "read", "k", lambda: tier.backend.read("k", 9, None))
+    write = telemetry.tiers["odd"]["write"]
+    assert (write.ops, write.dedup_stores, write.errors) == (0, 0, 1)  # refused: booked as a failure only
+    with pytest.raises(AssertionError, match="data commands"):
+        check_timing(IOTiming(0.001, 0.0, 0.001, 0, commands=2, dedup_bytes=9), 9, "write")
+    check_timing(IOTiming.deduplicated(0.001, 0.001, 9), 9, "write")  # the public suite accepts a true one
+    check_timing(IOTiming(0.001, 0.0, 0.001, 4, dedup_bytes=5), 9, "write")

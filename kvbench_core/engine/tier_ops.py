@@ -30,7 +30,7 @@ class TierOperations:
         start = time.perf_counter()
         try:
             timing = action()
-            breach = timing.contract_error()
+            breach = timing.contract_error(op)
             if breach is not None:  # booked as it stands it would lose or invent bytes: refused, as a failure
                 raise TimingContractError(f"backend '{tier.backend.name}' ({type(tier.backend).__name__}) "
                                           f"returned an IOTiming that breaks the contract: {breach}")

@@ -63,8 +63,9 @@ class _CoverageSink:
             raise AssertionError(f"read of {key!r}: sink received {position} bytes, expected {self._size}")
 
 
-def check_timing(timing: IOTiming, nbytes: int, what: str) -> None:
-    """The IOTiming contract: non-negative parts, ``host + device <= total``, bytes and commands right."""
+def check_timing(timing: IOTiming, nbytes: int, what: str, op: str = "write") -> None:
+    """The IOTiming contract: non-negative parts, ``host + device <= total``, bytes and commands right, and
+    ``IOTiming.contract_error``'s rules (a store without a transfer issues no data command)."""
     if not isinstance(timing, IOTiming):
         raise AssertionError(f"{what} returned {type(timing).__name__}, not IOTiming")
     for part in ("total", "host", "device"):
@@ -74,9 +75,13 @@ def check_timing(timing: IOTiming, nbytes: int, what: str) -> None:
         raise AssertionError(f"{what}: host {timing.host:.6f} s + device {timing.device:.6f} s "
                              f"exceeds total {timing.total:.6f} s by more than {TIMING_RELATIVE_SLACK:.0%} "
                              "(is a part counted twice?)")
-    if timing.nbytes != nbytes:
-        raise AssertionError(f"{what}: IOTiming.nbytes is {timing.nbytes}, expected {nbytes}")
-    if timing.commands < 1:
+    breach = timing.contract_error(op)
+    if breach is not None:  # the engine refuses such a timing as a failed operation
+        raise AssertionError(f"{what}: {breach}")
+    if timing.nbytes + timing.dedup_bytes != nbytes:  # a shared tier's store may be (partly) deduplicated
+        raise AssertionError(f"{what}: IOTiming.nbytes is {timing.nbytes} (dedup_bytes {timing.dedup_bytes}), "
+                             f"expected {nbytes} in all")
+    if timing.commands < 1 and timing.transferred:
         raise AssertionError(f"{what}: IOTiming.commands is {timing.commands}, expected >= 1")
 
 
@@ -92,5 +97,5 @@ def verify_entry(harness: BackendHarness, backend: StorageBackend, key: str, siz
     sink = _CoverageSink(harness.pool(backend, seed_offset), key, size, backend.transfer_size,
                          harness.scratch(backend.transfer_size))
     timing = backend.read(key, size, sink)
-    check_timing(timing, size, f"read of {key!r} ({size} B)")
+    check_timing(timing, size, f"read of {key!r} ({size} B)", op="read")
     sink.check(key)
