@@ -229,13 +229,11 @@ class NVMeBackend(EntryFilesBackend):
         start = time.perf_counter()
         fd = phase.timed_syscall(os.open, path, self._read_flags)
         try:
-            if not self.direct:
-                t0 = time.perf_counter()
+            if not self.direct:  # host time, as all that is not waiting on a syscall of the entry's I/O
                 if self.drop_cache:
                     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
                 # An entry is read whole, front to back: say so, so readahead runs ahead as fio's does
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-                phase.host.append((t0, time.perf_counter()))
             self.engine.read(fd, key, sink, size, phase, self.context.io_log)
         finally:
             phase.timed_syscall(os.close, fd)

@@ -9,7 +9,6 @@ intervals the L4 split is taken from (``kvbench_core.filetiers.accounting``).
 from __future__ import annotations
 
 import errno
-import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -58,25 +57,21 @@ class Engine(Protocol):
     def read(self, fd: int, key: str, sink: ByteSink, size: int, phase: Phase, log: IOLogger | None) -> None: ...
 
 
-def fill_piece(source: ByteSource, view: memoryview, offset: int, n: int, direct: bool, phase: Phase) -> int:
+def fill_piece(source: ByteSource, view: memoryview, offset: int, n: int, direct: bool) -> int:
     """Fill ``view[:n]`` with the entry's bytes at ``offset`` (host time); returns the length to write,
     padded with zeros to 4 KiB for an unaligned O_DIRECT tail (truncated away by the backend)."""
-    t0 = time.perf_counter()
     source.fill(offset, view[:n])
     length = n
     if direct and n % ALIGN:
         length = align_up(n)
         view[n:length] = _ZEROS[: length - n]
-    phase.host.append((t0, time.perf_counter()))
     return length
 
 
 def consume_piece(sink: ByteSink, view: memoryview, offset: int, n: int, phase: Phase) -> None:
     """Hand a read piece to the sink (host time); one piece at a time, since sinks keep state."""
     with phase.consume_lock:
-        t0 = time.perf_counter()
         sink.consume(offset, view[:n])
-        phase.host.append((t0, time.perf_counter()))
 
 
 def short_read(offset: int, size: int) -> OSError:

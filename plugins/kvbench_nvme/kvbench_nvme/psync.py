@@ -59,7 +59,7 @@ class PsyncEngine:
 
     def write(self, fd: int, key: str, source: ByteSource, size: int, phase: Phase, log: IOLogger | None) -> None:
         def piece(view: memoryview, offset: int, n: int) -> None:
-            length = fill_piece(source, view, offset, n, self.settings.direct, phase)
+            length = fill_piece(source, view, offset, n, self.settings.direct)
             with phase.in_flight:
                 done = 0
                 while done < length:

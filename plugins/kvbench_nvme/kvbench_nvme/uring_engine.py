@@ -84,7 +84,7 @@ class UringEngine:
         direct = self.settings.direct
 
         def prepare(ring: Ring, buffer: int, offset: int, n: int) -> Command:
-            return Command(offset, n, fill_piece(source, ring.buffers[buffer], offset, n, direct, phase))
+            return Command(offset, n, fill_piece(source, ring.buffers[buffer], offset, n, direct))
 
         self._move(True, fd, key, size, phase, log, prepare, None)
 
