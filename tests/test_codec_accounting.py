@@ -14,6 +14,7 @@ from test_dedup_stores import SIZE, SharedMemoryTier, cache_over
 from tiny_spec import history_spec, run_cli
 
 from kvbench_core.builtins.memory import CPUMemoryBackend
+from kvbench_core.codecs.general import ZstdCodec
 from kvbench_core.codecs.tier import CodecTier, entry_key, segment_key
 from kvbench_core.contracts.backend import BackendContext
 from kvbench_core.engine.cache_types import Tier
@@ -21,8 +22,6 @@ from kvbench_core.engine.cancel import CommandRecorder
 from kvbench_core.results.checks import _stored_entries, _written
 
 pytest.importorskip("cramjam", reason="the codecs extra is not installed (pip install 'kvbench-core[codecs]')")
-
-from kvbench_core.codecs.general import ZstdCodec  # noqa: E402 - needs the codecs extra
 
 SEGMENT = 1024
 
