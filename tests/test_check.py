@@ -246,7 +246,7 @@ def test_check_without_rules_re_checks_the_invariants(tmp_path: Path, capsys: py
     assert main(["check", str(good)]) == 0
     assert re.search(r"all \d+ invariants re-checked and hold", capsys.readouterr().out)  # says how many
     assert main(["check", str(bad)]) == 1
-    assert "written bytes = stored + demoted" in capsys.readouterr().out
+    assert "written + deduplicated bytes = stored + demoted" in capsys.readouterr().out
     # A result with no measured window has no invariant to check: it says so instead of "re-checked and holds".
     del doc["metrics"]["window"]
     unmeasured = tmp_path / "unmeasured.json"

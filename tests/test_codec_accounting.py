@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_dedup_stores import SIZE, SharedMemoryTier, cache_over
+from test_dedup_stores import SIZE, SharedMemoryTier, cache_over, metrics_of
 from tiny_spec import history_spec, run_cli
 
 from kvbench_core.builtins.memory import CPUMemoryBackend
@@ -28,14 +28,6 @@ SEGMENT = 1024
 
 def coded(inner: Any) -> CodecTier:
     return CodecTier(inner, ZstdCodec({"level": 1}), chunk_bytes=SEGMENT, segment_bytes=SEGMENT)
-
-
-def metrics_of(telemetry: Any) -> dict[str, Any]:
-    """The sections ``_written`` and ``_stored_entries`` read, from a test cache's telemetry."""
-    tiers = {name: {op: stats.to_dict() for op, stats in ops.items()} for name, ops in telemetry.tiers.items()}
-    return {"tiers": tiers, "cache": {"counters": dict(telemetry.counters), "promotions": telemetry.promotions,
-                                      "demotions_bytes": dict(telemetry.demotions),
-                                      "demotions_count": dict(telemetry.demotion_count)}}
 
 
 def test_segment_keys_map_back_to_their_entry() -> None:

@@ -50,6 +50,14 @@ def cache_over(tiers: list[Tier]) -> tuple[MultiTierCache, Telemetry]:
     return MultiTierCache(tiers, telemetry, pool.payload), telemetry
 
 
+def metrics_of(telemetry: Telemetry) -> dict[str, Any]:
+    """The sections ``_written`` and ``_stored_entries`` read, from a test cache's telemetry."""
+    tiers = {name: {op: stats.to_dict() for op, stats in ops.items()} for name, ops in telemetry.tiers.items()}
+    return {"tiers": tiers, "cache": {"counters": dict(telemetry.counters), "promotions": telemetry.promotions,
+                                      "demotions_bytes": dict(telemetry.demotions),
+                                      "demotions_count": dict(telemetry.demotion_count)}}
+
+
 def test_a_deduplicated_write_is_a_stored_entry_and_no_operation() -> None:
     stats = OpStats()
     stats.add(IOTiming(0.002, 0.001, 0.001, SIZE, commands=2), 1.0, 1.002)
@@ -219,3 +227,29 @@ def test_a_timing_that_breaks_the_dedup_contract_is_refused_naming_the_backend()
         check_timing(IOTiming(0.001, 0.0, 0.001, 0, commands=2, dedup_bytes=9), 9, "write")
     check_timing(IOTiming.deduplicated(0.001, 0.001, 9), 9, "write")  # the public suite accepts a true one
     check_timing(IOTiming(0.001, 0.0, 0.001, 4, dedup_bytes=5), 9, "write")
+
+
+def test_with_promotions_both_copy_checks_are_exact() -> None:
+    """R1 M2: with promotions they only checked ``>=`` (writes 125 = stored 69 + demoted 45 + promoted 11)."""
+    top = CPUMemoryBackend({}, BackendContext(tier_name="dram", run_id="test"))
+    low = CPUMemoryBackend({}, BackendContext(tier_name="dram2", run_id="test"))
+    telemetry = Telemetry(["batch"])
+    telemetry.start_measuring()
+    pool = NoisePool(seed=3, pool_bytes=1 << 16, max_piece=1 << 16)
+    cache = MultiTierCache([Tier("dram", top, SIZE * 3 // 2), Tier("dram2", low, 1 << 20)], telemetry,
+                           pool.payload, promotion="on_read")
+    cache.put("u0_c1_turn_1", SIZE)
+    cache.put("u1_c1_turn_1", SIZE)  # the first goes down
+    assert cache.get("u0_c1_turn_1") == "dram2" and cache.location("u0_c1_turn_1") == "dram"  # promoted
+    assert telemetry.promotions == 1 and telemetry.counters["promoted_bytes"] == SIZE
+    metrics = metrics_of(telemetry)
+    written, stored = (*_written(metrics), *_stored_entries(metrics))
+    assert written.passed and stored.passed, (written.line(), stored.line())
+    assert (stored.expected, written.expected) == (5, 5 * SIZE)  # 2 stored + 2 demoted (room for the promoted) + 1
+    assert written.detail == "written + deduplicated bytes = stored + demoted + promoted bytes"
+    metrics["tiers"]["dram"]["write"]["ops"] += 1  # one write too many: no longer hidden by '>='
+    metrics["tiers"]["dram"]["write"]["bytes"] += 1
+    assert not any(check.passed for check in (*_written(metrics), *_stored_entries(metrics)))
+    del metrics["cache"]["counters"]["promoted_bytes"]  # a result from before the counter: a lower bound
+    (older,) = _written(metrics)
+    assert older.passed and ">=" in older.detail

@@ -327,6 +327,7 @@ class MultiTierCache:
             entry.tier = top
             top.lru[entry.key] = entry
         self.telemetry.record_promotion()
+        self.telemetry.count("promoted_bytes", entry.size)  # the written_bytes check's promotion copies
 
     def _remove(self, entry: Entry) -> None:
         """Delete the entry from its tier and the index (entry lock held)."""
