@@ -60,11 +60,14 @@ def test_entries_spread_over_the_primaries_and_each_entrys_parts_stay_on_one(
     assert (info["cluster"], info["primaries"]) == (True, 3)
 
 
+@pytest.mark.parametrize("ttl", [{}, {"ttl": "60s"}], ids=["no-ttl", "ttl"])  # PERSIST or PEXPIREAT at commit
 def test_shared_entries_are_reference_counted_on_a_cluster(
-        redis_cluster: RedisCluster, open_backend: Open, pool: NoisePool, verify: Verify) -> None:
+        ttl: dict[str, str], redis_cluster: RedisCluster, open_backend: Open, pool: NoisePool,
+        verify: Verify) -> None:
     """The claim, commit and release scripts name keys they derive from the entry's hash tag: on a cluster
     they must all land in the entry's slot, for entries spread over every primary."""
-    options = {"port": redis_cluster.seed.port, "cluster": True, "part_size": PART, "shared_namespace": "cl"}
+    options = {"port": redis_cluster.seed.port, "cluster": True, "part_size": PART, "shared_namespace": "cl",
+               **ttl}
     writer, reader = open_backend(options, run_id="w"), open_backend(options, run_id="r")
     keys = [f"kv_system_{index}" for index in range(12)]
     for key in keys:
