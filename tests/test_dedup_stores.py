@@ -253,3 +253,15 @@ def test_with_promotions_both_copy_checks_are_exact() -> None:
     del metrics["cache"]["counters"]["promoted_bytes"]  # a result from before the counter: a lower bound
     (older,) = _written(metrics)
     assert older.passed and ">=" in older.detail
+
+
+def test_the_drain_section_keeps_its_stores_without_a_transfer() -> None:
+    """R1 L1: ``metrics.drain`` dropped them."""
+    from kvbench_core.engine.records import DrainStats
+
+    drain = DrainStats()
+    drain.tiers["shared"]["write"].add(IOTiming.deduplicated(0.001, 0.001, SIZE), 1.0, 1.001)
+    drain.tiers["shared"]["write"].add(IOTiming(0.002, 0.001, 0.001, SIZE), 1.0, 1.002)
+    write = drain.to_dict()["tiers"]["shared"]["write"]
+    assert (write["ops"], write["bytes"], write["dedup_stores"], write["dedup_bytes"]) == (1, SIZE, 1, SIZE)
+    assert drain.to_dict()["write_bytes"] == SIZE  # moved bytes only

@@ -80,7 +80,8 @@ class DrainStats:
                 "generated_tokens": self.generated_tokens, "end_to_end_ms": self.end_to_end.summary(),
                 "read_bytes": sum(_moved(t["read"]) for t in self.tiers.values()),
                 "write_bytes": sum(_moved(t["write"]) for t in self.tiers.values()),
-                "tiers": {name: {op: {"ops": s.ops, "bytes": s.bytes, "command_bytes": s.command_bytes}
+                "tiers": {name: {op: {"ops": s.ops, "bytes": s.bytes, "command_bytes": s.command_bytes,
+                                      "dedup_stores": s.dedup_stores, "dedup_bytes": s.dedup_bytes}
                                  for op, s in ops.items()} for name, ops in self.tiers.items()}}
 
 
