@@ -95,3 +95,40 @@ def test_a_multi_segment_codec_run_passes_every_check(tmp_path: Path) -> None:
     disk = result["metrics"]["tiers"]["disk"]
     assert disk["write"]["mean_entry_bytes"] > 64 << 10  # entries really span several segments
     assert disk["read"]["command_bytes"] >= disk["read"]["physical_bytes"] > 0
+
+
+@pytest.mark.redis
+def test_over_a_real_shared_redis_a_second_clients_codec_store_sends_nothing(tmp_path: Path) -> None:
+    """Two clients of one shared namespace through the same codec: the second's store of an entry of three
+    segments the first committed is a store without a transfer, and both caches' copy checks hold."""
+    from redis_servers import require_redis, start_redis
+
+    from kvbench_core.engine.factory import create_backend
+    from kvbench_core.spec.codec_choices import codec_choice
+
+    require_redis()
+    server = start_redis(tmp_path / "redis")
+    try:
+        runs = []
+        for run_id in ("a", "b"):
+            tier = {"name": "redis", "backend": "redis", "codec": codec_choice({"name": "zstd", "chunk": SEGMENT,
+                                                                                "segment": SEGMENT}),
+                    "options": {"port": server.port, "part_size": SEGMENT, "shared_namespace": "codec"}}
+            backend = create_backend(tier, BackendContext(tier_name="redis", run_id=run_id), path="tier")
+            backend.open()
+            runs.append((backend, *cache_over([Tier("redis", backend, 1 << 20)])))
+        try:
+            for _backend, cache, _telemetry in runs:
+                cache.put("kv_system_a_t3", SIZE)
+            (_, _, first), (_, _, second) = runs
+            assert (first.tiers["redis"]["write"].ops, first.tiers["redis"]["write"].dedup_stores) == (1, 0)
+            write = second.tiers["redis"]["write"]
+            assert (write.ops, write.bytes, write.commands, write.dedup_stores, write.dedup_bytes) == (0, 0, 0, 1, SIZE)
+            for telemetry in (first, second):
+                checks = [*_written(metrics_of(telemetry)), *_stored_entries(metrics_of(telemetry))]
+                assert all(check.passed for check in checks), [check.line() for check in checks]
+        finally:
+            for backend, _cache, _telemetry in runs:
+                backend.close()
+    finally:
+        server.stop()
