@@ -16,6 +16,7 @@ from kvbench_core.codecs.figures import codec_line
 from kvbench_core.engine.dryrun import dry_run_estimate
 from kvbench_core.reports.verdicts import explain
 from kvbench_core.results.checks import attention_lines
+from kvbench_core.scaleout.multiclient import local_client_plans
 from kvbench_core.scaleout.session import run_session
 from kvbench_core.spec.loader import load_plan
 from kvbench_core.spec.rerun import OVERRIDE_FLAG
@@ -49,7 +50,8 @@ def handle(args: argparse.Namespace) -> int:
             overrides.append(f"{field}={value}")
     as_written, plan = load_plan(args.spec, overrides, accept_edited=args.accept_edited)
     if args.dry_run or args.verbose:
-        print(render_plan(plan.spec, dry_run_estimate(plan), dry_run=args.dry_run))
+        clients = local_client_plans(plan) if plan.clients > 1 else ()
+        print(render_plan(plan.spec, dry_run_estimate(plan, clients), dry_run=args.dry_run))
         if args.dry_run:
             return 0
     outcome = run_session(as_written, plan, quiet=args.quiet)
@@ -184,34 +186,49 @@ def dedup_lines(tier: dict[str, Any]) -> list[str]:
 
 
 def render_plan(spec: dict[str, Any], plan: dict[str, Any], *, dry_run: bool = True) -> str:
-    """The run plan as text (``--dry-run``): what the run will ask of each tier (``-v`` prints it before a real run)."""
-    model, work, offered = plan["model"], plan["workload"], plan["offered"]
+    """The run plan as text (``--dry-run``): what the run will ask of each tier (``-v`` prints it before a real
+    run); with several clients, each client's users and directories and the load of all of them."""
+    model, work, offered, clients = plan["model"], plan["workload"], plan["offered"], plan.get("clients")
     length = (f"{work['warmup_s']:g} s warm-up + {work['duration_s']:g} s measured" if work["duration_s"]
               else f"{work['requests']} requests")
     kind = "dry run: no tier opened, nothing written" if dry_run else "before the run: drawn without touching storage"
+    whose = "" if not clients else " per client" if clients["users_scope"] == "per_client" else " in client 0"
     lines = [f"run plan: {spec.get('name') or 'run'} ({kind})",
              f"  model {model['name']} {model['dtype']} tp {model['tp']}: {format_bytes(model['bytes_per_token'])} "
              f"per token (all ranks)",
-             f"  workload {work['source']}: {work['users']} users, max_inflight {work['max_inflight']}, generation "
-             f"{work['generation_ms_per_token']:g} ms/token, {length}",
-             f"  entry sizes per request profile (the run's first {work['sampled_requests']} requests, "
-             f"seed {spec['seed']}):"]
+             f"  workload {work['source']}: {work['users']} users{whose}, max_inflight {work['max_inflight']}, "
+             f"generation {work['generation_ms_per_token']:g} ms/token, {length}"]
+    if clients:
+        users = clients["users"]
+        shares = (f"each with {users[0]} users" if clients["users_scope"] == "per_client"
+                  else "users split " + " + ".join(str(n) for n in users))
+        lines.append(f"  clients: {clients['count']} ({clients['mode']}), {shares} = {clients['users_total']} in all "
+                     f"(users_scope {clients['users_scope']}); entry sizes from client 0's stream, the others draw "
+                     "the same distributions with their own seeds")
+    lines.append(f"  entry sizes per request profile (the run's first {work['sampled_requests']} requests, "
+                 f"seed {spec['seed']}):")
     for name, row in plan["profiles"].items():
         lines.append(f"    {name:<12} {row['requests']:>5} req  context {row['context_tokens_mean']:>9,.0f} tokens  "
                      f"entry {format_bytes(row['entry_bytes_mean']):>11} mean, {format_bytes(row['entry_bytes_p95'])} "
                      f"p95  reads {format_bytes(row['read_bytes_per_request_mean'])}/request")
-    lines.append("  tiers (capacity in mean entries):")
+    lines.append(f"  tiers{', each client its own' if clients else ''} (capacity in mean entries):")
     for tier in plan["tiers"]:
         capacity = tier["capacity_bytes"]
         size = "auto (detected when the run opens the tier)" if capacity == "auto" else format_bytes(capacity)
         entries = "" if tier["capacity_entries"] is None else f" = {tier['capacity_entries']:,.1f} entries"
-        lines.append(f"    {tier['name']:<12} {tier['backend']:<6} {size}{entries}")
+        in_all = (f"; {clients['count']} x {size} = {format_bytes(capacity * clients['count'])} in all"
+                  if clients and isinstance(capacity, int | float) and capacity else "")
+        lines.append(f"    {tier['name']:<12} {tier['backend']:<6} {size}{entries}{in_all}")
+        if clients and tier["name"] in clients["directories"]:
+            lines.append(f"    {'':<12} {'':<6} directories {', '.join(clients['directories'][tier['name']])}")
+    every = f"all {clients['count']} clients, " if clients else ""
     if offered["requests_per_s"] is None:
         lines.append("  offered load: unknown (no think time, generation pacing or arrival times to bound it)")
     else:
         moved, written = (format_bytes(offered[k] or 0) for k in ("bytes_per_s", "write_bytes_per_s"))
         lines.append(f"  offered load: {offered['requests_per_s']:,.1f} requests/s = {moved}/s moved ({written}/s "
-                     f"written) at most ({offered['basis']})")
+                     f"written) at most ({every}{offered['basis']})")
+    lines += [f"  WARNING: {warning}" for warning in plan.get("warnings") or []]
     return "\n".join(lines)
 
 

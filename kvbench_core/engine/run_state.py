@@ -66,6 +66,8 @@ class RunState:
     autoscaler_summary: dict[str, Any] = field(default_factory=dict)
     preload: dict[str, Any] = field(default_factory=dict)
     precondition: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)  # what the plan got wrong, not refused: a tier too small
+    smallest_entry_bytes: int | None = None  # of the KV entries the requests wrote (or tried to)
     #: Of the requests *served* in the measured window: what the declaration's workload statistics describe.
     workload_samples: dict[str, list[int]] = field(default_factory=lambda: {"context": [], "generate": [],
                                                                             "prefix": []})

@@ -25,6 +25,7 @@ from kvbench_core.engine.arrivals import ClosedLoopArrivals, OpenLoopArrivals, U
 from kvbench_core.engine.autoscaling import telemetry_sample, trajectory_entry
 from kvbench_core.engine.cache_types import EvictionPolicy
 from kvbench_core.engine.cancel import CancelToken, CommandRecorder
+from kvbench_core.engine.dryrun import tier_fit_warnings
 from kvbench_core.engine.executor import RequestExecutor
 from kvbench_core.engine.payload import NoisePool
 from kvbench_core.engine.precondition import precondition_bottom_tier
@@ -136,6 +137,8 @@ class Runner:
             state.clock.cleanup_ended = time.perf_counter()
         if state.status == "running":
             state.status = "degraded" if state.telemetry.requests_write_failed else "completed"
+        state.warnings = tier_fit_warnings(plan, {tier.name: tier.capacity for tier in state.tiers},
+                                           state.smallest_entry_bytes, "this run's requests")
         return state
 
     def _build_cache(self, workers: int) -> RequestExecutor:
@@ -260,6 +263,9 @@ class Runner:
         if done.kind == "cancelled":
             telemetry.record_request_cancelled()
             return
+        if done.request.write is not None and done.request.write.tokens:  # a tier no entry fits: Runner.run
+            size = done.request.write.tokens * self.state.bytes_per_token
+            self.state.smallest_entry_bytes = min(size, self.state.smallest_entry_bytes or size)
         where = telemetry.bucket(done.enqueued, done.finished)
         if where == "window" and self.window.request_limit is not None and self._completed >= self.window.request_limit:
             where = "drain"  # finished in the same pass as the one that hit the limit: past it

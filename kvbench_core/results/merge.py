@@ -105,7 +105,9 @@ def merge_results(clients: list[ClientReport], *, mode: str, label: str, run_id:
         "model": base["model"],
         "environment": base["environment"],
         "declaration": declaration,
-        "warnings": contradictions(declaration),
+        # each client's own (a tier no entry of its requests fit), then the merged declaration's contradictions
+        "warnings": [*(f"{label} {c.index}: {w}" for c in reported for w in c.result.get("warnings") or []
+                       if not w.startswith("declaration ")), *contradictions(declaration)],
         "workload": merged_workload,
         "metrics": metrics,
         "timeseries": _merge_series([c.result["timeseries"] for c in reported]),
