@@ -99,7 +99,8 @@ def entry_key(key: str) -> str:
 
 @dataclass(slots=True)
 class SegmentTally:
-    """What an entry's segments did on the inner backend, summed into the entry's ``IOTiming``.
+    """What an entry's segments did on the inner backend, summed into the entry's ``IOTiming`` (a write's,
+    a read's, a same-codec demotion's).
 
     A shared inner tier may store a segment without a transfer (another writer committed it): its logical
     bytes are the entry's ``dedup_bytes``, the rest its ``nbytes``, so an entry whose every segment was
@@ -296,8 +297,7 @@ class CodecTier(StorageBackend):
 
     def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
         start = time.perf_counter()
-        host = codec = device = 0.0
-        commands = physical = 0
+        tally = SegmentTally()
         for index, segment in enumerate(self._segments(key)):
             encoded = np.frombuffer(self._encoded.get(segment.physical), dtype=np.uint8)
             timing = self.inner.read(segment_key(key, index), segment.physical, ArraySink(encoded))
@@ -312,13 +312,8 @@ class CodecTier(StorageBackend):
                                            plain, key)
                 decode_s += time.perf_counter() - t0
                 sink.consume(index * self.segment_bytes + chunk * self.chunk_bytes, memoryview(piece))
-            host += timing.host + decode_s
-            codec += decode_s
-            device += timing.device
-            commands += timing.commands
-            physical += timing.nbytes
-        return IOTiming(total=time.perf_counter() - start, host=host, device=device, nbytes=size,
-                        commands=commands, codec=codec, physical_bytes=physical)
+            tally.add(timing, segment.logical, host=decode_s, codec=decode_s)
+        return tally.timing(start)
 
     def _decode_chunk(self, segment: Segment, chunk: int, encoded: np.ndarray, plain: np.ndarray,
                       key: str) -> np.ndarray:
