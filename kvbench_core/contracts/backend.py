@@ -43,10 +43,10 @@ class IOTiming:
     dedup_bytes: int = 0
 
     @classmethod
-    def deduplicated(cls, total: float, device: float, size: int, host: float = 0.0) -> IOTiming:
+    def deduplicated(cls, total: float, device: float, size: int) -> IOTiming:
         """A write stored without a transfer: ``size`` bytes held, none moved, no data command issued
-        (``device`` is the control round trip that found the entry, ``host`` what preparing it cost)."""
-        return cls(total, host, device, 0, commands=0, dedup_bytes=size)
+        (``device`` is the control round trip that found the entry)."""
+        return cls(total, 0.0, device, 0, commands=0, dedup_bytes=size)
 
     @property
     def transferred(self) -> bool:
@@ -65,8 +65,6 @@ class IOTiming:
         if not self.transferred and self.commands:
             return (f"a store without a transfer (dedup_bytes {self.dedup_bytes}, nbytes 0) reports "
                     f"{self.commands} data commands")
-        if self.physical_bytes and not self.nbytes:
-            return f"physical_bytes {self.physical_bytes} reached the device for nbytes 0"
         return None
 
 
