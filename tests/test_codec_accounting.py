@@ -60,6 +60,8 @@ def test_a_partly_committed_entry_is_an_operation_of_the_bytes_it_moved() -> Non
     assert (write.ops, write.bytes, write.dedup_stores, write.dedup_bytes) == (1, SIZE - SEGMENT, 0, SEGMENT)
     assert write.codec_bytes == SIZE - SEGMENT and write.codec.count == 1
     assert 0 < write.physical_bytes < SIZE  # two of three encoded segments reached the device
+    # A tier without a command recorder: the series books the operation's device bytes, as tier_bytes checks.
+    assert telemetry.close_interval(users=1)["tiers"]["shared"]["write_bytes"] == write.physical_bytes
     checks = [*_written(metrics_of(telemetry)), *_stored_entries(metrics_of(telemetry))]
     assert len(checks) == 2 and all(check.passed for check in checks), [check.line() for check in checks]
 

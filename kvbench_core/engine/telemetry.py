@@ -242,8 +242,10 @@ class Telemetry:
         for nbytes, start, end in record.commands:
             stats.add_command(nbytes, start, end)
             self._book_bytes(record.tier, record.op, nbytes, end)
-        if not record.commands:
-            self._book_bytes(record.tier, record.op, record.timing.nbytes, record.end)
+        if not record.commands:  # the device's bytes, as tier_bytes checks them (a codec's output)
+            timing = record.timing
+            self._book_bytes(record.tier, record.op,
+                             timing.nbytes if timing.physical_bytes is None else timing.physical_bytes, record.end)
 
     def _book_bytes(self, tier: str, op: str, nbytes: int, at: float) -> None:
         """``nbytes`` into the series point covering instant ``at`` (lock held): the open interval, or an
