@@ -134,3 +134,27 @@ def test_over_a_real_shared_redis_a_second_clients_codec_store_sends_nothing(tmp
                 backend.close()
     finally:
         server.stop()
+
+
+class ReadsThenFails(CPUMemoryBackend):
+    """A lower tier whose write pulls the whole source from the tier above, then fails."""
+
+    def write(self, key: str, source: Any) -> Any:
+        source.fill(0, memoryview(bytearray(source.size)))
+        raise OSError(28, "No space left on device")
+
+
+def test_a_failed_demotion_leaves_no_read_command_pending_above() -> None:
+    """The upper tier's read commands of a copy that failed are booked nowhere, and not kept either."""
+    from kvbench_core.contracts.errors import StorageError
+
+    recorder = CommandRecorder("dram", telemetry=None)
+    dram = CPUMemoryBackend({}, BackendContext(tier_name="dram", run_id="test", io_log=recorder))
+    lower = ReadsThenFails({}, BackendContext(tier_name="disk", run_id="test"))
+    cache, telemetry = cache_over([Tier("dram", dram, SIZE * 3 // 2), Tier("disk", lower, 1 << 20)])
+    recorder.telemetry = telemetry
+    cache.put("u0_c1_turn_1", SIZE)
+    with pytest.raises(StorageError, match="No space left"):
+        cache.put("u1_c1_turn_1", SIZE)  # the demotion of the first read it from dram, then failed
+    assert recorder._pending == {}
+    assert telemetry.tiers["dram"]["read"].ops == 0  # a failed copy books no read either

@@ -45,6 +45,17 @@ class TierOperations:
         self.telemetry.record_op(tier.name, op, timing, start, end, take_commands(tier, key, op))
         return timing
 
+    def copy(self, source_tier: Tier, target: Tier, entry: Entry, source: TierSource,
+             write: Callable[[], IOTiming]) -> None:
+        """A demotion's or promotion's ``write`` of ``entry`` to ``target`` from ``source_tier`` through
+        ``source``, with the read it made there; a failed copy books neither (its reads' commands dropped)."""
+        try:
+            self.timed(target, "write", entry.key, write)
+        except (StorageError, Cancelled):
+            take_commands(source_tier, entry.key, "read")
+            raise
+        self.record_source_read(source_tier, entry, source)
+
     def record_source_read(self, upper: Tier, entry: Entry, source: TierSource) -> None:
         """A demotion's (or promotion's) read of the tier it moves from is real traffic there: count what
         ``source`` really read (nothing, when the lower tier found the entry committed before pulling a byte;

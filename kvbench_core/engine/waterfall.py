@@ -287,14 +287,13 @@ class MultiTierCache:
                     return lower.backend.write_tensor(entry.key, upper.backend.tensor(entry.key))
                 return lower.backend.write(entry.key, cancellable)
 
-            self._ops.timed(lower, "write", entry.key, write)
+            self._ops.copy(upper, lower, entry, source, write)
         except (StorageError, Cancelled):
             with self._lock:
                 lower.usage -= entry.size
                 upper.lru[entry.key] = entry
                 upper.lru.move_to_end(entry.key, last=False)
             raise
-        self._ops.record_source_read(upper, entry, source)
         self._ops.delete_from(upper, entry)
         with self._lock:
             if upper.lru.get(entry.key) is entry:  # a cold demotion takes it from the middle of the LRU
@@ -313,12 +312,11 @@ class MultiTierCache:
         source = TierSource(lower.backend, entry.key, entry.size)
         cancellable = cancellable_source(source, self.cancel)
         try:
-            self._ops.timed(top, "write", entry.key, lambda: top.backend.write(entry.key, cancellable))
+            self._ops.copy(lower, top, entry, source, lambda: top.backend.write(entry.key, cancellable))
         except (StorageError, Cancelled):
             with self._lock:
                 top.usage -= entry.size
             raise
-        self._ops.record_source_read(lower, entry, source)
         with self._lock:
             lower.lru.pop(entry.key, None)
         self._ops.delete_from(lower, entry)
