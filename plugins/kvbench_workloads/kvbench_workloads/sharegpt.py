@@ -43,7 +43,8 @@ class ShareGPTSource(TraceSource):
 
     name = "sharegpt"
     suffixes: ClassVar[tuple[str, ...]] = (".json",)
-    empty_hint = "; for prompts without replies set unanswered_generate_tokens"
+    empty_hint = ("; for prompts without replies set unanswered_generate_tokens (workload.options in a spec, "
+                  "-o unanswered_generate_tokens=N for kvbench workload stats)")
     options_schema = options_schema(
         {
             "max_conversations": {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "null"}], "default": 500,
