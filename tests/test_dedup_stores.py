@@ -265,3 +265,29 @@ def test_the_drain_section_keeps_its_stores_without_a_transfer() -> None:
     write = drain.to_dict()["tiers"]["shared"]["write"]
     assert (write["ops"], write["bytes"], write["dedup_stores"], write["dedup_bytes"]) == (1, SIZE, 1, SIZE)
     assert drain.to_dict()["write_bytes"] == SIZE  # moved bytes only
+
+
+class TensorTier(CPUMemoryBackend):
+    holds_device_tensors = True
+
+    def tensor(self, key: str) -> Any:
+        return key
+
+
+class TensorWriter(CPUMemoryBackend):
+    writes_device_tensors = True
+
+    def write_tensor(self, key: str, tensor: Any) -> IOTiming:
+        return IOTiming(0.001, 0.0, 0.001, SIZE)
+
+
+def test_a_device_tensor_demotion_books_the_whole_entry_read_above() -> None:
+    """GPU -> GPUDirect: the DMA reads the tensor itself, not through the source: its read is the entry."""
+    upper = TensorTier({}, BackendContext(tier_name="gpu", run_id="test"))
+    cache, telemetry = cache_over([Tier("gpu", upper, SIZE * 3 // 2),
+                                   Tier("gds", TensorWriter({}, BackendContext(tier_name="gds", run_id="test")),
+                                        1 << 20)])
+    cache.put("u0_c1_turn_1", SIZE)
+    cache.put("u1_c1_turn_1", SIZE)
+    assert (telemetry.tiers["gpu"]["read"].ops, telemetry.tiers["gpu"]["read"].bytes) == (1, SIZE)
+    assert telemetry.tiers["gds"]["write"].ops == 1
