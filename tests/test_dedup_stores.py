@@ -1,7 +1,8 @@
 """Stores without a transfer (``IOTiming.dedup_bytes``, docs/metrics.md): a shared tier that finds an entry
 already committed by another holder stores it without sending a byte.  The engine books such a write as a
-stored entry and nothing else: no written bytes, no operation, no command, no latency, no read of the tier
-above when a demotion ends in one; written + deduplicated bytes = stored + demoted."""
+stored entry and nothing else: no written bytes, no operation, no command, no latency; the tier above is
+booked the read the store really made of it; written + deduplicated bytes = stored + demoted + promoted.
+A partly deduplicated write is an operation of what it moved; a timing that breaks the rules is refused."""
 
 from __future__ import annotations
 

@@ -19,7 +19,9 @@ holds at most one encoded segment (plus one chunk) whatever the entry size.
 Timing.  Filling chunks from the payload and encoding them is host time, the
 encode (or decode) alone is also reported as the ``codec`` layer; the inner
 backend's host and device times are added as they are.  Decoding happens after
-the segment's device read completes (blocking, not overlapped).
+the segment's device read completes (blocking, not overlapped).  Over a shared
+inner tier, segments another writer had committed are the entry's
+``dedup_bytes`` (``SegmentTally``; docs/codecs.md, "Over a shared tier").
 
 Demotion.  A lower tier that uses the same codec, chunk and segment size copies
 the encoded segments as they are (nothing is decoded or re-encoded, as an
