@@ -238,3 +238,32 @@ def test_the_summary_says_where_a_long_run_spent_its_time_outside_the_window() -
     line, = phase_lines({"setup": 3.1, "warmup": 0.0, "measured": 20.0, "drain": 107.2, "cleanup": 24.0})
     assert line == "  outside the window: set-up 3.1 s, drain 107.2 s, cleanup 24.0 s (run.phases_s; " \
                    "not in the figures above)"
+
+
+def test_a_signal_landing_inside_a_failures_stop_is_applied_after_it_not_half_way(tmp_path: Any) -> None:
+    """The handler re-enters ``request_stop`` on the thread recording a failure: the failure is applied
+    whole (status, reason, error together), then the signal (which still cancels the work in flight); a
+    failed run never ends with the signal's stop reason (review R1 L6)."""
+    from kvbench_core.contracts.errors import SpecError
+    from kvbench_core.engine import stopping
+
+    runner = idle_runner(tmp_path)
+    error = SpecError("tier broke")
+    original = stopping.Stopping._apply
+    landed: list[bool] = []
+
+    def apply_with_a_signal_half_way(self: Any, reason: str, status: Any, error: Any) -> None:
+        if status == "failed" and not landed:
+            self.state.stop_reason = reason  # half-way through recording the failure...
+            landed.append(True)
+            runner.request_stop("signal SIGINT", status="interrupted")  # ...the handler runs here
+        original(self, reason, status, error)
+
+    stopping.Stopping._apply = apply_with_a_signal_half_way  # type: ignore[method-assign]
+    try:
+        runner.request_stop("storage error: tier broke", status="failed", error=error)
+    finally:
+        stopping.Stopping._apply = original  # type: ignore[method-assign]
+    state = runner.state
+    assert (state.status, state.stop_reason, state.error) == ("failed", "storage error: tier broke", error)
+    assert runner._cancel.cancelled

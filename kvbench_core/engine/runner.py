@@ -11,7 +11,6 @@ generation time is a timed event, not a sleeping worker.
 from __future__ import annotations
 
 import secrets
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -31,6 +30,7 @@ from kvbench_core.engine.payload import NoisePool
 from kvbench_core.engine.precondition import precondition_bottom_tier
 from kvbench_core.engine.run_state import RunState, RunView
 from kvbench_core.engine.scheduler import EventHeap
+from kvbench_core.engine.stopping import Stopping
 from kvbench_core.engine.telemetry import Telemetry
 from kvbench_core.engine.waterfall import MultiTierCache
 from kvbench_core.engine.window import CANCEL_GRACE_S, MeasurementWindow, default_drain_timeout
@@ -53,11 +53,9 @@ class Runner:
         self.on_progress = on_progress
         self.barrier = barrier
         self.qos = plan.qos
-        self._stop = threading.Event()
-        # Re-entrant: a signal's handler runs on the main thread, possibly while it holds this lock
-        # (a stop the run's own loop requests), and asks for it again.
-        self._stop_lock = threading.RLock()
         self._cancel = CancelToken()
+        self._stopping = Stopping(self.state, self._cancel)
+        self._stop, self._stop_lock = self._stopping.event, self._stopping.lock
         self._events = EventHeap()
         self._completed = 0  # requests finished inside the window (the request limit counts these)
         self._log: Any = None
@@ -65,26 +63,9 @@ class Runner:
 
     # -- control ---------------------------------------------------------------------------------------
     def request_stop(self, reason: str, status: str | None = None, error: UserError | None = None) -> None:
-        """Stop issuing requests (signal handler, fatal error, autoscaler convergence, duration).
-
-        An interruption (a signal) also cancels the work in flight at its next command boundary, and
-        labels the run ``interrupted`` even when it came during the drain of a run that had ended.  A second
-        signal changes nothing: the run was interrupted by the first (a Ctrl-C the handler saw apart from
-        the first, rather than merged with it, was reported as "signal SIGINT; then signal SIGINT during the
-        drain")."""
-        with self._stop_lock:
-            if not self._stop.is_set():
-                self.state.stop_reason = reason
-                if status:
-                    self.state.status = status
-                if error is not None:
-                    self.state.error = error
-            elif status == "interrupted" and self.state.status not in ("failed", "interrupted"):
-                self.state.status = "interrupted"
-                self.state.stop_reason = f"{self.state.stop_reason}; then {reason} during the drain"
-            if status == "interrupted":
-                self._cancel.cancel()
-            self._stop.set()
+        """Stop issuing requests (signal handler, fatal error, autoscaler convergence, duration); the first
+        request names the stop, a signal also cancels the work in flight (``engine/stopping.py``)."""
+        self._stopping.request(reason, status, error)
         self._events.wake()
 
     @property
