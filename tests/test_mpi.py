@@ -65,3 +65,46 @@ def test_clients_and_mpirun_together_are_refused(tmp_path: Path) -> None:
     done = _mpirun(2, ["run", str(tiny_spec(tmp_path)), "--clients", "2"], tmp_path)
     assert done.returncode != 0
     assert "cannot be combined with mpirun" in done.stderr
+
+
+class _OneRankWorld:
+    """A communicator of one rank, enough for MpiRanks' collectives (no MPI library is started)."""
+
+    def Get_rank(self) -> int:  # mpi4py's spelling
+        return 0
+
+    def Get_size(self) -> int:
+        return 1
+
+    def bcast(self, value: object, root: int = 0) -> object:
+        return value
+
+    def allreduce(self, value: object, op: object = None) -> object:
+        return value
+
+    def gather(self, value: object, root: int = 0) -> list[object]:
+        return [value]
+
+
+def test_a_signal_before_a_ranks_runner_exists_still_stops_it(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the in-process launcher (tests/test_measurement_window.py): a stop asked for before the trial's
+    runner is built is applied to it once it exists, instead of finding no runner and being lost."""
+    import types
+
+    from conftest import small_spec
+
+    from kvbench_core.engine.progress import ProgressPrinter
+    from kvbench_core.scaleout.mpi import MpiRanks
+    from kvbench_core.spec.loader import resolve, validate
+    from kvbench_core.spec.plan import plan_run
+
+    monkeypatch.setitem(sys.modules, "mpi4py", types.SimpleNamespace(MPI=types.SimpleNamespace(MIN="min", MAX="max")))
+    spec = small_spec(output={"directory": str(tmp_path)})
+    validate(spec)
+    plan = plan_run(resolve(spec, str(tmp_path)))
+    ranks = MpiRanks(_OneRankWorld(), plan)
+    ranks.stop("signal SIGINT")
+    run = ranks.run_trial(spec, plan, run_id="r", trial=1, printer=ProgressPrinter("off"))
+    assert (run.result["run"]["status"], run.result["run"]["stop_reason"]) == ("interrupted", "signal SIGINT")
+    assert run.result["metrics"]["requests"]["completed"] < spec["requests"]

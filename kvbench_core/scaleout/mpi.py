@@ -71,6 +71,7 @@ class MpiRanks:
         self.progress_scope = ProgressScope(f"rank 0/{self.size} ")  # only rank 0 prints, its own figures
         self.layout = ClientLayout("rank", self.size)
         self.runners: list[Runner] = []
+        self.stop_reasons: list[str] = []  # a signal may come before the trial's runner exists (as InProcess)
         # Taken before the first collective, so no rank has created a directory yet.
         self.snapshot = DirectorySnapshot([d for r in range(self.size)
                                            for d in tier_directories(client_plan(plan, self.layout, r))])
@@ -82,6 +83,7 @@ class MpiRanks:
         return bool(self.comm.allreduce(int(stop), op=self.op_max))
 
     def stop(self, reason: str) -> None:
+        self.stop_reasons.append(reason)
         stop_runners(self.runners, reason)
 
     def run_trial(self, as_written: dict[str, Any], plan: RunPlan, *, run_id: str, trial: int,
@@ -98,7 +100,8 @@ class MpiRanks:
 
         started = time.time()
         result, state = run_once(mine, as_written, self.runners, run_id=self.layout.run_id(run_id, self.rank),
-                                 trial=trial, client_index=self.rank, barrier=start_together, on_progress=printer)
+                                 trial=trial, client_index=self.rank, barrier=start_together, on_progress=printer,
+                                 stop_reasons=self.stop_reasons)
         printer.finish()
         if not released:  # failed during set-up: still take part in the start barrier, saying "not ready"
             self.comm.allreduce(0, op=self.op_min)
