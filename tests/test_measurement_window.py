@@ -146,7 +146,7 @@ def test_a_signal_may_ask_to_stop_while_its_thread_is_already_stopping_the_run(t
     runner = idle_runner(tmp_path)
 
     def signal_inside_a_stop() -> None:
-        with runner._stop_lock:  # where the loop's own request_stop is when the handler runs
+        with runner._stopping.lock:  # where the loop's own request_stop is when the handler runs
             runner.request_stop("signal SIGINT", status="interrupted")
 
     thread = threading.Thread(target=signal_inside_a_stop, daemon=True)

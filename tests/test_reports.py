@@ -10,16 +10,14 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from tiny_spec import assert_valid_result, result_validator, tiny_spec
 
 import kvbench_core.reports as reports
 from kvbench_core.cli import main
 from kvbench_core.contracts.errors import MissingDependency
-from kvbench_core.engine.histogram import DEFAULT_ACCURACY, LatencyHistogram
 from kvbench_core.reports.aggregate import summarize_trials
-from kvbench_core.reports.plots import cdf_points, plot_result
+from kvbench_core.reports.plots import plot_result
 from kvbench_core.reports.xlsx import write_workbook
 from kvbench_core.results.merge import ClientReport, merge_results
 from kvbench_core.scaleout.clients import client_seed
@@ -74,17 +72,6 @@ def test_output_formats_write_the_workbook_and_plots_next_to_the_json(run: tuple
         width, height = png_size(path.with_name(f"{path.stem}-{name}.png"))
         assert width >= 800 and height >= 250
     assert not path.with_name(f"{path.stem}-autoscaler.png").exists()  # no autoscaler, no empty plot
-
-
-def test_latency_cdf_comes_from_the_serialized_histogram() -> None:
-    samples = np.random.default_rng(3).lognormal(-5, 1, 5000)
-    hist = LatencyHistogram()
-    for value in samples:
-        hist.add(float(value))
-    values_ms, fractions = cdf_points(json.loads(json.dumps(hist.to_dict())), points=101)
-    assert fractions[0] == 0 and fractions[-1] == 1 and np.all(np.diff(values_ms) >= 0)
-    median = float(np.percentile(samples, 50, method="inverted_cdf")) * 1000
-    assert values_ms[50] == pytest.approx(median, rel=DEFAULT_ACCURACY)
 
 
 def test_merged_and_trials_results_get_their_own_sheets_and_plots(run: tuple[Path, dict[str, Any]],

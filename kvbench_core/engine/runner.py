@@ -55,7 +55,7 @@ class Runner:
         self.qos = plan.qos
         self._cancel = CancelToken()
         self._stopping = Stopping(self.state, self._cancel)
-        self._stop, self._stop_lock = self._stopping.event, self._stopping.lock
+        self._stop = self._stopping.event
         self._events = EventHeap()
         self._completed = 0  # requests finished inside the window (the request limit counts these)
         self._log: Any = None

@@ -186,14 +186,6 @@ def _tier_colors(names: list[str]) -> dict[str, str]:
     return {name: palette[i % len(palette)] for i, name in enumerate(names)}
 
 
-def cdf_points(histogram: dict[str, Any], points: int = 400) -> tuple[np.ndarray, np.ndarray]:
-    """(latency ms, cumulative fraction) of a serialised histogram, via its own quantile function."""
-    hist = LatencyHistogram.from_dict(histogram)
-    fractions = np.linspace(0.0, 1.0, points)
-    values = np.array([hist.quantile(q) for q in fractions], dtype=float) * 1000.0
-    return values, fractions
-
-
 def tail_points(histogram: dict[str, Any], points: int = 200) -> tuple[np.ndarray, np.ndarray]:
     """(latency ms, fraction of operations slower), exceedance from 1 down to 1/TAIL_DEPTH, via the
     histogram's own quantile function, ending at (max, 1/n): the slowest operation is the tail's last step,
