@@ -2,7 +2,8 @@
 
 A merged result used to carry client 0's declaration, so a run whose second client opened its window on
 a cold cache was declared ``steady``, and the working set was one client's (R1 M4).  What can be merged
-exactly is merged here; the rest stays client 0's (each client's own is in ``clients[]``):
+exactly is merged here; the rest stays client 0's (``clients[]`` keeps each client's metrics and workload,
+from which these fields come, not a declaration of its own):
 
 - ``tiers.cache_state``: the least advanced any client reports (cold < warm < steady): the run as a whole
   is only as steady as its coldest client;
