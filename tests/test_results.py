@@ -214,3 +214,34 @@ def test_a_result_never_replaces_an_existing_file(tmp_path: Path, monkeypatch: p
     written = write_result({"kvbench_result": 2}, tmp_path / "new.json")
     assert json.loads(written.read_text()) == {"kvbench_result": 2}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["new.json", "result.json"]
+
+
+def test_workload_percentiles_are_lengths_a_request_had_and_match_workload_stats() -> None:
+    """Nearest rank (docs/metrics.md): p99 of 1..99 tokens and one of 3500 is the 99th length, 99 (numpy's
+    default interpolation said 133.01, a length no request had), and the run's result and ``kvbench workload stats``
+    compute the same figures from the same lengths (review #16 M3)."""
+    import numpy as np
+    from kvbench_workloads.stats import distribution
+
+    from kvbench_core.results.result import _stats
+
+    lengths = [*range(1, 100), 3500]
+    run = _stats(lengths)
+    assert (run["p50"], run["p90"], run["p99"]) == (50, 90, 99)
+    assert all(run[p] in lengths for p in ("p50", "p90", "p99"))
+    trace = distribution(np.asarray(lengths))
+    assert {p: trace[p] for p in ("p50", "p90", "p99", "max")} == {p: run[p] for p in ("p50", "p90", "p99", "max")}
+
+
+def test_a_merged_declaration_has_no_client_0_input_length_p99() -> None:
+    """Sample percentiles do not merge: the merged workload statistics carry p99 null, and so does the
+    declaration beside the mean over every client, not client 0's tail (review #16 M3)."""
+    from kvbench_core.results.merge_declaration import merge_declarations
+
+    def client(mean: float, p99: float) -> dict[str, Any]:
+        return {"workload": {"input_length_mean": {"value": mean}, "input_length_p99": {"value": p99}}}
+
+    merged_stats = {"stats": {"input_length": {"count": 4, "mean": 150.0, "p99": None}}}
+    merged = merge_declarations([client(100.0, 120.0), client(200.0, 260.0)], workload=merged_stats, counters={})
+    assert merged["workload"]["input_length_mean"]["value"] == 150.0
+    assert merged["workload"]["input_length_p99"]["value"] is None

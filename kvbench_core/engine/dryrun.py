@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from kvbench_core.contracts.workload import Phase, decode_read_count, derive_phase
+from kvbench_core.engine.histogram import sample_percentiles
 from kvbench_core.engine.setup import build_source
 from kvbench_core.spec.plan import RunPlan
 from kvbench_core.spec.units import format_bytes
@@ -110,7 +111,7 @@ def dry_run_estimate(plan: RunPlan, client_plans: Sequence[RunPlan] = ()) -> dic
         "profiles": {name: {"requests": len(row["entry_bytes"]),
                             "context_tokens_mean": float(np.mean(row["context_tokens"])),
                             "entry_bytes_mean": float(np.mean(row["entry_bytes"])),
-                            "entry_bytes_p95": float(np.percentile(row["entry_bytes"], 95)),
+                            "entry_bytes_p95": float(sample_percentiles(row["entry_bytes"], (95,))[0]),
                             "read_bytes_per_request_mean": float(np.mean(row["read_bytes"]))}
                      for name, row in draw.profiles.items()},
         "entry_bytes_min": _smallest_entry(draw),

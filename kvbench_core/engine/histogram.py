@@ -14,7 +14,10 @@ bucket -> count.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 DEFAULT_ACCURACY = 0.01
 PERCENTILES = (50.0, 95.0, 99.0, 99.9)
@@ -32,6 +35,13 @@ def nearest_rank(q: float, count: int) -> int:
     if math.isclose(position, whole, rel_tol=1e-12, abs_tol=1e-12):
         position = whole
     return min(max(math.ceil(position) - 1, 0), count - 1)
+
+
+def sample_percentiles(values: Sequence[float], percentiles: Sequence[float]) -> list[float]:
+    """Exact percentiles (0-100) of a small sample by the same nearest rank: each is a value some sample had
+    (a token count, not 3432.55).  For the workload statistics, kept as samples rather than histograms."""
+    ordered = np.sort(np.asarray(values))
+    return [ordered[nearest_rank(p / 100, len(ordered))].item() for p in percentiles]
 
 
 class LatencyHistogram:

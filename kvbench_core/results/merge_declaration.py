@@ -12,6 +12,8 @@ from which these fields come, not a declaration of its own):
   (``<tier path>/client<i>``), so the most oversubscribed client is the one that says whether a tier
   holds its working set;
 - ``workload.input_length_mean``: the mean over every served request (the merged workload statistics);
+- ``workload.input_length_p99``: null, as ``workload.stats.input_length.p99`` is: sample percentiles do not
+  merge, and client 0's beside a mean over every client would describe a different set of requests;
 - ``workload.prefix_reuse_rate``: recomputed from the summed cache counters.
 """
 
@@ -39,6 +41,8 @@ def merge_declarations(declarations: list[dict[str, Any]], *, workload: dict[str
     section = merged.get("workload") or {}
     if "input_length_mean" in section:
         section["input_length_mean"]["value"] = workload["stats"]["input_length"]["mean"]
+    if "input_length_p99" in section:
+        section["input_length_p99"]["value"] = workload["stats"]["input_length"]["p99"]
     if "prefix_reuse_rate" in section:
         section["prefix_reuse_rate"]["value"] = reuse_rate(counters)
     return merged

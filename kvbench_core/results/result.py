@@ -25,6 +25,7 @@ from kvbench_core.codecs.figures import tensor_declaration
 from kvbench_core.contracts.plugins import plugin_versions
 from kvbench_core.contracts.redact import environment_secrets, redact
 from kvbench_core.engine.cache_figures import reuse_rate
+from kvbench_core.engine.histogram import sample_percentiles
 from kvbench_core.engine.opstats import measured_queue_depth
 from kvbench_core.engine.runner import RunState
 from kvbench_core.results.checks import run_checks
@@ -40,12 +41,14 @@ RESULT_FORMAT = 2
 
 
 def _stats(values: list[int]) -> dict[str, float | int | None]:
+    """Served requests' lengths; percentiles by the nearest rank (docs/metrics.md), so each is a length some
+    request had, as ``kvbench workload stats`` reports them (kvbench_workloads.stats.distribution)."""
     if not values:
         return {"count": 0, "mean": None, "p50": None, "p90": None, "p99": None, "max": None}
     array = np.asarray(values, dtype=float)
+    p50, p90, p99 = sample_percentiles(array, (50, 90, 99))
     return {"count": len(values), "mean": round(float(array.mean()), 2),
-            "p50": float(np.percentile(array, 50)), "p90": float(np.percentile(array, 90)),
-            "p99": float(np.percentile(array, 99)), "max": float(array.max())}
+            "p50": p50, "p90": p90, "p99": p99, "max": float(array.max())}
 
 
 def _workload_stats(state: RunState) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 They are computed from the requests a source actually replays (after filters,
 truncation and skipped rows), not from the raw file, so ``kvbench workload
 stats`` shows exactly what a run with the same options puts in its result.
-Percentiles interpolate linearly (numpy's default).  Reuse assumes an
+Percentiles are the nearest rank (docs/metrics.md), the rule a run's result
+uses, so each is a length some request had.  Reuse assumes an
 unbounded cache: it is the trace's ceiling, which a run's hit rate is
 measured against.
 """
@@ -17,11 +18,13 @@ from typing import Any
 import numpy as np
 
 from kvbench_core.contracts.workload import Request
+from kvbench_core.engine.histogram import sample_percentiles
 from kvbench_workloads.rows import LoadReport
 
 
 def distribution(values: np.ndarray) -> dict[str, float]:
-    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    """mean / p50 / p90 / p99 / max; the percentiles by the nearest rank, as a run's result computes them."""
+    p50, p90, p99 = sample_percentiles(values, (50, 90, 99))
     return {"mean": round(float(values.mean()), 3), "p50": round(float(p50), 3), "p90": round(float(p90), 3),
             "p99": round(float(p99), 3), "max": round(float(values.max()), 3)}
 
