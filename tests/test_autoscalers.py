@@ -20,13 +20,14 @@ SLA_P99 = {name: c.p99_target_s for name, c in DEFAULT_QOS.items()}
 
 
 def sample(t: float, users: int, *, saturation: float | None = None, p95: dict[str, float] | None = None,
-           throughput: float = 0.0) -> TelemetrySample:
-    """One interval; ``saturation`` sets the interactive class's p95 service latency to that fraction of its
-    target.  End-to-end adds 1.5 s of generation pacing (50 tokens x 30 ms, ``realistic``) to every class."""
+           throughput: float = 0.0, requests: int = 20) -> TelemetrySample:
+    """One interval of ``requests`` completions (by default the qos autoscaler's minimum to judge one);
+    ``saturation`` sets the interactive class's p95 service latency to that fraction of its target.
+    End-to-end adds 1.5 s of generation pacing (50 tokens x 30 ms, ``realistic``) to every class."""
     if saturation is not None:
         p95 = {"interactive": saturation * SLA_P95["interactive"], "batch": 0.1}
     service = p95 or {}
-    return TelemetrySample(t_s=t, users=users, requests=10, generated_tokens_per_s=throughput,
+    return TelemetrySample(t_s=t, users=users, requests=requests, generated_tokens_per_s=throughput,
                            context_tokens_per_s=0.0, read_bytes_per_s=0.0, write_bytes_per_s=0.0,
                            e2e_p95_s={q: v + 1.5 for q, v in service.items()}, e2e_p99_s={},
                            service_p95_s=service, service_p99_s={}, sla_p95_s=SLA_P95, sla_p99_s=SLA_P99,
@@ -80,6 +81,20 @@ def test_qos_holds_without_data_and_respects_its_bounds() -> None:
     assert run_script(scaler, [sample(10, 2, saturation=2.0)]) == [("scale_down", 2, False)]  # not below min_users
     assert run_script(scaler, [sample(50, 2, saturation=0.1), sample(55, 3, saturation=0.1)]) == [
         ("scale_up", 3, False), ("hold", 3, False)]  # not above max_users
+
+
+def test_qos_does_not_judge_an_interval_too_small_for_its_p95() -> None:
+    """Of 5 requests the nearest-rank p95 is the slowest, so one slow request reads as saturation 3: held,
+    not a step down, and not a step towards stabilising either; 20 requests at that p95 do step down
+    (review #16 L3)."""
+    scaler = QoSAutoscaler({"stable_intervals": 2}, initial_users=10, max_users=100)
+    assert run_script(scaler, [sample(5, 10, saturation=3.0, requests=5), sample(10, 10, saturation=0.8),
+                               sample(15, 10, saturation=0.8, requests=19), sample(20, 10, saturation=0.8)]) == [
+        ("hold", 10, False), ("hold", 10, False), ("hold", 10, False), ("stabilized", 10, True)]
+    assert "5 requests < 20" in scaler.decide(sample(25, 10, saturation=3.0, requests=5)).reason
+    assert run_script(scaler, [sample(30, 10, saturation=3.0, requests=20)]) == [("scale_down", 9, False)]
+    lenient = QoSAutoscaler({"min_interval_requests": 5}, initial_users=10, max_users=100)
+    assert run_script(lenient, [sample(5, 10, saturation=3.0, requests=5)]) == [("scale_down", 9, False)]
 
 
 def test_qos_options_change_the_band_and_the_steps() -> None:

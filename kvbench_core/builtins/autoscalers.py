@@ -17,6 +17,10 @@ _POSITIVE = {"type": "number", "exclusiveMinimum": 0}
 _RATIO = {"type": "number", "minimum": 0}
 
 
+#: The fewest samples whose p95 is not their maximum: by the nearest rank, p95 of 20 is the 19th.
+MIN_P95_REQUESTS = 20
+
+
 class QoSAutoscaler(Autoscaler):
     """Largest user count that keeps every QoS class inside its SLA.
 
@@ -28,6 +32,10 @@ class QoSAutoscaler(Autoscaler):
     ``high`` hold, above ``high`` remove users and cool down; the band defaults
     to ``target_saturation`` (0.8) +- 0.1.  After
     ``stable_intervals`` consecutive holds the count is reported as stabilised.
+    An interval with fewer than ``min_interval_requests`` completed requests is not
+    judged (held, and not counted towards stabilising): by the nearest rank the p95
+    of fewer than 20 requests is the slowest one, so a single slow request would
+    step the users down.
     """
 
     name = "qos"
@@ -42,6 +50,10 @@ class QoSAutoscaler(Autoscaler):
             "cooldown_s": {**_RATIO, "default": 30.0},
             "stable_intervals": {"type": "integer", "minimum": 1, "default": 3},
             "min_users": {"type": "integer", "minimum": 1, "default": 1},
+            "min_interval_requests": {
+                "type": "integer", "minimum": 1, "default": MIN_P95_REQUESTS,
+                "description": "judge an interval only once this many requests completed in it (default 20: "
+                               "the fewest whose p95 is not simply the slowest request)"},
         },
     }
 
@@ -53,6 +65,7 @@ class QoSAutoscaler(Autoscaler):
         self.cooldown_s = float(self.options["cooldown_s"])
         self.stable_intervals = int(self.options["stable_intervals"])
         self.min_users = int(self.options["min_users"])
+        self.min_interval_requests = int(self.options["min_interval_requests"])
         self.users = initial_users
         self._cooldown_until = -math.inf
         self._holds = 0
@@ -85,6 +98,10 @@ class QoSAutoscaler(Autoscaler):
             return Decision(self.users, "hold", None, reason="no completed requests this interval")
         if sample.t_s < self._cooldown_until:
             return Decision(self.users, "cooldown", saturation, reason="cooling down after a scale-down")
+        if sample.requests < self.min_interval_requests:
+            return Decision(self.users, "hold", saturation,
+                            reason=f"not judged: {sample.requests} requests < {self.min_interval_requests} "
+                                   "for a p95 that is not just the slowest one")
         if saturation <= self.high:
             self._best_within_sla = max(self._best_within_sla or 0, self.users)
         if saturation < self.low and self.users < self.max_users:
