@@ -50,6 +50,25 @@ def test_an_operation_that_started_in_warm_up_is_not_in_the_window() -> None:
     assert (stats.ops, stats.command.count, stats.bytes) == (1, 1, 4096)
 
 
+def test_an_intervals_p95_is_over_the_operations_it_books() -> None:
+    """An operation that began in warm-up (not in the window, its bytes not in the series) puts no latency in
+    the interval either: a point never shows a p95 beside 0 bytes for the tier (review R4)."""
+    clock = Clock()
+    telemetry = Telemetry(list(DEFAULT_QOS), clock=clock)
+    clock.now = 10.0
+    telemetry.start_measuring()
+    telemetry.record_op("redis", "read", IOTiming(3.0, 0.0, 3.0, 4096), 8.0, 11.0, [(4096, 8.0, 11.0)])
+    clock.now = 12.0
+    telemetry.close_interval(1)
+    row = (telemetry.series[-1].get("tiers") or {}).get("redis") or {}
+    assert row.get("read_bytes", 0) == 0 and row.get("read_p95_ms") is None
+    telemetry.record_op("redis", "read", IOTiming(0.2, 0.0, 0.2, 4096), 12.1, 12.3, [(4096, 12.1, 12.3)])
+    clock.now = 13.0
+    telemetry.close_interval(1)
+    row = telemetry.series[-1]["tiers"]["redis"]
+    assert row["read_bytes"] == 4096 and row["read_p95_ms"] == pytest.approx(200.0, rel=0.02)
+
+
 def test_merged_points_add_counts_and_divide_once() -> None:
     """Client a's last interval lasted 5 s, b's 2.5 s: summing b's rate (over 2.5 s) with a's over-counts."""
     a = {"t_s": 10.0, "interval_s": 5.0, "users": 1, "requests": 5, "generated_tokens": 500, "context_tokens": 5000,

@@ -217,7 +217,7 @@ class Telemetry:
         reports none).  Inside a request it waits in the request's tally; outside (preload, cold
         demotion) it belongs to the window it started in."""
         record = OpRecord(tier, op, timing, start, end, commands or [])
-        if timing.transferred:  # a store without a transfer is no operation of the tier (OpStats.add)
+        if timing.transferred and not self.measuring:  # warm-up: the live line's p95 (reset at the window)
             with self._lock:
                 self._interval["tiers"][tier][op][1].add(timing.total)
         tally = self._tally()
@@ -239,6 +239,11 @@ class Telemetry:
         completions); a tier that reports no commands books the whole operation at its end."""
         stats = self.tiers[record.tier][record.op]
         stats.add(record.timing, record.start, record.end)
+        # The interval's p95 covers the operations it books, as its bytes do: not those of requests that
+        # started in warm-up, were dropped or were cancelled in the drain.  One that completed in an interval
+        # already closed (its request ended later) adds its bytes there, but that point's p95 is written.
+        if record.timing.transferred and record.end >= self._interval["start"]:
+            self._interval["tiers"][record.tier][record.op][1].add(record.timing.total)
         for nbytes, start, end in record.commands:
             stats.add_command(nbytes, start, end)
             self._book_bytes(record.tier, record.op, nbytes, end)
