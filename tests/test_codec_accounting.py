@@ -6,6 +6,7 @@ writer committed is stored without a transfer (docs/codecs.md, "Over a shared ti
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ from kvbench_core.codecs.tier import CodecTier, entry_key, segment_key
 from kvbench_core.contracts.backend import BackendContext
 from kvbench_core.engine.cache_types import Tier
 from kvbench_core.engine.cancel import CommandRecorder
+from kvbench_core.engine.telemetry import Telemetry
+from kvbench_core.engine.waterfall import MultiTierCache
 from kvbench_core.results.checks import _stored_entries, _written
 
 pytest.importorskip("cramjam", reason="the codecs extra is not installed (pip install 'kvbench-core[codecs]')")
@@ -83,20 +86,118 @@ def test_every_segment_command_is_taken_with_the_entrys_operation() -> None:
     assert read.command.count >= 3 and read.command_bytes == read.physical_bytes
 
 
-def test_a_multi_segment_codec_run_passes_every_check(tmp_path: Path) -> None:
-    """Entries of up to 1.2 MiB through 64 KiB segments on a directory tier (R1 M6: five checks failed)."""
-    tier = {"name": "disk", "backend": "nvme", "capacity": "64MiB",
+@pytest.mark.parametrize("promotion", ["none", "on_read"])
+def test_a_multi_segment_codec_run_passes_every_check(tmp_path: Path, promotion: str) -> None:
+    """Entries of up to 1.2 MiB through 64 KiB segments on a directory tier (R1 M6: five checks failed), with a
+    plain tier below it: demotions out of the codec tier (and, on_read, promotions) pull the entry through
+    ``read_range``, which reads the chunks and not the headers (R3 H1: tier_bytes and command_bytes failed)."""
+    tier = {"name": "disk", "backend": "nvme", "capacity": "3MiB",
             "codec": {"name": "zstd", "options": {"level": 1}, "chunk": "16KiB", "segment": "64KiB"},
             "options": {"path": str(tmp_path / "cache"), "fsync": False}}
-    code, _out, err = run_cli(tmp_path, history_spec([tier], output={"directory": str(tmp_path / "out"),
-                                                                     "progress": "off"}))
+    below = {"name": "disk2", "backend": "nvme", "capacity": "64MiB",
+             "options": {"path": str(tmp_path / "cache2"), "fsync": False}}
+    spec = history_spec([tier, below], output={"directory": str(tmp_path / "out"), "progress": "off"})
+    spec["cache"]["promotion"] = promotion
+    code, _out, err = run_cli(tmp_path, spec)
     assert code == 0, err
     result = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
     failed = [item for item in result["checks"]["items"] if not item["passed"]]
     assert result["checks"]["items"] and failed == []
     disk = result["metrics"]["tiers"]["disk"]
     assert disk["write"]["mean_entry_bytes"] > 64 << 10  # entries really span several segments
-    assert disk["read"]["command_bytes"] >= disk["read"]["physical_bytes"] > 0
+    assert disk["read"]["command_bytes"] == disk["read"]["physical_bytes"] > 0
+    cache = result["metrics"]["cache"]
+    assert cache["demotions_count"].get("disk->disk2", 0) > 0  # copies out of the codec tier really ran
+    if promotion == "on_read":
+        assert cache["promotions"] > 0
+
+
+def test_a_copy_out_of_a_codec_tier_books_the_bytes_it_read() -> None:
+    """R3 H1: a demotion to a tier without the codec pulls through ``read_range``, which reads only the chunks;
+    its read was booked with the stored bytes (headers and chunk tables too), more than its commands moved."""
+    recorder = CommandRecorder("upper", telemetry=None)
+    upper = coded(CPUMemoryBackend({}, BackendContext(tier_name="upper", run_id="t", io_log=recorder)))
+    lower = CPUMemoryBackend({}, BackendContext(tier_name="lower", run_id="t"))
+    cache, telemetry = cache_over([Tier("upper", upper, SIZE * 3 // 2), Tier("lower", lower, 1 << 20)])
+    recorder.telemetry = telemetry
+    cache.put("u0_c1_turn_1", SIZE)
+    stored = upper.stored_bytes("u0_c1_turn_1")
+    chunks = sum(int(s.starts[-1] - s.starts[0]) for s in upper.layout("u0_c1_turn_1") or [])
+    cache.put("u1_c1_turn_1", SIZE)  # demotes the first through upper.read_range
+    read = telemetry.tiers["upper"]["read"]
+    series = telemetry.close_interval(users=1)["tiers"]["upper"]["read_bytes"]
+    assert read.ops == 1 and stored is not None and chunks < stored
+    assert read.physical_bytes == read.command_bytes == series == chunks
+
+
+class SlowDecode(ZstdCodec):
+    def decode(self, src: Any, out: Any) -> int:
+        time.sleep(0.005)  # decode is host work, however long it takes
+        return super().decode(src, out)
+
+
+class Zeros:
+    """A compressible payload: every chunk is a zstd frame, so the copy really decodes."""
+
+    def __init__(self, key: str, size: int) -> None:
+        self.size = size
+
+    def fill(self, offset: int, out: memoryview) -> None:
+        out[:] = bytes(len(out))
+
+
+class Persistent(CPUMemoryBackend):
+    volatile = False  # stands for a disk: its range reads are device time
+
+
+def test_decoding_in_a_copy_out_of_a_codec_tier_is_host_time() -> None:
+    """R3 M1: ``TierSource.fill`` timed the decode with the range reads and a persistent tier booked it all
+    as device time (device 0.03 s, host 0, no codec layer)."""
+    upper = CodecTier(Persistent({}, BackendContext(tier_name="upper", run_id="t")), SlowDecode({"level": 1}),
+                      chunk_bytes=SEGMENT, segment_bytes=SEGMENT)
+    lower = CPUMemoryBackend({}, BackendContext(tier_name="lower", run_id="t"))
+    telemetry = Telemetry(["batch"])
+    telemetry.start_measuring()
+    cache = MultiTierCache([Tier("upper", upper, SIZE * 3 // 2), Tier("lower", lower, 1 << 20)], telemetry, Zeros)
+    cache.put("u0_c1_turn_1", SIZE)
+    decoded = sum(int((~s.raw).sum()) for s in upper.layout("u0_c1_turn_1") or [])
+    cache.put("u1_c1_turn_1", SIZE)
+    read = telemetry.tiers["upper"]["read"]
+    assert read.ops == 1 and read.codec.count == 1 and decoded > 0
+    assert read.host.total >= read.codec.total >= 0.005 * decoded
+    assert read.device.total < read.codec.total
+    assert read.host.total + read.device.total == pytest.approx(read.total.total)
+
+
+def test_every_segments_io_log_line_carries_its_entrys_trace_id(tmp_path: Path) -> None:
+    """R3 M2: segment commands were logged under ``key.kvcN`` with that key's trace id, so ``kvbench score``
+    joined only segment 0 to the entry; the logged key stays the object's, the trace id is the entry's."""
+    from kvbench_core.engine.iolog import IOLog, trace_id_for
+
+    with IOLog(str(tmp_path / "io.jsonl")) as log:
+        recorder = CommandRecorder("dram", telemetry=None, io_log=log)
+        inner = CPUMemoryBackend({}, BackendContext(tier_name="dram", run_id="test", io_log=recorder))
+        cache, telemetry = cache_over([Tier("dram", coded(inner), 1 << 20)])
+        recorder.telemetry = telemetry
+        cache.put("u0_c1_turn_1", SIZE)
+    lines = [json.loads(line) for line in (tmp_path / "io.jsonl").read_text().splitlines()]
+    assert {line["key"] for line in lines} == {segment_key("u0_c1_turn_1", i) for i in range(3)}
+    assert {line["trace_id"] for line in lines} == {trace_id_for("u0_c1_turn_1")}
+
+
+def test_a_replays_io_log_joins_every_segment_to_its_manifest_entry(tmp_path: Path) -> None:
+    """The replay's one-pass log: the codec stage sets its ``owner_of``, so the manifest's trace id is used."""
+    from kvbench_core.engine.iolog import IOLog
+    from kvbench_core.engine.payload import NoisePool
+    from kvbench_core.kvio.replay import _OnePassLog
+
+    with IOLog(str(tmp_path / "io.jsonl"), {"obj": 77}) as log:
+        gate = _OnePassLog(log)
+        gate.active = True
+        tier = coded(CPUMemoryBackend({}, BackendContext(tier_name="dram", run_id="test", io_log=gate)))
+        tier.write("obj", NoisePool(seed=1, pool_bytes=1 << 16, max_piece=1 << 16).payload("obj", SIZE))
+    lines = [json.loads(line) for line in (tmp_path / "io.jsonl").read_text().splitlines()]
+    assert len({line["key"] for line in lines}) == 3 and {line["trace_id"] for line in lines} == {77}
 
 
 @pytest.mark.redis

@@ -17,7 +17,7 @@ def with_codec(backend: StorageBackend, choice: dict[str, Any] | None, *, path: 
     """``backend`` behind the chosen codec stage; the backend itself for no codec or ``none``.  The choice's
     options were checked where the choice was made (``check_codec_choices`` for a spec, ``check_codec``
     for a tier built outside one), not again here."""
-    choice = codec_choice(choice) if isinstance(choice, str) else choice
+    choice = codec_choice(choice)  # any form the spec allows (idempotent on the resolved one)
     if choice is None or choice["name"] == "none":
         return backend
     cls = lookup("codec", choice["name"], path=f"{path}.codec")

@@ -286,6 +286,7 @@ class CodecTier(StorageBackend):
             upper.inner.read_range(segment_key(key, index), 0, memoryview(encoded))
             pulled.read_seconds += time.perf_counter() - t0  # booked as the upper tier's read
             pulled.bytes_read += segment.logical
+            pulled.encoded_read += segment.physical
             tally.add(self.inner.write(segment_key(key, index), ArraySource(encoded)), segment.logical)
         self._publish(key, segments)
         return tally.timing(start)
@@ -335,30 +336,43 @@ class CodecTier(StorageBackend):
         return out
 
     def read_range(self, key: str, offset: int, out: memoryview) -> None:
+        self.read_range_costs(key, offset, out)
+
+    def read_range_costs(self, key: str, offset: int, out: memoryview) -> tuple[int, float]:
+        """``read_range``, returning the encoded bytes it read from the inner backend (chunks only: the
+        layout is known, no header is read) and the seconds it spent decoding them (host time), which a
+        copy out of this tier books as such (``TierSource``), not as device time."""
         target = np.frombuffer(out, dtype=np.uint8)
         segments = self._segments(key)
-        done = 0
+        done = encoded = 0
+        decode_s = 0.0
         while done < target.shape[0]:
             at = offset + done
             index, within = divmod(at, self.segment_bytes)
             chunk, skip = divmod(within, self.chunk_bytes)
-            plain = self._range_chunk(key, index, segments[index], chunk)
+            plain, read, decoding = self._range_chunk(key, index, segments[index], chunk)
+            encoded += read
+            decode_s += decoding
             n = min(plain.shape[0] - skip, target.shape[0] - done)
             target[done:done + n] = plain[skip:skip + n]
             done += n
+        return encoded, decode_s
 
-    def _range_chunk(self, key: str, index: int, segment: Segment, chunk: int) -> np.ndarray:
-        """One decoded chunk for ``read_range``; the last one is kept, as pieces rarely span two chunks."""
+    def _range_chunk(self, key: str, index: int, segment: Segment, chunk: int) -> tuple[np.ndarray, int, float]:
+        """One decoded chunk for ``read_range``, with the encoded bytes read and the seconds decoded for it
+        (0 and 0.0 for the chunk decoded last, kept as pieces rarely span two chunks)."""
         last = getattr(self._range_last, "chunk", None)
         if last is not None and last[0] is segment and last[1] == chunk:
-            return last[2]
+            return last[2], 0, 0.0
         begin, end = int(segment.starts[chunk]), int(segment.starts[chunk + 1])
         encoded = np.frombuffer(self._range_encoded.get(end - begin), dtype=np.uint8)
         self.inner.read_range(segment_key(key, index), begin, memoryview(encoded))
         plain = np.frombuffer(self._range_plain.get(self.chunk_bytes), dtype=np.uint8)
+        t0 = time.perf_counter()
         decoded = self._decode_chunk(segment, chunk, encoded, plain, key)
+        decode_s = time.perf_counter() - t0
         self._range_last.chunk = (segment, chunk, decoded)
-        return decoded
+        return decoded, end - begin, decode_s
 
     # -- delete --------------------------------------------------------------------------------------------
     def delete(self, key: str) -> None:

@@ -55,17 +55,29 @@ class Entry:
 
 class TierSource:
     """``ByteSource`` that pulls an entry's bytes from an upper tier (the demotion read side), counting
-    the time and the bytes it read there: the upper tier's read is booked from these, not assumed."""
+    the time and the bytes it read there: the upper tier's read is booked from these, not assumed.
 
-    __slots__ = ("backend", "bytes_read", "key", "read_seconds", "size")
+    A codec stage above adds what only it knows (``fill`` times its decode too): the encoded bytes it read
+    from its device (``encoded_read``, headers and tables only where it read them) and the seconds it spent
+    decoding (``decode_seconds``, host time inside ``read_seconds``), through ``read_range_costs``."""
+
+    __slots__ = ("backend", "bytes_read", "decode_seconds", "encoded_read", "key", "read_seconds", "size")
 
     def __init__(self, backend: StorageBackend, key: str, size: int) -> None:
         self.backend, self.key, self.size = backend, key, size
         self.read_seconds = 0.0
         self.bytes_read = 0
+        self.encoded_read = 0
+        self.decode_seconds = 0.0
 
     def fill(self, offset: int, out: memoryview) -> None:
         start = time.perf_counter()
-        self.backend.read_range(self.key, offset, out)
+        costed = getattr(self.backend, "read_range_costs", None)  # a codec stage: what it read and decoded
+        if costed is None:
+            self.backend.read_range(self.key, offset, out)
+        else:
+            encoded, decode_s = costed(self.key, offset, out)
+            self.encoded_read += encoded
+            self.decode_seconds += decode_s
         self.read_seconds += time.perf_counter() - start
         self.bytes_read += len(out)

@@ -110,14 +110,14 @@ class CommandRecorder:
                requested: int | None = None, align: int | None = None) -> None:
         """One command: ``nbytes`` as the syscall returned; ``requested``/``align`` where the tier asked for an
         aligned length (an O_DIRECT tail), forwarded to the I/O log (docs/kvio.md, "the I/O log")."""
+        owner = key if self.owner_of is None else self.owner_of(key)
         if self.telemetry.measuring:
             with self._lock:
-                owner = key if self.owner_of is None else self.owner_of(key)
                 self._pending.setdefault((owner, op), []).append((nbytes, start_s, end_s))
         else:
             self.telemetry.record_progress_bytes(self.tier, op, nbytes)
         if self.io_log is not None:
-            self.io_log.record(key, op, offset, nbytes, start_s, end_s, requested, align)
+            self.io_log.record(key, op, offset, nbytes, start_s, end_s, requested, align, owner=owner)
         if self.token is not None:
             self.token.check()
 

@@ -32,7 +32,7 @@ def create_backend(tier: dict[str, Any], context: BackendContext, *, path: str =
     options_path = options_path or f"{path}.options"
     validate_or_raise(options, cls.options_schema, root=options_path)
     cls.check_options(options, options_path)  # what the schema cannot say, as spec validation asks it
-    check_codec(tier.get("codec"), path=path)
+    codec = check_codec(tier.get("codec"), path=path)  # any form the spec allows, resolved
     choice = PluginChoice(kind="backend", name=tier["backend"], cls=cls, field=path,
                           options=freeze(options))
-    return build_backend(choice, dataclasses.replace(context, options_path=options_path), codec=tier.get("codec"))
+    return build_backend(choice, dataclasses.replace(context, options_path=options_path), codec=codec)

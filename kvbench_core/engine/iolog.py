@@ -69,11 +69,14 @@ class IOLog:
         self._file = open(fd, "w", encoding="utf-8", buffering=BUFFER_BYTES)  # noqa: SIM115 - see close()
 
     def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float,
-               requested: int | None = None, align: int | None = None) -> None:
-        """Log one device command of ``op`` (``write``/``read``) on ``key``'s entry: ``nbytes`` is what the
+               requested: int | None = None, align: int | None = None, *, owner: str | None = None) -> None:
+        """Log one device command of ``op`` (``write``/``read``) on object ``key``: ``nbytes`` is what the
         syscall returned; ``requested`` the length it was asked for and ``align`` the alignment that length
-        was rounded to (an O_DIRECT tail), given only when the tier rounded it."""
-        trace_id = self._trace_ids.get(key) or trace_id_for(key)
+        was rounded to (an O_DIRECT tail), given only when the tier rounded it.  ``owner`` is the entry the
+        object belongs to where they differ (a codec stage's segment ``key.kvcN``): the trace id is the
+        entry's, so ``kvbench score`` joins every segment's commands to it; the logged key stays the object's."""
+        entry = key if owner is None else owner
+        trace_id = self._trace_ids.get(entry) or trace_id_for(entry)
         asked = "" if requested is None else f',"requested":{requested},"align":{align}'
         line = (f'{{"trace_id":{trace_id},"key":{json.dumps(key)},"op":{json.dumps(op)},"offset":{offset},'
                 f'"bytes":{nbytes}{asked},"start_s":{start_s:.9f},"end_s":{end_s:.9f}}}\n')

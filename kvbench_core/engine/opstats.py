@@ -55,8 +55,9 @@ class OpStats:
         self.total.add(timing.total)
         # L4 host is everything that is not waiting on the device (docs/metrics.md), the same for every tier
         # whatever part of it the backend could name, so host + device is the operation's total.
-        self.host.add(max(timing.total - timing.device, 0.0))
-        self.device.add(timing.device)
+        device = min(timing.device, timing.total)  # a backend's device clock past the operation's own is capped
+        self.host.add(timing.total - device)
+        self.device.add(device)
         self.physical_bytes += timing.nbytes if timing.physical_bytes is None else timing.physical_bytes
         if timing.codec > 0:
             self.codec.add(timing.codec)

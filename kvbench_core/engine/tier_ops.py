@@ -30,7 +30,8 @@ class TierOperations:
         start = time.perf_counter()
         try:
             timing = action()
-            breach = timing.contract_error(op)
+            commands = take_commands(tier, key, op)
+            breach = timing.contract_error(op) or unbooked_commands(timing, commands)
             if breach is not None:  # booked as it stands it would lose or invent bytes: refused, as a failure
                 raise TimingContractError(f"backend '{tier.backend.name}' ({type(tier.backend).__name__}) "
                                           f"returned an IOTiming that breaks the contract: {breach}")
@@ -42,7 +43,7 @@ class TierOperations:
             self.telemetry.record_op_error(tier.name, op, key, error)
             raise StorageError(tier.name, op, key, describe_error(error)) from error
         end = time.perf_counter()
-        self.telemetry.record_op(tier.name, op, timing, start, end, take_commands(tier, key, op))
+        self.telemetry.record_op(tier.name, op, timing, start, end, commands)
         return timing
 
     def copy(self, source_tier: Tier, target: Tier, entry: Entry, source: TierSource,
@@ -59,18 +60,21 @@ class TierOperations:
     def record_source_read(self, upper: Tier, entry: Entry, source: TierSource) -> None:
         """A demotion's (or promotion's) read of the tier it moves from is real traffic there: count what
         ``source`` really read (nothing, when the lower tier found the entry committed before pulling a byte;
-        all of it when it read the entry to encode or hash it, whatever it then sent).  A memory tier has no
-        device to wait for, so its time is host time; a persistent tier's is device time."""
+        all of it when it read the entry to encode or hash it, whatever it then sent).  Its device bytes are
+        what was read: the commands taken, else the encoded bytes a codec stage read (its chunks, without the
+        headers it did not read), else what the tier stores.  A codec stage's decode is host (and codec)
+        time; a memory tier has no device to wait for, so all its time is host time; the rest of a
+        persistent tier's is device time."""
         commands = take_commands(upper, entry.key, "read")  # the range reads' own commands, as the recorder saw
         if not source.bytes_read:
             return
         end = time.perf_counter()
         seconds = source.read_seconds
-        host, device = (seconds, 0.0) if upper.backend.volatile else (0.0, seconds)
-        whole = source.bytes_read >= entry.size
-        stored = upper.backend.stored_bytes(entry.key) if whole else None  # a codec tier stores fewer
+        decode = min(source.decode_seconds, seconds)
+        host, device = (seconds, 0.0) if upper.backend.volatile else (decode, seconds - decode)
         timing = IOTiming(total=seconds, host=host, device=device, nbytes=source.bytes_read,
-                          commands=max(len(commands), 1), physical_bytes=stored)
+                          commands=max(len(commands), 1), codec=decode,
+                          physical_bytes=physical_read(upper, entry, source, commands))
         self.telemetry.record_op(upper.name, "read", timing, end - seconds, end, commands)
 
     def delete_from(self, tier: Tier, entry: Entry) -> None:
@@ -84,6 +88,26 @@ class TierOperations:
 
 class TimingContractError(Exception):
     """A backend's ``IOTiming`` breaks ``IOTiming.contract_error``'s rules (a plugin bug, not the device's)."""
+
+
+def unbooked_commands(timing: IOTiming, commands: list[tuple[int, float, float]]) -> str | None:
+    """Why an operation's timing and the commands its backend recorded disagree, or None: a timing that
+    moved nothing while the recorder holds commands for it would book device bytes no operation moved."""
+    if timing.nbytes or not commands:
+        return None
+    return (f"it moved nothing (nbytes 0) but the tier recorded {len(commands)} device commands "
+            f"({sum(nbytes for nbytes, _, _ in commands)} bytes) for it")
+
+
+def physical_read(upper: Tier, entry: Entry, source: TierSource,
+                  commands: list[tuple[int, float, float]]) -> int | None:
+    """The device bytes a copy's read of ``upper`` moved: its commands' bytes, else the encoded bytes a
+    codec stage counted on ``source``, else (a whole entry, a tier reporting neither) what ``upper`` stores."""
+    if commands:
+        return sum(nbytes for nbytes, _, _ in commands)
+    if source.encoded_read:
+        return source.encoded_read
+    return upper.backend.stored_bytes(entry.key) if source.bytes_read >= entry.size else None
 
 
 def take_commands(tier: Tier, key: str, op: str) -> list[tuple[int, float, float]]:

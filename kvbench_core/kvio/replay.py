@@ -17,6 +17,7 @@ import os
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any, cast
@@ -87,11 +88,13 @@ class _OnePassLog:
     def __init__(self, log: IOLog) -> None:
         self.log = log
         self.active = False
+        self.owner_of: Callable[[str], str] | None = None  # set by a codec stage: a segment's entry
 
     def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float,
                requested: int | None = None, align: int | None = None) -> None:
         if self.active:
-            self.log.record(key, op, offset, nbytes, start_s, end_s, requested, align)
+            owner = None if self.owner_of is None else self.owner_of(key)
+            self.log.record(key, op, offset, nbytes, start_s, end_s, requested, align, owner=owner)
 
 
 def _histogram(timings: list[IOTiming]) -> LatencyHistogram:

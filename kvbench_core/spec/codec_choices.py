@@ -60,24 +60,36 @@ def check_codec_choices(raw: dict[str, Any]) -> None:
         choice = codec_choice(value)
         if choice is None:
             continue
-        cls = lookup("codec", choice["name"], path=f"{path}.name" if isinstance(value, dict) else path)
-        validate_or_raise(choice["options"], cls.options_schema, root=f"{path}.options")
-        if not 0 < choice["chunk"] <= MAX_CHUNK:
-            raise SpecError(f"{path}.chunk: expected a size from 1 byte to 64MiB, got {choice['chunk']}")
-        if choice["segment"] < choice["chunk"] or choice["segment"] % choice["chunk"]:
-            raise SpecError(f"{path}.segment: must be a multiple of chunk ({choice['chunk']} bytes), "
-                            f"got {choice['segment']}")
+        cls = _check_choice(choice, value, path)
         if raw.get("verify") and not cls.lossless:
             raise SpecError(f"{path}: codec {choice['name']!r} is lossy, so verify: true would report every read "
                             "as corrupt; use a lossless codec or verify: false")
 
 
-def check_codec(choice: dict[str, Any] | str | None, *, path: str) -> None:
-    """The options of one tier's codec choice against the codec's schema (a tier built outside a spec)."""
-    choice = codec_choice(choice) if isinstance(choice, str) else choice
-    if choice is not None and choice["name"] != "none":
-        cls = lookup("codec", choice["name"], path=f"{path}.codec")
-        validate_or_raise(choice["options"], cls.options_schema, root=f"{path}.codec.options")
+def _check_choice(choice: dict[str, Any], value: str | dict[str, Any], path: str) -> Any:
+    """The codec class of a resolved ``choice`` (written as ``value`` at ``path``), its options and sizes checked."""
+    cls = lookup("codec", choice["name"], path=f"{path}.name" if isinstance(value, dict) else path)
+    validate_or_raise(choice["options"], cls.options_schema, root=f"{path}.options")
+    if not 0 < choice["chunk"] <= MAX_CHUNK:
+        raise SpecError(f"{path}.chunk: expected a size from 1 byte to 64MiB, got {choice['chunk']}")
+    if choice["segment"] < choice["chunk"] or choice["segment"] % choice["chunk"]:
+        raise SpecError(f"{path}.segment: must be a multiple of chunk ({choice['chunk']} bytes), "
+                        f"got {choice['segment']}")
+    return cls
+
+
+def check_codec(value: dict[str, Any] | str | None, *, path: str) -> dict[str, Any] | None:
+    """One tier's codec choice built outside a spec (``--tier``), in any form the spec allows: checked as a
+    spec's is (a bad one is a ``SpecError`` naming ``<path>.codec``), and returned resolved (None for none)."""
+    if value is None:
+        return None
+    where = f"{path}.codec"
+    validate_or_raise(value, CODEC_SCHEMA, root=where)
+    choice = codec_choice(value)
+    if choice is None or choice["name"] == "none":
+        return None
+    _check_choice(choice, value, where)
+    return choice
 
 
 def resolve_codecs(spec: dict[str, Any]) -> None:
