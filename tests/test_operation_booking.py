@@ -41,7 +41,7 @@ def test_a_timing_that_moved_nothing_with_commands_recorded_is_refused() -> None
         def fill(self, offset: int, out: memoryview) -> None:
             out[:] = bytes(len(out))
 
-    with pytest.raises(StorageError, match="moved nothing .* recorded 1 device commands"):
+    with pytest.raises(StorageError, match=r"moved nothing .* recorded 1 device commands"):
         TierOperations(telemetry).timed(tier, "write", "k", lambda: backend.write("k", Source()))
     assert telemetry.tiers["dram"]["write"].ops == 0 and telemetry.tiers["dram"]["write"].command_bytes == 0
     assert recorder.take("k", "write") == []  # nothing left pending either
