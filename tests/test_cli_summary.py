@@ -103,3 +103,22 @@ def test_a_tiers_entry_size_is_in_the_same_binary_units_as_the_verdicts() -> Non
 
     (line,) = command_lines("nvme", {"read": {"mean_entry_bytes": 64 * MIB}, "write": {}})
     assert line.strip() == "read per entry of 64.00 MiB"
+
+
+def test_a_codec_tiers_host_time_names_the_codec_not_direct_io() -> None:
+    """On a coded tier host time is mostly encode/decode (the codec layer runs inside host): the next step
+    names the codec, not direct: true or transfer_size, which change nothing there (review #16 M5).  A
+    codec that is a small part of the host time leaves the host advice as it was."""
+    data = copy.deepcopy(result(queue_ms=0.0, storage_ms=400.0, sla_met=False))
+    nvme = data["metrics"]["tiers"]["nvme"]
+    nvme["codec"] = {"name": "zstd"}
+    nvme["write"] = op(10, 10 * 64 * MIB, 300.0, 50.0)
+    nvme["write"]["latency_ms"]["codec"] = {"count": 10, "mean": 240.0}
+    (verdict,) = explain(data)
+    assert "mostly nvme write host time" in verdict.why
+    assert verdict.next_step.startswith("next: nvme's host time is mostly its codec: encoding zstd takes 240.0 ms "
+                                        "of the 300.0 ms per write")
+    assert "direct: true" not in verdict.next_step
+    nvme["write"]["latency_ms"]["codec"] = {"count": 10, "mean": 60.0}
+    (verdict,) = explain(data)
+    assert "direct: true" in verdict.next_step and "codec" not in verdict.next_step

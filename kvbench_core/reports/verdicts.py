@@ -3,8 +3,10 @@
 A newcomer who reads ``responsive 6889/100 ms MISSED`` cannot tell whether the tool or the disk is at
 fault.  The answer is in the result: tier latencies are per KV entry (an entry of a 32 KiB/token model
 with an 8k-token context is 256 MiB, not a 4 KiB block), a request's service time is its queue wait plus
-its entries' reads and writes, and each tier's time splits into host (kvbench's copies and system
-calls) and device.  The summary, the HTML report and the workbook print these same lines.
+its entries' reads and writes, and each tier's time splits into device (what the backend measured waiting
+on the storage: system calls on nvme, HTTP round trips on s3) and host, everything else (filling and
+copying buffers, a codec's encode/decode, kvbench's Python).  The summary, the HTML report and the
+workbook print these same lines.
 """
 
 from __future__ import annotations
@@ -131,9 +133,17 @@ def next_step(result: dict[str, Any], dominant: Share | None, sla_ms: float, met
         return (f"next: {dominant.tier} copies of {format_bytes(entry)} entries take {dominant.mean_ms:,.1f} ms "
                 "each: memory bandwidth is the limit here; fewer tokens per entry (a smaller model, shorter "
                 "contexts) or fewer concurrent users")
+    codec = _codec_of_host(result, dominant.tier, dominant.op) if dominant.layer == "host" else None
+    if codec is not None:
+        name, codec_ms = codec
+        work = "encoding" if dominant.op == "write" else "decoding"
+        return (f"next: {dominant.tier}'s host time is mostly its codec: {work} {name} takes {codec_ms:,.1f} ms of "
+                f"the {dominant.mean_ms:,.1f} ms per {dominant.op}: a faster codec or lower level, or codec: none "
+                f"on {dominant.tier} to see what the storage alone does")
     if dominant.layer == "host":
-        return (f"next: {dominant.tier}'s host side (copies, system calls) dominates, not its device: try "
-                f"direct: true or a larger transfer_size, and `kvbench plugins --conformance` its backend")
+        return (f"next: {dominant.tier}'s host side (filling and copying buffers, kvbench's Python) dominates, "
+                f"not its device: try direct: true or a larger transfer_size, and `kvbench plugins --conformance` "
+                f"its backend")
     moved = bytes_per_request(result)
     need = "" if moved is None else (
         f"; a request moves {format_bytes(moved)} one entry after another, so {sla_ms:,.0f} ms needs "
@@ -150,6 +160,22 @@ def bytes_per_request(result: dict[str, Any]) -> float | None:
     tiers = metrics.get("tiers") or {}
     nbytes = sum(t[op].get("bytes", 0) for t in tiers.values() for op in ("read", "write"))
     return nbytes / requests if requests else None
+
+
+def _codec_of_host(result: dict[str, Any], tier: str | None, op: str | None) -> tuple[str, float] | None:
+    """(codec name, its mean ms per operation) when the codec layer is most of that operation's host time.
+
+    The codec layer runs inside host time (docs/metrics.md, L4), so on a coded tier the host figure is
+    mostly encode/decode, which no direct I/O or transfer size changes."""
+    info = ((result.get("metrics") or {}).get("tiers") or {}).get(tier or "") or {}
+    stats = info.get(op or "") or {}
+    latency = stats.get("latency_ms") or {}
+    codec, host = latency.get("codec") or {}, latency.get("host") or {}
+    if not (codec.get("count") and codec.get("mean") and stats.get("ops") and host.get("mean")):
+        return None
+    if codec["count"] * codec["mean"] <= 0.5 * stats["ops"] * host["mean"]:
+        return None
+    return (info.get("codec") or {}).get("name") or "the codec", codec["count"] * codec["mean"] / stats["ops"]
 
 
 def _is_memory(result: dict[str, Any], tier: str | None) -> bool:

@@ -338,7 +338,8 @@ def cache_section(counts: dict[str, Any]) -> dict[str, Any]:
 
 
 def host_share(tiers: dict[str, Any]) -> dict[str, float | None]:
-    """Per tier, the share of its operation time spent on the host (preparing, copying) rather than waiting."""
+    """Per tier, the share of its operation time that was host (total - device: filling and copying buffers,
+    a codec's encode/decode, kvbench's Python) rather than waiting on the device (on nvme its syscalls)."""
     shares = {}
     for name, info in tiers.items():
         host = sum(info[op]["histograms"]["host"]["total"] for op in OPS)
