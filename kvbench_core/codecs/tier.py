@@ -26,7 +26,9 @@ inner tier, segments another writer had committed are the entry's
 Demotion.  A lower tier that uses the same codec, chunk and segment size copies
 the encoded segments as they are (nothing is decoded or re-encoded, as an
 engine moving compressed KV between tiers would); any other lower tier pulls
-logical bytes through ``read_range``, which decodes only the chunks it covers.
+logical bytes through ``read_range``, which decodes only the chunks it covers
+and tells the cache's ``TierSource`` what it read and how long it decoded
+(``read_range_costs``), so the copy books those bytes and that host time.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ given ``BackendContext.io_log`` calls ``record`` once per ``pread``/``pwrite``
 the validator can join each command to the KV object that caused it, the way
 LMCache's raw_block engine plants ``trace_id`` in the high half of io_uring's
 ``user_data``.  The manifest supplies the key -> trace_id map; without one the
-id is derived from the key, so a run and a later manifest agree.
+id is derived from the key, so a run and a later manifest agree.  An object
+that is part of an entry (a codec stage's segment) carries its entry's id.
 
 The log never replaces a file kvbench did not create: it is opened with
 ``O_EXCL`` (and ``O_NOFOLLOW``), except that a later trial of the same session
