@@ -113,7 +113,7 @@ def test_a_signal_stops_the_run_cleanly_with_a_partial_result(write_spec: Any, t
             process.kill()
     assert process.returncode == exit_code, stderr
     assert "Traceback" not in stderr
-    assert stderr.endswith(f"kvbench: error: interrupted by signal {int(signum)}\n")
+    assert stderr.endswith(f"kvbench: interrupted by {signal.Signals(signum).name}\n")
     (path,) = result_files(out)
     assert stdout.endswith(f"result: {path}\n")
     result = json.loads(path.read_text())

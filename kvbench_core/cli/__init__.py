@@ -17,9 +17,14 @@ import sys
 def _interrupted_while_starting(signum: int, _frame: object) -> None:
     """Ctrl-C or SIGTERM while kvbench is still importing: nothing is open yet, so leave at once, in one line
     (the interpreter's own handler would print a KeyboardInterrupt traceback from inside an import)."""
-    name = "interrupted" if signum == signal.SIGINT else "terminated"
-    os.write(2, f"kvbench: {name}\n".encode())
+    os.write(2, f"kvbench: {interrupted_line(signum)}\n".encode())
     os._exit(128 + signum)
+
+
+def interrupted_line(signum: int) -> str:
+    """The one line a signal costs, the same whenever it lands (start-up, a run, its drain): a signal is not
+    an error, so no "error:"; the result's stop reason names it the same way (``signal SIGINT``)."""
+    return f"interrupted by {signal.Signals(signum).name}"
 
 
 # Before anything else is imported: the imports below take most of kvbench's start-up.  A SIGINT the
@@ -129,14 +134,17 @@ def main(argv: list[str] | None = None) -> int:
             _install_main_handlers(restore)
         return _main(argv)
     except KeyboardInterrupt:
-        print("kvbench: interrupted", file=sys.stderr)
+        print(f"kvbench: {interrupted_line(signal.SIGINT)}", file=sys.stderr)
         return 128 + signal.SIGINT
     except _Terminated:
-        print("kvbench: terminated", file=sys.stderr)
+        print(f"kvbench: {interrupted_line(signal.SIGTERM)}", file=sys.stderr)
         return 128 + signal.SIGTERM
     finally:
         for sig, previous in restore.items():
-            signal.signal(sig, previous)
+            # The process's own entry (argv None) has its exit code: a signal now (a second Ctrl-C) would
+            # kill it outright as CPython's shutdown resets handlers to SIG_DFL, so it is ignored.  Called
+            # in-process (tests), main puts back the handlers it replaced.
+            signal.signal(sig, signal.SIG_IGN if argv is None else previous)
 
 
 def _main(argv: list[str] | None) -> int:
@@ -148,7 +156,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         return int(args.handler(args) or 0)
     except UserError as error:
-        print(f"kvbench: error: {error}", file=sys.stderr)
+        print(error.line(), file=sys.stderr)
         return error.exit_code
     except BrokenPipeError:
         return 0

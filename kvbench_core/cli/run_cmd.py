@@ -68,7 +68,7 @@ def handle(args: argparse.Namespace) -> int:
     for path in outcome.reports:
         print(f"report: {path}")
     if outcome.error is not None:
-        print(f"kvbench: error: {outcome.error}", file=sys.stderr)
+        print(outcome.error.line(), file=sys.stderr)
     return outcome.exit_code
 
 

@@ -7,6 +7,8 @@ a full disk) is a ``UserError``; the CLI prints ``str(error)`` and exits with
 
 from __future__ import annotations
 
+import signal
+
 
 class UserError(Exception):
     """A problem the user can fix; printed without a traceback.
@@ -20,6 +22,10 @@ class UserError(Exception):
         from kvbench_core.contracts.redact import environment_secrets, redact_text
 
         return redact_text(super().__str__(), environment_secrets())
+
+    def line(self) -> str:
+        """The one line the CLI prints for it."""
+        return f"kvbench: error: {self}"
 
 
 class SpecError(UserError):
@@ -69,7 +75,12 @@ class Interrupted(UserError):
     def __init__(self, signum: int) -> None:
         self.signum = signum
         self.exit_code = 128 + signum
-        super().__init__(f"interrupted by signal {signum}")
+        # As the CLI's start-up handler words it (kvbench_core.cli.interrupted_line, which runs before any
+        # kvbench module is imported); printed without "error:".
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+
+    def line(self) -> str:
+        return f"kvbench: {self}"  # a signal is not an error
 
 
 class Cancelled(Exception):
