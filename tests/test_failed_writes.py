@@ -3,7 +3,6 @@ errors, the run degraded; a spec in which no tier holds one entry is refused bef
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,8 @@ def test_a_spec_where_no_tier_holds_one_entry_is_refused_in_one_line(tmp_path: P
     assert code == 2
     line = err.strip().splitlines()[-1]
     assert "cache.tiers: no tier can hold one entry" in line and "24576 bytes" in line
-    # Refused before any tier was written: the result says so (as for any run that fails at set-up).
-    [saved] = (tmp_path / "out").glob("*.json")
-    result = json.loads(saved.read_text())
-    assert result["run"]["status"] == "failed" and result["metrics"]["requests"]["completed"] == 0
+    # Refused when the spec loads, as every spec error is: nothing opened, no result (review R4: the dry run
+    # accepted it, then the run refused it after writing a failed result).
+    assert not (tmp_path / "out").exists()
+    code, _out, err = run_cli(tmp_path, spec, "--dry-run")
+    assert code == 2 and "cache.tiers: no tier can hold one entry" in err

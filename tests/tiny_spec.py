@@ -78,13 +78,13 @@ def assert_valid_result(result: dict[str, Any]) -> None:
     assert not errors, "\n".join(errors[:10])
 
 
-def run_cli(root: Path, spec: dict[str, Any]) -> tuple[int, str, str]:
-    """``kvbench run --quiet`` in-process on ``spec`` (written to ``root/spec.yaml``): (exit code, stdout,
-    stderr); a user error never ends in a traceback."""
+def run_cli(root: Path, spec: dict[str, Any], *extra: str) -> tuple[int, str, str]:
+    """``kvbench run --quiet [extra]`` in-process on ``spec`` (written to ``root/spec.yaml``): (exit code,
+    stdout, stderr); a user error never ends in a traceback."""
     path = root / "spec.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["run", str(path), "--quiet"])
+        code = main(["run", str(path), "--quiet", *extra])
     assert "Traceback" not in err.getvalue()
     return code, out.getvalue(), err.getvalue()

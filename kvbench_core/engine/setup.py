@@ -8,7 +8,6 @@ no tier can hold even one entry is refused here: every KV write of such a run wo
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -16,12 +15,13 @@ from typing import Any
 
 from kvbench_core.contracts.autoscaler import Autoscaler
 from kvbench_core.contracts.backend import BackendContext
-from kvbench_core.contracts.errors import BackendUnavailable, SpecError
+from kvbench_core.contracts.errors import BackendUnavailable
 from kvbench_core.contracts.plugins import require_dependencies
 from kvbench_core.contracts.workload import WorkloadContext, WorkloadSource
 from kvbench_core.engine.cache_types import Tier
 from kvbench_core.engine.factory import build_backend
 from kvbench_core.engine.waterfall import MultiTierCache
+from kvbench_core.spec import bounds
 from kvbench_core.spec.plan import RunPlan, TierPlan, autoscaler_ceiling, thaw
 
 
@@ -71,15 +71,9 @@ def _capacity(tier: TierPlan, backend: Any) -> float:
 
 
 def check_an_entry_fits(tiers: list[Tier], bytes_per_token: int, large_entry_limit_ratio: float) -> None:
-    """Refuse a run in which no tier can hold even a one-token entry: every KV write would fail."""
-    smallest = max(1, bytes_per_token)
-    if any(smallest <= tier.capacity * large_entry_limit_ratio for tier in tiers):
-        return
-    largest = max(tiers, key=lambda tier: tier.capacity)
-    capacity = "unbounded" if math.isinf(largest.capacity) else f"{int(largest.capacity)} bytes"
-    raise SpecError(f"cache.tiers: no tier can hold one entry: a single token of this model is {smallest} bytes "
-                    f"of KV, the largest tier ('{largest.name}') holds {capacity} "
-                    f"(entries above {large_entry_limit_ratio:.0%} of a tier skip it); give a tier more capacity")
+    """The opened tiers (``capacity: auto`` measured by now) against a one-token entry (spec/bounds.py)."""
+    bounds.check_an_entry_fits([(tier.name, tier.capacity) for tier in tiers], bytes_per_token,
+                               large_entry_limit_ratio)
 
 
 def preload(source: WorkloadSource, cache: MultiTierCache, workers: int, bytes_per_token: int) -> dict[str, Any]:

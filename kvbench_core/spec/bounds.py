@@ -81,3 +81,19 @@ def check_memory_tiers(raw: dict[str, Any]) -> None:
         if limit is not None and parse_size(tier["capacity"]) > limit.nbytes:
             raise SpecError(f"cache.tiers[{i}].capacity: {format_bytes(parse_size(tier['capacity']))} is more "
                             f"than the GPU can give: {limit.reason}; lower it or use capacity: auto")
+
+
+def check_an_entry_fits(capacities: list[tuple[str, float]], bytes_per_token: int,
+                        large_entry_limit_ratio: float) -> None:
+    """Refuse a run in which no tier can hold even a one-token entry: every KV write would fail.
+    ``capacities`` are the enabled tiers' ``(name, bytes)``.  Judged when the spec loads, where every
+    capacity is declared (so ``--dry-run`` refuses what the run would, and no result is written for it),
+    and again once ``capacity: auto`` tiers have opened and said how much they hold."""
+    smallest = max(1, bytes_per_token)
+    if not capacities or any(smallest <= capacity * large_entry_limit_ratio for _, capacity in capacities):
+        return
+    name, largest = max(capacities, key=lambda item: item[1])
+    held = "unbounded" if largest == float("inf") else f"{int(largest)} bytes"
+    raise SpecError(f"cache.tiers: no tier can hold one entry: a single token of this model is {smallest} bytes "
+                    f"of KV, the largest tier ('{name}') holds {held} "
+                    f"(entries above {large_entry_limit_ratio:.0%} of a tier skip it); give a tier more capacity")

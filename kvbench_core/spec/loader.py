@@ -20,7 +20,7 @@ from kvbench_core.contracts.errors import SpecError
 from kvbench_core.contracts.plugins import lookup
 from kvbench_core.contracts.redact import register_spec_secrets
 from kvbench_core.contracts.validation import validate_or_raise, with_defaults
-from kvbench_core.spec.bounds import check_memory_tiers, check_parsed_bounds
+from kvbench_core.spec.bounds import check_an_entry_fits, check_memory_tiers, check_parsed_bounds
 from kvbench_core.spec.codec_choices import check_codec_choices, resolve_codecs
 from kvbench_core.spec.overrides import _deep_merge, apply_overrides
 from kvbench_core.spec.plan import RunPlan, plan_run, thaw
@@ -144,7 +144,11 @@ def load_plan(path: str | os.PathLike[str], overrides: list[str] | None = None, 
         resolved["rerun_of"] = rerun_of
     # The model is resolved here, once: an unknown name, a broken config.json or an impossible TP degree
     # is an error naming its field before any tier is opened.
-    return raw, plan_run(resolved)
+    plan = plan_run(resolved)
+    if all(tier.capacity != "auto" for tier in plan.enabled_tiers):  # auto: judged once the tiers open
+        check_an_entry_fits([(tier.name, float(tier.capacity)) for tier in plan.enabled_tiers],
+                            plan.model.bytes_per_token_all_ranks, plan.eviction["large_entry_limit_ratio"])
+    return raw, plan
 
 
 def load_spec(path: str | os.PathLike[str], overrides: list[str] | None = None, *,
