@@ -48,3 +48,31 @@ def test_one_operation_and_none() -> None:
     assert (values.tolist(), slower.tolist()) == ([4.0], [1.0])
     empty_values, empty_slower = tail_points(LatencyHistogram().to_dict())
     assert empty_values.size == empty_slower.size == 0
+
+
+class _Axes:
+    """Records where the p95 dot is drawn."""
+
+    def __init__(self) -> None:
+        self.dots: list[tuple[float, float]] = []
+
+    def plot(self, xs: list[float], ys: list[float], *_: object, **__: object) -> None:
+        self.dots.append((xs[0], ys[0]))
+
+    def annotate(self, *_: object, **__: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("count", "height"), [(19, 1 / 19), (9, 1 / 9), (1000, 0.05)])
+def test_the_p95_dot_sits_on_the_tail_curve(count: int, height: float) -> None:
+    """Under 20 operations the p95 is the slowest, where the curve ends at 1/n: the dot is drawn there, not
+    at 0.05 below the end of the curve (review R4)."""
+    from kvbench_core.reports.plots import _p95_marker
+
+    axes = _Axes()
+    histogram = serialised(np.linspace(0.001, 0.1, count))
+    _p95_marker(axes, histogram, "tab:blue")
+    ((_x, y),) = axes.dots
+    assert y == pytest.approx(height)
+    _values, slower = tail_points(histogram)
+    assert y >= slower[-1] - 1e-12  # on or above the curve's last point

@@ -22,6 +22,7 @@ twice, and what the run did is the better witness.
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -157,13 +158,15 @@ def tier_fit_warnings(plan: RunPlan, capacities: Mapping[str, float | str], smal
 
 
 def _clients(plan: RunPlan, client_plans: Sequence[RunPlan]) -> dict[str, Any]:
-    """Each client's users and the directories its file tiers use (``<path>/client<i>``)."""
+    """Each client's users and the directories its file tiers use (``<path>/client<i>``), absolute: a
+    relative tier path is taken from the working directory, which the plan text should not leave to guess."""
     users = [p.users_for_client(i) for i, p in enumerate(client_plans)]
     directories = {}
     for tier in plan.enabled_tiers:
         option = tier.backend.cls.directory_option
         if option and isinstance(tier.backend.options.get(option), str):
-            directories[tier.name] = [p.tiers[tier.index].backend.options[option] for p in client_plans]
+            directories[tier.name] = [os.path.abspath(p.tiers[tier.index].backend.options[option])
+                                      for p in client_plans]
     return {"count": len(client_plans), "mode": "local", "users_scope": plan.workload.users_scope,
             "users": users, "users_total": sum(users), "directories": directories}
 
