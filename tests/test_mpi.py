@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import small_spec
 from tiny_spec import assert_valid_result, tiny_spec
 
 from kvbench_core.scaleout.mpi import detect_world
@@ -91,8 +92,6 @@ def test_a_signal_before_a_ranks_runner_exists_still_stops_it(tmp_path: Path,
     """As the in-process launcher (tests/test_measurement_window.py): a stop asked for before the trial's
     runner is built is applied to it once it exists, instead of finding no runner and being lost."""
     import types
-
-    from conftest import small_spec
 
     from kvbench_core.engine.progress import ProgressPrinter
     from kvbench_core.scaleout.mpi import MpiRanks

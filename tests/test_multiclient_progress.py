@@ -54,6 +54,8 @@ def test_clients_crossing_into_the_window_are_all_summed_and_the_line_says_how_m
     assert every["clients_measuring"] is None and format_progress(every).startswith("[measuring 8/12s] users 8  ")
     warming = merge_points([client_point("warmup", 4, 2), client_point("warmup", 4, 3)], clients=2)
     assert format_progress(warming).startswith("[warm-up 2/12s] users 8  req 5  ")
+    first = merge_points([client_point("warmup", 4, 2)], clients=2)  # the other client has not reported yet
+    assert format_progress(first).startswith("[warm-up 2/12s, 1/2 clients] users 4  ")  # review R4
 
 
 def test_every_line_of_a_multi_client_run_carries_its_prefix_and_whose_p95_from_the_first_on() -> None:

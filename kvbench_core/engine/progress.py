@@ -117,7 +117,8 @@ def format_progress(point: dict[str, Any]) -> str:
 
 def clients_note(point: dict[str, Any]) -> str:
     """While the clients of a scaled-out run cross from warm-up to measuring, how many already measure
-    (the line's figures are every client's, in whichever phase it is)."""
+    (the line's figures are every client's, in whichever phase it is); in warm-up, before every client has
+    reported, how many the figures are of."""
     measuring = point.get("clients_measuring")
     return f", {measuring} clients" if measuring else ""
 

@@ -234,12 +234,14 @@ def local_client_plans(plan: RunPlan) -> list[RunPlan]:
 def merge_points(points: list[dict[str, Any]], clients: int) -> dict[str, Any]:
     """The aggregate of every client's latest point: counts and rates summed over all of them, whichever
     phase each is in (while the clients cross from warm-up to measuring, summing only those measuring
-    showed half the users); ``clients_measuring`` says how many measure when not all do.  Percentiles
+    showed half the users); ``clients_measuring`` says how many measure when not all do, and how many
+    have reported at all before every client has (the first warm-up line summed one client's).  Percentiles
     cannot be merged from points, so the line shows the worst client's p95 (``worst_p95``)."""
     measuring = [p for p in points if p.get("phase") == "measure"]
+    counted = len(measuring) if measuring else len(points)
     return {
         "phase": "measure" if measuring else "warmup",
-        "clients_measuring": f"{len(measuring)}/{clients}" if measuring and len(measuring) < clients else None,
+        "clients_measuring": f"{counted}/{clients}" if counted < clients else None,
         "elapsed_s": max(p.get("elapsed_s", 0.0) for p in measuring or points),
         "t_s": max(p.get("t_s", 0.0) for p in points),
         "duration_s": points[0].get("duration_s"), "warmup_s": points[0].get("warmup_s"),
