@@ -133,6 +133,10 @@ def outcome_lines(metrics: dict[str, Any], workload: dict[str, Any]) -> list[str
                      f"{_count(drain.get('requests_completed', 0), 'request')} finished, {moved:.3f} GB moved"
                      f"{cancelled}; "
                      "not in the figures above")
+    expired = ((metrics.get("cache") or {}).get("counters") or {}).get("expired_reads", 0)
+    if expired:
+        lines.append(f"  expired: {_count(expired, 'read')} of entries a tier's ttl had dropped, counted as misses "
+                     "(cache.counters.expired_reads)")
     arrivals = workload.get("arrivals") or {}
     if arrivals.get("dropped"):
         lines.append(f"  open loop: {arrivals['offered']} arrivals offered ({_fmt(arrivals['offered_per_s'])}/s), "

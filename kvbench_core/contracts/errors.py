@@ -83,6 +83,14 @@ class Interrupted(UserError):
         return f"kvbench: {self}"  # a signal is not an error
 
 
+class EntryGone(Exception):
+    """A tier no longer holds an entry it stored, by a rule of its own: a ``ttl`` that expired, a server's
+    eviction under its memory limit.  Not a failure of the tier: that is how such a cache behaves, so the
+    cache reads it as a miss, forgets the entry and counts it (``expired_reads``, docs/metrics.md).  A
+    backend raises it only where its own rules explain the loss (the Redis tier: with a ``ttl``); an entry
+    lost otherwise is an error."""
+
+
 class Cancelled(Exception):
     """The drain limit ran out and the operation stopped at a command boundary (a source's ``fill``, a sink's
     ``consume``, a tier's command recorder).  Not a user error: the run goes on to its result.  A backend

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 
 from kvbench_core.contracts.backend import IOTiming
-from kvbench_core.contracts.errors import Cancelled, StorageError
+from kvbench_core.contracts.errors import Cancelled, EntryGone, StorageError
 from kvbench_core.engine.cache_types import Entry, Tier, TierSource
 from kvbench_core.engine.cancel import CommandRecorder
 from kvbench_core.engine.telemetry import Telemetry
@@ -35,8 +35,8 @@ class TierOperations:
             if breach is not None:  # booked as it stands it would lose or invent bytes: refused, as a failure
                 raise TimingContractError(f"backend '{tier.backend.name}' ({type(tier.backend).__name__}) "
                                           f"returned an IOTiming that breaks the contract: {breach}")
-        except (StorageError, Cancelled):
-            take_commands(tier, key, op)  # a failed or cancelled operation is booked nowhere, nor its commands
+        except (StorageError, Cancelled, EntryGone):
+            take_commands(tier, key, op)  # a failed, cancelled or missed operation is booked nowhere, nor its commands
             raise
         except Exception as error:
             take_commands(tier, key, op)
@@ -52,7 +52,7 @@ class TierOperations:
         ``source``, with the read it made there; a failed copy books neither (its reads' commands dropped)."""
         try:
             self.timed(target, "write", entry.key, write)
-        except (StorageError, Cancelled):
+        except (StorageError, Cancelled, EntryGone):
             take_commands(source_tier, entry.key, "read")
             raise
         self.record_source_read(source_tier, entry, source)

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvbench_core.contracts.backend import DISCARD, ByteSink, ByteSource, IOTiming
-from kvbench_core.contracts.errors import Cancelled, StorageError
+from kvbench_core.contracts.errors import Cancelled, EntryGone, StorageError
 from kvbench_core.engine.cache_figures import cache_state_at_open
 from kvbench_core.engine.cache_types import Entry, EvictionPolicy, Tier, TierSource
 from kvbench_core.engine.cancel import CancelToken, cancellable_sink, cancellable_source
@@ -117,7 +117,12 @@ class MultiTierCache:
                 self.telemetry.record_read_outcome(None)
                 return None
             sink = cancellable_sink(sink, self.cancel)
-            self._ops.timed(tier, "read", key, lambda: tier.backend.read(key, entry.size, sink))
+            try:
+                self._ops.timed(tier, "read", key, lambda: tier.backend.read(key, entry.size, sink))
+            except EntryGone:  # the tier's own rule (a ttl) dropped it: a miss, and the entry is forgotten
+                self._expired(entry)
+                self.telemetry.record_read_outcome(None)
+                return None
             entry.last_access = self.clock()
             with self._lock:
                 if tier.lru.get(key) is entry:
@@ -288,6 +293,11 @@ class MultiTierCache:
                 return lower.backend.write(entry.key, cancellable)
 
             self._ops.copy(upper, lower, entry, source, write)
+        except EntryGone:  # the upper tier's own rule dropped it while it was copied: nothing left to move
+            with self._lock:
+                lower.usage -= entry.size
+            self._expired(entry)
+            return
         except (StorageError, Cancelled):
             with self._lock:
                 lower.usage -= entry.size
@@ -313,6 +323,11 @@ class MultiTierCache:
         cancellable = cancellable_source(source, self.cancel)
         try:
             self._ops.copy(lower, top, entry, source, lambda: top.backend.write(entry.key, cancellable))
+        except EntryGone:  # expired in the tier below since it was read: not promoted, and forgotten
+            with self._lock:
+                top.usage -= entry.size
+            self._expired(entry)
+            return
         except (StorageError, Cancelled):
             with self._lock:
                 top.usage -= entry.size
@@ -326,6 +341,11 @@ class MultiTierCache:
             top.lru[entry.key] = entry
         self.telemetry.record_promotion()
         self.telemetry.count("promoted_bytes", entry.size)  # the written_bytes check's promotion copies
+
+    def _expired(self, entry: Entry) -> None:
+        """Its tier dropped the entry by a rule of its own (``EntryGone``: a ttl): forget it, count it."""
+        self._remove(entry)
+        self.telemetry.count("expired_reads")
 
     def _remove(self, entry: Entry) -> None:
         """Delete the entry from its tier and the index (entry lock held)."""

@@ -19,6 +19,7 @@ from typing import Any
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource
 from kvbench_core.contracts.buffers import ThreadBuffers, consume_pieces, fill_pieces
+from kvbench_core.contracts.errors import EntryGone
 
 #: Largest piece handed to ``source.fill`` / ``sink.consume``: parts may be far larger than the
 #: payload generator's piece limit, so they are filled and consumed in pieces of this size.
@@ -121,8 +122,13 @@ class PartPipeline:
             at += len(data)
 
     def check(self, key: str, index: int, data: bytes | None, expected: int) -> None:
-        """A missing part is a ``KeyError``, a part of another length an ``OSError``: never short data."""
+        """A missing part is ``EntryGone`` when the tier's ``ttl`` explains it (the server expired it: a miss,
+        as for any cache with a ttl), else a ``KeyError``; a part of another length an ``OSError``: never
+        short data."""
         if data is None or (not data and expected):  # GET says None, GETRANGE says b"" for a missing key
+            if self.expiry:
+                raise EntryGone(f"tier {self.context.tier_name!r}: {key!r} (part {index}) expired on the server "
+                                f"(ttl {self.expiry[1]} ms) before it was read")
             raise KeyError(f"no entry {key!r} (part {index}) in tier {self.context.tier_name!r}")
         if len(data) != expected:
             raise OSError(f"tier {self.context.tier_name!r}: part {index} of {key!r} holds {len(data)} bytes, "
