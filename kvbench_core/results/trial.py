@@ -54,25 +54,42 @@ class Launcher(Protocol):
         """Stop the trial in progress cleanly (a signal arrived)."""
 
 
-def run_once(plan: RunPlan, as_written: dict[str, Any], runners: list[Runner], *, run_id: str,
+def run_once(plan: RunPlan, as_written: dict[str, Any], slot: RunnerSlot, *, run_id: str,
              trial: int, client_index: int = 0, on_progress: Callable[[dict[str, Any]], None] | None = None,
-             barrier: Callable[[], None] | None = None,
-             stop_reasons: list[str] | None = None) -> tuple[dict[str, Any], RunState]:
-    """Run ``plan`` once with a ``Runner`` (published in ``runners`` so signals can stop it) and build
-    its result.  ``stop_reasons`` holds the stops asked for before the runner existed: applied once it is
-    published (a stop that also reached it there is not applied twice)."""
+             barrier: Callable[[], None] | None = None) -> tuple[dict[str, Any], RunState]:
+    """Run ``plan`` once with a ``Runner`` (published in ``slot``, so stops reach it) and build its result."""
     runner = Runner(plan, run_id=run_id, client_index=client_index, on_progress=on_progress, barrier=barrier)
-    runners[:] = [runner]
-    if stop_reasons:
-        stop_runners(runners, stop_reasons[0])
+    slot.publish(runner)
     started = time.time()
     state = runner.run()
     return build_result(state, as_written, trial=trial, started_at=started), state
 
 
-def stop_runners(runners: list[Runner], reason: str) -> None:
-    for runner in runners:
-        runner.request_stop(reason, status="interrupted")
+class RunnerSlot:
+    """Where stops find the trial's runner: a signal or a coordinator's stop may come at any moment, also
+    before the runner is built, and is then applied as soon as it is published (one came in between once
+    and was lost: the run went on to its end and said "completed").  No lock: a signal's handler may run
+    on the thread inside ``publish``.  ``stop`` records before it looks for the runner and ``publish``
+    sets the runner before it looks at the records, so at least one of them applies each stop (both may:
+    a second request changes nothing)."""
+
+    def __init__(self) -> None:
+        self.runner: Runner | None = None
+        self.reasons: list[str] = []
+
+    def publish(self, runner: Runner) -> None:
+        self.runner = runner
+        if self.reasons:
+            runner.request_stop(self.reasons[0], status="interrupted")
+
+    def stop(self, reason: str) -> None:
+        self.reasons.append(reason)
+        if self.runner is not None:
+            self.runner.request_stop(reason, status="interrupted")
+
+    @property
+    def stopped(self) -> bool:
+        return bool(self.reasons) or (self.runner is not None and self.runner.stopped)
 
 
 #: The signal that gives up on a graceful stop.  The first stops the run and waits for the operations in
@@ -120,8 +137,7 @@ class InProcess:
     progress_scope = ProgressScope()
 
     def __init__(self) -> None:
-        self.runners: list[Runner] = []
-        self.stop_reasons: list[str] = []  # a signal may come before the trial's runner exists
+        self.slot = RunnerSlot()
 
     def agree(self, run_id: str) -> str:
         return run_id
@@ -131,11 +147,9 @@ class InProcess:
 
     def run_trial(self, as_written: dict[str, Any], plan: RunPlan, *, run_id: str, trial: int,
                   printer: ProgressPrinter) -> TrialRun:
-        result, state = run_once(plan, as_written, self.runners, run_id=run_id, trial=trial, on_progress=printer,
-                                 stop_reasons=self.stop_reasons)
+        result, state = run_once(plan, as_written, self.slot, run_id=run_id, trial=trial, on_progress=printer)
         printer.finish()
         return TrialRun(result, error=state.error, crash=state.crash)
 
     def stop(self, reason: str) -> None:
-        self.stop_reasons.append(reason)
-        stop_runners(self.runners, reason)
+        self.slot.stop(reason)

@@ -29,9 +29,8 @@ from typing import Any
 
 from kvbench_core.contracts.errors import MissingDependency, SpecError
 from kvbench_core.engine.progress import ProgressPrinter, ProgressScope
-from kvbench_core.engine.runner import Runner
 from kvbench_core.results.merge import ClientReport, merge_results
-from kvbench_core.results.trial import TrialRun, run_once, stop_runners
+from kvbench_core.results.trial import RunnerSlot, TrialRun, run_once
 from kvbench_core.scaleout.clients import ClientFailed, ClientLayout, DirectorySnapshot, client_plan, tier_directories
 from kvbench_core.spec.plan import RunPlan
 
@@ -70,8 +69,7 @@ class MpiRanks:
         self.writer = self.rank == 0
         self.progress_scope = ProgressScope(f"rank 0/{self.size} ")  # only rank 0 prints, its own figures
         self.layout = ClientLayout("rank", self.size)
-        self.runners: list[Runner] = []
-        self.stop_reasons: list[str] = []  # a signal may come before the trial's runner exists (as InProcess)
+        self.slot = RunnerSlot()  # a signal may come before the trial's runner exists
         # Taken before the first collective, so no rank has created a directory yet.
         self.snapshot = DirectorySnapshot([d for r in range(self.size)
                                            for d in tier_directories(client_plan(plan, self.layout, r))])
@@ -83,8 +81,7 @@ class MpiRanks:
         return bool(self.comm.allreduce(int(stop), op=self.op_max))
 
     def stop(self, reason: str) -> None:
-        self.stop_reasons.append(reason)
-        stop_runners(self.runners, reason)
+        self.slot.stop(reason)
 
     def run_trial(self, as_written: dict[str, Any], plan: RunPlan, *, run_id: str, trial: int,
                   printer: ProgressPrinter) -> TrialRun:
@@ -92,16 +89,15 @@ class MpiRanks:
         released: list[float] = []
 
         def start_together() -> None:
-            ready = not any(runner.stopped for runner in self.runners)
+            ready = not self.slot.stopped
             all_ready = self.comm.allreduce(int(ready), op=self.op_min)
             released.append(time.time())
             if not all_ready:
-                stop_runners(self.runners, STOPPED)
+                self.slot.stop(STOPPED)
 
         started = time.time()
-        result, state = run_once(mine, as_written, self.runners, run_id=self.layout.run_id(run_id, self.rank),
-                                 trial=trial, client_index=self.rank, barrier=start_together, on_progress=printer,
-                                 stop_reasons=self.stop_reasons)
+        result, state = run_once(mine, as_written, self.slot, run_id=self.layout.run_id(run_id, self.rank),
+                                 trial=trial, client_index=self.rank, barrier=start_together, on_progress=printer)
         printer.finish()
         if not released:  # failed during set-up: still take part in the start barrier, saying "not ready"
             self.comm.allreduce(0, op=self.op_min)

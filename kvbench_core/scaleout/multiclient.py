@@ -36,9 +36,8 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from kvbench_core.engine.progress import ProgressPrinter, ProgressScope
-from kvbench_core.engine.runner import Runner
 from kvbench_core.results.merge import ClientReport, merge_results
-from kvbench_core.results.trial import TrialRun, run_once, stop_on_signals, stop_runners
+from kvbench_core.results.trial import RunnerSlot, TrialRun, run_once, stop_on_signals
 from kvbench_core.scaleout.clients import ClientFailed, ClientLayout, DirectorySnapshot, client_plan, tier_directories
 from kvbench_core.spec.plan import RunPlan
 
@@ -283,10 +282,9 @@ def _readable(conn: Connection) -> bool:
 
 def client_main(job: ClientJob, conn: Connection) -> None:
     """A client process: run the trial, talk to the coordinator over ``conn``."""
-    runners: list[Runner] = []
+    slot = RunnerSlot()  # a stop may arrive before the runner exists
     received: list[int] = []
     go = threading.Event()
-    stop_reasons: list[str] = []  # a stop may arrive before the runner exists; the barrier applies it
     send_lock = threading.Lock()
 
     def send(kind: str, payload: Any) -> None:
@@ -303,22 +301,19 @@ def client_main(job: ClientJob, conn: Connection) -> None:
             if kind != "stop":
                 go.set()
                 continue
-            stop_reasons.append(payload)  # before go, so the barrier sees it
-            stop_runners(runners, payload)
+            slot.stop(payload)  # before go, so the barrier sees it
             go.set()
             return
 
     def start_together() -> None:
         send("ready", None)
         go.wait()
-        if stop_reasons:
-            stop_runners(runners, stop_reasons[0])
-        else:
+        if not slot.reasons:  # a stop before go is already applied: the runner was published before it ran
             send("released", time.time())
 
     threading.Thread(target=listen, name="kvbench-coordinator", daemon=True).start()
-    with stop_on_signals(lambda reason: stop_runners(runners, reason), received):
-        result, state = run_once(job.plan, job.as_written, runners, run_id=job.run_id, trial=job.trial,
+    with stop_on_signals(slot.stop, received):
+        result, state = run_once(job.plan, job.as_written, slot, run_id=job.run_id, trial=job.trial,
                                  client_index=job.index, barrier=start_together,
                                  on_progress=lambda point: send("progress", point))
     send("result", {"result": result, "exit_code": state.error.exit_code if state.error else 0})
