@@ -33,6 +33,7 @@ import numpy as np
 from kvbench_core.contracts.workload import Phase, decode_read_count, derive_phase
 from kvbench_core.engine.histogram import sample_percentiles
 from kvbench_core.engine.setup import build_source
+from kvbench_core.spec.bounds import admits
 from kvbench_core.spec.plan import RunPlan
 from kvbench_core.spec.units import format_bytes
 
@@ -149,7 +150,7 @@ def tier_fit_warnings(plan: RunPlan, capacities: Mapping[str, float | str], smal
     warnings = []
     for tier in plan.enabled_tiers:
         capacity = capacities.get(tier.name, tier.capacity)
-        if isinstance(capacity, int | float) and smallest > capacity * ratio:
+        if isinstance(capacity, int | float) and not admits(capacity, smallest, ratio):
             warnings.append(
                 f"{tier.field} '{tier.name}': capacity {format_bytes(capacity)} holds no entry of this run: the "
                 f"smallest KV entry of {whose} is {format_bytes(smallest)} (an entry above {ratio:.0%} of a "

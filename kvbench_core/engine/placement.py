@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvbench_core.engine.cache_types import Entry, EvictionPolicy, Tier
+from kvbench_core.spec.bounds import admits
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,7 @@ class Placement:
 
     def admits(self, tier: Tier, size: int) -> bool:
         """The large-entry rule: an entry over the limit ratio of a tier's capacity skips that tier."""
-        return size <= tier.capacity * self.policy.large_entry_limit_ratio
+        return admits(tier.capacity, size, self.policy.large_entry_limit_ratio)
 
     def order(self, size: int) -> list[Tier]:
         """Tiers in waterfall order, skipping those the entry is too large for (seed: >95% skips)."""

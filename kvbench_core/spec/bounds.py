@@ -83,6 +83,12 @@ def check_memory_tiers(raw: dict[str, Any]) -> None:
                             f"than the GPU can give: {limit.reason}; lower it or use capacity: auto")
 
 
+def admits(capacity: float, size: float, large_entry_limit_ratio: float) -> bool:
+    """The large-entry rule (the seed's): an entry above ``large_entry_limit_ratio`` of a tier's capacity
+    skips that tier.  One rule for the cache's placement, the load-time refusal and the dry run's warning."""
+    return size <= capacity * large_entry_limit_ratio
+
+
 def check_an_entry_fits(capacities: list[tuple[str, float]], bytes_per_token: int,
                         large_entry_limit_ratio: float) -> None:
     """Refuse a run in which no tier can hold even a one-token entry: every KV write would fail.
@@ -90,7 +96,7 @@ def check_an_entry_fits(capacities: list[tuple[str, float]], bytes_per_token: in
     capacity is declared (so ``--dry-run`` refuses what the run would, and no result is written for it),
     and again once ``capacity: auto`` tiers have opened and said how much they hold."""
     smallest = max(1, bytes_per_token)
-    if not capacities or any(smallest <= capacity * large_entry_limit_ratio for _, capacity in capacities):
+    if not capacities or any(admits(capacity, smallest, large_entry_limit_ratio) for _, capacity in capacities):
         return
     name, largest = max(capacities, key=lambda item: item[1])
     held = "unbounded" if largest == float("inf") else f"{int(largest)} bytes"
