@@ -17,6 +17,8 @@ from kvbench_core.engine.cache_types import Tier
 from kvbench_core.engine.telemetry import Telemetry
 from kvbench_core.spec.plan import RunPlan
 
+#: ``run.phases_s``'s phases, in the order they follow one another (docs/metrics.md).
+PHASES = ("setup", "warmup", "measured", "drain", "cleanup")
 
 @dataclass
 class RunClock:
@@ -38,9 +40,8 @@ class RunClock:
                  self.cleanup_ended]
         if any(mark is None for mark in marks):
             return {}
-        names = ("setup", "warmup", "measured", "drain", "cleanup")
         return {name: round(max(0.0, later - earlier), 6)  # microseconds, as the window's figures
-                for name, earlier, later in zip(names, marks[:-1], marks[1:], strict=True)}
+                for name, earlier, later in zip(PHASES, marks[:-1], marks[1:], strict=True)}
 
 
 @dataclass

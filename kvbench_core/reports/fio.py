@@ -28,7 +28,6 @@ from kvbench_core.spec.schema import GENERATION_MS_PER_TOKEN
 ALIGN = 4096  # block sizes are rounded up to this: O_DIRECT on a 4Kn device rejects anything smaller
 MAX_SPLIT = 64  # fio keeps at most 64 block sizes per direction
 MiB = 1 << 20
-SOURCES = ("auto", "trace", "record")
 
 
 @dataclass

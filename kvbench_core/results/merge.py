@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvbench_core.engine.run_state import PHASES
 from kvbench_core.engine.telemetry import SERIES_COUNTS, series_rates
 from kvbench_core.results.checks import run_checks
 from kvbench_core.results.merge_declaration import merge_declarations
@@ -239,5 +240,5 @@ def _drop(data: dict[str, Any], key: str) -> dict[str, Any]:
 
 def _slowest_phases(phases: list[dict[str, float]]) -> dict[str, float]:
     """Each phase as long as the slowest client's: the clients start together and the run waits for all."""
-    names = [name for name in ("setup", "warmup", "measured", "drain", "cleanup") if any(name in p for p in phases)]
+    names = [name for name in PHASES if any(name in p for p in phases)]
     return {name: max(p.get(name, 0.0) for p in phases) for name in names}
