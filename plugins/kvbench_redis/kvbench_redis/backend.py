@@ -124,9 +124,9 @@ class RedisBackend(ClientBackend):
             return
         with self._lock:
             known = self._parts.pop(key, None)
-        batch, first = known or PROBE_PARTS, 0
+        batch, first, prefix = known or PROBE_PARTS, 0, self._part_prefix(key)
         while True:
-            removed = self._client.unlink(*(self._part_key(key, i) for i in range(first, first + batch)))
+            removed = self._client.unlink(*(f"{prefix}{i}" for i in range(first, first + batch)))
             if known is not None or removed < batch:
                 return
             first += batch
@@ -144,11 +144,12 @@ class RedisBackend(ClientBackend):
         with self._lock:
             previous = self._parts.get(key, 0)
             self._parts[key] = max(previous, count)  # a write that fails half way is still cleaned up
-        stale = [self._part_key(key, i) for i in range(count, previous)]
+        prefix = self._part_prefix(key)
+        stale = [f"{prefix}{i}" for i in range(count, previous)]
         tail = ("UNLINK", *stale) if stale else None
         with server.pooled_connection(self._client, self.cluster, key) as connection:
             host, device, _ = self._pipeline.send(connection, key, source,
-                                                  [self._part_key(key, i) for i in range(count)], tail)
+                                                  [f"{prefix}{i}" for i in range(count)], tail)
         with self._lock:
             self._parts[key] = count
         return IOTiming(time.perf_counter() - start, host, device, source.size, count + bool(stale))
@@ -174,23 +175,25 @@ class RedisBackend(ClientBackend):
 
     def _read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
         start = time.perf_counter()
+        prefix = self._part_prefix(key, size)
         with server.pooled_connection(self._client, self.cluster, key) as connection:
-            host, device = self._pipeline.receive(connection, key, size,
-                                                  lambda index: self._part_key(key, index, size), sink)
+            host, device = self._pipeline.receive(connection, key, size, lambda index: f"{prefix}{index}", sink)
         return IOTiming(time.perf_counter() - start, host, device, size, self._pipeline.count(size))
 
     def _read_range(self, key: str, offset: int, out: memoryview) -> None:
+        prefix = self._part_prefix(key)  # once: a shared entry's held size is read under its lock
         with server.pooled_connection(self._client, self.cluster, key) as connection:
-            self._pipeline.receive_range(connection, key, offset, out, lambda index: self._part_key(key, index))
+            self._pipeline.receive_range(connection, key, offset, out, lambda index: f"{prefix}{index}")
 
     def _is_shared(self, key: str) -> bool:
         return self._shared is not None and self._shared.covers(key)
 
-    def _part_key(self, key: str, index: int, size: int | None = None) -> str:
-        """Part ``index`` of ``key``; a shared entry is named by its size too (its cache's, when not given)."""
+    def _part_prefix(self, key: str, size: int | None = None) -> str:
+        """What part ``i`` of ``key`` is named with ``i`` after it, worked out once per operation; a shared
+        entry is named by its size too (the one this process holds, when not given)."""
         if self._is_shared(key):
-            return self._shared.part_name(key, index, size)
-        return f"{self.key_prefix}{{{key}}}:p{index}"
+            return self._shared.part_prefix(key, size)
+        return f"{self.key_prefix}{{{key}}}:p"
 
     # -- server facts, cleanup -----------------------------------------------------------------
 

@@ -42,9 +42,10 @@ class SharedNamespace:
     def names(self, key: str, size: int) -> SharedEntryKeys:
         return SharedEntryKeys(f"{self.prefix}{{{key}}}", size, self.holds.token)
 
-    def part_name(self, key: str, index: int, size: int | None = None) -> str:
-        """Part ``index`` of the entry ``key`` of ``size`` bytes (default: the one this instance holds)."""
-        return f"{self.names(key, self.held_size(key) if size is None else size).part_prefix}{index}"
+    def part_prefix(self, key: str, size: int | None = None) -> str:
+        """The name of the entry ``key``'s parts less their index, for ``size`` bytes (default: the size this
+        instance holds)."""
+        return self.names(key, self.held_size(key) if size is None else size).part_prefix
 
     def held_size(self, key: str) -> int:
         """The size of the shared entry this process's cache indexes under ``key``."""
