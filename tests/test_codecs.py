@@ -462,3 +462,27 @@ def test_a_multi_client_result_merges_physical_bytes_and_recomputes_the_codec_fi
         assert codec["physical_bytes_written"] == write["physical_bytes"] < write["bytes"]
         assert codec["ratio"] == round(write["bytes"] / write["physical_bytes"], 4)
     assert result["declaration"]["tensor"]["compression_ratio"]["value"] > 1
+
+
+def test_lz4_levels_are_honoured_as_the_lz4_library_means_them() -> None:
+    """0-2 are LZ4's fast mode (one output), 3..12 HC: each HC level shrinks compressible bytes further
+    than fast mode, and 12 no less than 9 (before, cramjam's block call ignored the level: level 9's
+    output was byte-identical to level 0's)."""
+    lz4 = registry("codec")["lz4"]
+    rng = np.random.default_rng(3)
+    words = np.frombuffer(b"key value cache token attention layer head ", dtype=np.uint8)
+    data = np.ascontiguousarray(words[rng.integers(0, words.shape[0], 1 << 20) // 4 * 4])  # runs of 4 bytes
+
+    def encoded(level: int) -> bytes:
+        codec = lz4({"level": level})
+        out = np.empty(codec.max_encoded_size(data.shape[0]), dtype=np.uint8)
+        written = codec.encode(data, out)
+        back = np.empty(data.shape[0], dtype=np.uint8)
+        assert codec.decode(out[:written], back) == data.shape[0] and np.array_equal(back, data)
+        return bytes(out[:written])
+
+    fast = {level: encoded(level) for level in (0, 1, 2)}
+    assert fast[0] == fast[1] == fast[2]
+    hc3, hc9, hc12 = encoded(3), encoded(9), encoded(12)
+    assert len(hc3) < len(fast[0]) and len(hc9) < len(fast[0])
+    assert len(hc12) <= len(hc9) and hc9 != hc3
