@@ -11,7 +11,7 @@ import re
 import pytest
 
 from kvbench_core.cli import main
-from kvbench_core.cli.renamed import RENAMED_COMMANDS, renamed_command_line
+from kvbench_core.cli.renamed import RENAMED_COMMANDS, renamed_command_line, take_notices
 
 
 def _help(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
@@ -53,24 +53,37 @@ def test_a_commands_help_shows_the_new_spelling_only(argv: list[str], new: list[
     assert not any(spelling in text for spelling in old)
 
 
-def test_an_old_command_is_the_new_one_and_says_so_once_even_when_its_line_is_refused(
+def test_an_old_command_is_the_new_one_and_a_refused_line_gets_no_second_line(
         capsys: pytest.CaptureFixture[str]) -> None:
+    """A notice is printed only when the command succeeds (or folded into its one error line): argparse's
+    refusal of the line names the new command in its usage instead."""
     assert "usage: kvbench score" in _help(capsys, "validate")
     with pytest.raises(SystemExit) as refused:
-        main(["validate"])  # --plan/--semantic and --measured are required: the notice still comes first
+        main(["validate"])  # --plan/--semantic and --measured are required
     assert refused.value.code == 2
     err = capsys.readouterr().err
-    assert err.splitlines()[0] == "kvbench: `validate` is now `score`"
-    assert notices(err) == ["kvbench: `validate` is now `score`"]
+    assert notices(err) == [] and "usage: kvbench score" in err
 
 
-def test_only_the_command_word_is_renamed(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_refused_old_command_is_one_line_with_the_notice_folded_in(
+        capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    assert main(["validate", str(tmp_path / "missing.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"kvbench: error: {tmp_path / 'missing.yaml'}: spec file not found (note: `validate SPEC` is "
+                   "`spec validate SPEC`; `validate` alone, the kvio scorer, is now `score`)\n")
+    assert main(["plugins", "--check", "no-such-backend"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("kvbench: error: ") and line.endswith(
+        "(note: `plugins --check` is now `plugins --conformance`)")
+
+
+def test_only_the_command_word_is_renamed() -> None:
     """``spec validate`` is the new spelling of validating a spec, and a file may be called ``validate``."""
     assert renamed_command_line(["spec", "validate", "validate"]) == ["spec", "validate", "validate"]
     assert renamed_command_line(["score", "--plan", "validate"]) == ["score", "--plan", "validate"]
-    assert capsys.readouterr().err == ""
+    assert take_notices() == []
     assert renamed_command_line(["validate", "--plan", "validate"]) == ["score", "--plan", "validate"]
-    assert notices(capsys.readouterr().err) == ["kvbench: `validate` is now `score`"]
+    assert take_notices() == ["`validate` is now `score`"]
 
 
 def test_the_new_conformance_flag_says_nothing_and_the_old_one_runs_the_same_checks(
@@ -99,9 +112,10 @@ def test_validate_with_a_spec_file_is_spec_validate_and_says_so(capsys: pytest.C
     spec = str(Path(__file__).parent.parent / "specs" / "quickstart.yaml")
     assert main(["validate", spec]) == 0
     captured = capsys.readouterr()
-    assert captured.err.splitlines()[0] == ("kvbench: `validate SPEC` is `spec validate SPEC` (`validate` alone, "
-                                            "the kvio scorer, is now `score`)")
+    assert captured.err.splitlines() == ["kvbench: `validate SPEC` is `spec validate SPEC`; `validate` alone, "
+                                         "the kvio scorer, is now `score`"]
     assert main(["spec", "validate", spec]) == 0
     assert capsys.readouterr().out == captured.out
     assert main(["validate", "--plan", "p.yaml", "--measured", "missing.jsonl"]) == 2
-    assert capsys.readouterr().err.startswith("kvbench: `validate` is now `score`\n")
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("kvbench: error: ") and line.endswith("(note: `validate` is now `score`)")

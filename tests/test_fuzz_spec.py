@@ -511,6 +511,7 @@ def check_rejected(case: Case, outcome: Outcome, spec_path: Path) -> None:
     assert outcome.code == 2, f"{shown}\nexit {outcome.code}\nstdout {outcome.stdout[-800:]}\nstderr {outcome.stderr}"
     assert "Traceback" not in outcome.stderr, f"{shown}\n{outcome.stderr}"
     assert outcome.stderr.startswith("kvbench: error: "), f"{shown}\n{outcome.stderr}"
+    assert outcome.stderr.count("\n") == 1, f"{shown}\none mistake, one line:\n{outcome.stderr}"
     message = outcome.stderr.removeprefix("kvbench: error: ")
     message = message.replace(str(spec_path), "spec.yaml")
     for expected in case.expect:
@@ -587,6 +588,29 @@ def test_bad_spec_in_a_real_process(sandbox: Path, override: str, field: str) ->
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     assert done.stderr.startswith("kvbench: error: ") and field in done.stderr, done.stderr
+    assert tree(FUZZ_ROOT) == [] and tree(sandbox / "work") == []
+
+
+NON_FINITE_OVERRIDES = [
+    ("warmup=.inf", "warmup"), ("seed=.nan", "seed"), ("workload.users=.inf", "workload.users"),
+    ("trials=.inf", "trials"), ("requests=.inf", "requests"), ("model.tp=.nan", "model.tp"),
+    ("cache.tiers[0].capacity=.inf", "cache.tiers[0].capacity"), ("cache.tiers[1].capacity=-.inf",
+                                                                  "cache.tiers[1].capacity"),
+    ("workload.max_inflight=.nan", "workload.max_inflight"),
+]
+
+
+@pytest.mark.parametrize(("override", "field"), NON_FINITE_OVERRIDES)
+def test_a_non_finite_number_is_one_line_naming_its_field(sandbox: Path, override: str, field: str) -> None:
+    """A field fails "finite", then its bound, then its type's bound: the first failed rule is reported, once
+    (before, two or three lines for one mistake)."""
+    spec_path = sandbox / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(base_spec(FUZZ_ROOT), sort_keys=False))
+    outcome = run_in_process(["run", str(spec_path), "--dry-run", "--set", override])
+    CASES["non-finite override"] += 1
+    assert outcome.code == 2
+    (line,) = outcome.stderr.splitlines()
+    assert line.startswith(f"kvbench: error: {field}: expected a finite number, got "), line
     assert tree(FUZZ_ROOT) == [] and tree(sandbox / "work") == []
 
 

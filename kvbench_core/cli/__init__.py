@@ -38,7 +38,7 @@ import threading  # noqa: E402
 from typing import Any  # noqa: E402
 
 from kvbench_core import __version__  # noqa: E402
-from kvbench_core.cli.renamed import renamed_command_line  # noqa: E402
+from kvbench_core.cli.renamed import folded, print_notices, renamed_command_line, take_notices  # noqa: E402
 from kvbench_core.contracts.errors import UserError  # noqa: E402
 from kvbench_core.contracts.plugins import get_plugin_manager  # noqa: E402
 
@@ -149,21 +149,26 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
+    take_notices()  # what an earlier in-process command left when argparse refused it
     args = parser.parse_args(renamed_command_line(sys.argv[1:] if argv is None else argv))
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
     try:
-        return int(args.handler(args) or 0)
+        code = int(args.handler(args) or 0)
     except UserError as error:
-        print(error.line(), file=sys.stderr)
+        print(folded(error.line(), take_notices()), file=sys.stderr)
         return error.exit_code
     except BrokenPipeError:
         return 0
     except OSError as error:  # a file the user named that cannot be read or written: one line, no traceback
         where = f"{error.filename}: " if error.filename else ""
-        print(f"kvbench: error: {where}{error.strerror or error}", file=sys.stderr)
+        print(folded(f"kvbench: error: {where}{error.strerror or error}", take_notices()), file=sys.stderr)
         return UserError.exit_code
+    notices = take_notices()
+    if code == 0:
+        print_notices(notices)
+    return code
 
 
 if __name__ == "__main__":

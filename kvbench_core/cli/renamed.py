@@ -2,8 +2,12 @@
 
 Each word of the command line means one thing ("check" a result against rules, "conformance" of a
 backend, "validate" a spec, "score" an I/O log against a kvio plan); the spellings that meant
-something else before keep working so that users' scripts do not break, but each use prints one
+something else before keep working so that users' scripts do not break, but each use costs one
 line on stderr naming the new spelling, and ``--help`` lists only the new ones.
+
+A notice is held until the command is over: printed when it succeeds, folded into the command's one error
+line when it is refused (``kvbench: error: ... (note: `validate` is now `score`)``), so one mistake is still one
+line; a command line argparse refuses prints argparse's usage of the new spelling, which names it.
 """
 
 from __future__ import annotations
@@ -17,23 +21,45 @@ from typing import Any
 RENAMED_COMMANDS = {"validate": "score"}
 
 
+#: The notices of the command line being handled, in the order its words came.
+_pending: list[str] = []
+
+
 def notice(old: str, new: str) -> None:
     """The one line a renamed spelling costs: old scripts go on working, and say what to write."""
-    print(f"kvbench: `{old}` is now `{new}`", file=sys.stderr)
+    _pending.append(f"`{old}` is now `{new}`")
+
+
+def take_notices() -> list[str]:
+    """The notices held so far, forgotten here: the CLI prints them after a command that succeeded, or
+    folds them into its error line, and an earlier in-process command's leave nothing behind."""
+    taken = list(_pending)
+    _pending.clear()
+    return taken
+
+
+def print_notices(notices: Sequence[str]) -> None:
+    for text in notices:
+        print(f"kvbench: {text}", file=sys.stderr)
+
+
+def folded(line: str, notices: Sequence[str]) -> str:
+    """An error line with the command's rename notices at its end, so the refusal stays one line."""
+    return f"{line} (note: {'; '.join(notices)})" if notices else line
 
 
 def renamed_command_line(argv: Sequence[str]) -> list[str]:
-    """``argv`` with an old command word replaced by its new one, after the notice.  Done before parsing,
-    so the notice comes even when the rest of the line is refused, and the old names appear nowhere in
-    the parser: not in ``--help``, not in an "invalid choice" list.  The command is the first word that
-    is not an option (the top-level options, ``--version`` and ``--help``, take no value)."""
+    """``argv`` with an old command word replaced by its new one, its notice held.  Done before parsing,
+    so the old names appear nowhere in the parser: not in ``--help``, not in an "invalid choice" list.  The
+    command is the first word that is not an option (the top-level options, ``--version`` and ``--help``,
+    take no value)."""
     words = list(argv)
     at = next((index for index, word in enumerate(words) if not word.startswith("-")), None)
     if at is not None and words[at] == "validate" and _names_a_spec(words[at + 1:]):
         # The old ``validate`` (the kvio scorer) took no file argument: ``validate spec.yaml`` is a new
         # user's first guess at validating a spec, which is ``spec validate``.
-        print(f"kvbench: `validate SPEC` is `spec validate SPEC` (`validate` alone, the kvio scorer, is now "
-              f"`{RENAMED_COMMANDS['validate']}`)", file=sys.stderr)
+        _pending.append(f"`validate SPEC` is `spec validate SPEC`; `validate` alone, the kvio scorer, is now "
+                        f"`{RENAMED_COMMANDS['validate']}`")
         return [*words[:at], "spec", *words[at:]]
     if at is not None and words[at] in RENAMED_COMMANDS:
         notice(words[at], RENAMED_COMMANDS[words[at]])

@@ -161,14 +161,25 @@ def non_finite_numbers(instance: Any, root: str = "") -> list[str]:
     return [message for _, message in sorted(found, key=lambda item: str(item[0]))]
 
 
+def _field_of(message: str) -> str:
+    """The field a one-line message names: the text before its first ``": "``."""
+    return message.partition(": ")[0]
+
+
 def schema_errors(instance: Any, schema: dict[str, Any], root: str = "") -> list[str]:
-    """Every violation, most specific first, as one-line messages."""
+    """The first failed rule of every field, one line each, most specific first.
+
+    One mistake is one line: ``warmup: .inf`` fails "finite", "<= 2592000" and the type's own bound, but a
+    person needs only the first to fix it (non-finite numbers first, as every later bound is meaningless for
+    them); the others would read as three mistakes."""
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(instance), key=lambda e: (list(e.absolute_path), e.validator))
     messages: list[str] = non_finite_numbers(instance, root)
+    fields = {_field_of(message) for message in messages}
     for error in errors:
         message = describe_error(error, root)
-        if message not in messages:
+        if _field_of(message) not in fields:
+            fields.add(_field_of(message))
             messages.append(message)
     return messages
 
