@@ -726,3 +726,16 @@ def test_a_malformed_manifest_names_file_line_and_field(sandbox: Path) -> None:
         outcome.stderr
     assert "bytes" in outcome.stderr
     assert "Traceback" not in outcome.stderr
+
+
+def test_a_huge_model_config_is_refused_before_it_is_read(sandbox: Path) -> None:
+    """A model config is kilobytes: a 1 GiB file (sparse here) is refused at once, naming its size, instead of
+    being read and parsed whole (16 s and 2.1 GB of memory before)."""
+    huge = sandbox / "config.json"
+    with huge.open("wb") as handle:
+        handle.truncate(1 << 30)
+    outcome = run_in_process(["models", "show", str(huge)])
+    CASES["malformed model config"] += 1
+    assert outcome.code == 2
+    assert outcome.stderr == (f"kvbench: error: {huge}: 1,073,741,824 bytes is too large for a model config "
+                              "(at most 1,048,576 bytes)\n")

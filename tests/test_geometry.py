@@ -119,9 +119,9 @@ def test_gqa_shards_heads_across_ranks():
 
 
 def test_gqa_with_fewer_kv_heads_than_ranks_replicates_one_head_per_rank():
-    model = resolve_model("qwen2.5-0.5b", "bf16", tp=4)  # 2 KV heads
+    model = resolve_model("qwen2.5-3b-instruct", "bf16", tp=4)  # 2 KV heads, 16 query heads
     assert model.geometry.kv_heads_per_rank(4) == 1
-    assert model.bytes_per_token == 24 * 2 * 1 * 64 * 2
+    assert model.bytes_per_token == 36 * 2 * 1 * 128 * 2
     assert model.bytes_per_token_all_ranks == 4 * model.bytes_per_token  # replicas are stored on each rank
 
 
@@ -136,6 +136,9 @@ def test_mla_latent_is_replicated_on_every_rank():
     ("qwen2.5-7b-instruct", 6, "cannot be replicated evenly"),
     ("llama3.1-8b", 0, "tp must be >= 1"),
     ("deepseek-v3", 0, "tp must be >= 1"),
+    # 8 KV heads replicate evenly 128 ways, but 32 query heads cannot be split 128 ways (issue #29)
+    ("llama3.2-1b", 128, "tp=128 does not divide its 32 attention heads"),
+    ("deepseek-v3", 256, "tp=256 does not divide its 128 attention heads"),
 ])
 def test_impossible_tp_is_a_clear_error(model, tp, message):
     with pytest.raises(SpecError, match=message):
@@ -239,3 +242,16 @@ def test_cli_errors_are_one_line(capsys):
     assert "does not divide its 8 KV heads" in capsys.readouterr().err
     assert main(["models", "show", "llama3.1-8b", "--tokens", "1k"]) == 2
     assert "--tokens" in capsys.readouterr().err
+
+
+def test_plan_refuses_a_tp_the_attention_heads_cannot_split_as_run_does(capsys, tmp_path):
+    """``plan --tp 128`` on a 32-query-head model printed ``kv_heads_per_rank 8`` (issue #29); now it is the
+    same one-line refusal the run's spec gives."""
+    assert main(["plan", "--model", "llama3.2-1b", "--tp", "128", "--tokens", "1024"]) == 2
+    assert capsys.readouterr().err == ("kvbench: error: model 'llama3.2-1b': tp=128 does not divide its 32 "
+                                       "attention heads; use a tp that divides 32\n")
+    assert main(["plan", "--model", "llama3.2-1b", "--tp", "32", "--tokens", "1024"]) == 0
+    capsys.readouterr()
+    spec = Path(__file__).parent.parent / "specs" / "quickstart.yaml"
+    assert main(["run", str(spec), "--dry-run", "--set", "model.name=llama3.2-1b", "--set", "model.tp=128"]) == 2
+    assert "model.tp: model 'llama3.2-1b': tp=128 does not divide its 32 attention heads" in capsys.readouterr().err

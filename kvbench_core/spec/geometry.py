@@ -101,6 +101,14 @@ class ModelGeometry:
         if tp < 1:
             raise SpecError(f"model {self.name!r}: tp must be >= 1, got {tp}")
 
+    def _check_query_split(self, tp: int) -> None:
+        """Tensor parallelism splits the query heads across the ranks, whatever the KV heads (or an MLA latent)
+        then do: vLLM refuses a ``tp`` that does not divide ``num_attention_heads``, and so does kvbench, in
+        ``run`` and ``plan`` alike.  Checked after the KV-head rules, whose messages say more."""
+        if self.attention_heads % tp:
+            raise SpecError(f"model {self.name!r}: tp={tp} does not divide its {self.attention_heads} attention "
+                            f"heads; use a tp that divides {self.attention_heads}")
+
     def kv_heads_per_rank(self, tp: int = 1) -> int:
         """KV heads one rank holds at tensor-parallel degree ``tp`` (vLLM's sharding rule)."""
         self._check_tp(tp)
@@ -110,12 +118,14 @@ class ModelGeometry:
                     f"model {self.name!r}: tp={tp} does not divide its {self.kv_heads} KV heads; "
                     f"use a tp that divides {self.kv_heads}"
                 )
+            self._check_query_split(tp)
             return self.kv_heads // tp
         if tp % self.kv_heads:
             raise SpecError(
                 f"model {self.name!r}: with {self.kv_heads} KV heads and tp={tp} the heads cannot be "
                 f"replicated evenly; use a tp that is a multiple of {self.kv_heads}"
             )
+        self._check_query_split(tp)
         return 1
 
     def bytes_per_token(self, dtype: str | None = None, tp: int = 1) -> int:
@@ -123,6 +133,7 @@ class ModelGeometry:
         element = DTYPE_BYTES[normalize_dtype(dtype or self.default_dtype)]
         if self.kv_lora_rank:
             self._check_tp(tp)  # the latent is replicated whole on every rank
+            self._check_query_split(tp)
             return self.layers * (self.kv_lora_rank + self.qk_rope_head_dim) * element
         assert self.head_dim is not None  # only MLA geometries lack a head_dim
         return self.kv_layers * 2 * self.kv_heads_per_rank(tp) * self.head_dim * element
@@ -268,12 +279,17 @@ def _is_single_config(data: Mapping[str, Any]) -> bool:
     return any(field in data for field in ("num_hidden_layers", "text_config", "model_type", "architectures"))
 
 
+#: The largest model config file read: a Hugging Face config.json is a few KiB and the LMCache calculator's
+#: multi-model file 4 KiB; 1 MiB is far above both and still instant to parse.
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def load_config_file(path: str, model: str | None = None) -> ModelGeometry:
     """Geometry from a Hugging Face ``config.json`` (or a model directory holding one), or from one
     entry, chosen by ``model``, of a multi-model file such as the LMCache calculator's ``modelconfig.json``."""
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
-    data, text = read_json_text(path, "model config")
+    data, text = read_json_text(path, "model config", max_bytes=MAX_CONFIG_BYTES)
     if not isinstance(data, dict):
         raise InputFileError(f"{path}: expected a JSON object, got {type(data).__name__}")
 

@@ -22,10 +22,18 @@ class JsonLinesGiven(InputFileError):
     """The file holds one JSON value per line (a trace, a log), where one JSON document was expected."""
 
 
-def read_json_text(path: str, what: str) -> tuple[Any, str]:
-    """``(parsed content, text)`` of ``path``: the text lets a later field error name its line."""
+def read_json_text(path: str, what: str, *, max_bytes: int | None = None) -> tuple[Any, str]:
+    """``(parsed content, text)`` of ``path``: the text lets a later field error name its line.
+
+    ``max_bytes`` refuses a larger file before a byte of it is read, naming its size: an input that is
+    kilobytes by nature (a model config) handed a gigabyte by mistake would otherwise cost seconds and
+    gigabytes of memory to parse before any error could be said."""
     try:
         with open(path, encoding="utf-8") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if max_bytes is not None and size > max_bytes:
+                raise InputFileError(f"{path}: {size:,} bytes is too large for a {what} (at most {max_bytes:,} "
+                                     "bytes)")
             text = handle.read()
         return json.loads(text), text
     except FileNotFoundError:
