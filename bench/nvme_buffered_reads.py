@@ -29,9 +29,9 @@ from pathlib import Path
 from kvbench_nvme.backend import NVMeBackend
 
 from kvbench_core.contracts.backend import DISCARD, BackendContext
+from kvbench_core.contracts.units import parse_size
 from kvbench_core.engine.payload import NoisePool
 from kvbench_core.filetiers.fsinfo import block_device_of
-from kvbench_core.spec.units import parse_size
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from nvme_vs_fio import DeviceRequests  # the sibling bench script's diskstats reader

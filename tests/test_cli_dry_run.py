@@ -13,10 +13,10 @@ from conftest import small_spec
 
 from kvbench_core.cli import main
 from kvbench_core.cli.run_cmd import render_plan
+from kvbench_core.contracts.units import format_bytes
 from kvbench_core.engine.dryrun import dry_run_estimate
 from kvbench_core.spec.loader import load_plan
 from kvbench_core.spec.plan import thaw
-from kvbench_core.spec.units import format_bytes
 
 
 def nvme_spec(tmp_path: Path) -> Path:

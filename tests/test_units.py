@@ -11,7 +11,7 @@ import yaml
 from conftest import small_spec
 
 from kvbench_core.cli import main
-from kvbench_core.spec.units import parse_size
+from kvbench_core.contracts.units import parse_size
 
 
 @pytest.mark.parametrize(("written", "expected"), [

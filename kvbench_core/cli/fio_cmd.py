@@ -7,9 +7,9 @@ import sys
 
 from kvbench_core.cli.renamed import renamed_values
 from kvbench_core.contracts.errors import SpecError
+from kvbench_core.contracts.units import parse_duration, parse_size
 from kvbench_core.reports.fio import distill
 from kvbench_core.results.result import read_result
-from kvbench_core.spec.units import parse_duration, parse_size
 
 #: ``--source`` as spelled on the command line -> the distiller's name for it.  The distiller's "trace" is
 #: the result's block trace; the command line says "block-trace" because "trace" alone also names

@@ -11,11 +11,11 @@ from rich.table import Table
 from kvbench_core.cli.console import console
 from kvbench_core.codecs.projection import CodecProjection, projection_from_result
 from kvbench_core.contracts.errors import SpecError
+from kvbench_core.contracts.units import format_bytes, parse_size
 from kvbench_core.kvio.commands import DEFAULT_ALIGN, DEFAULT_MAX_TRANSFER, DEFAULT_STORE_HEADER_BYTES, TransferGeometry
 from kvbench_core.kvio.manifest import PLAN_FORMAT, VERSION
 from kvbench_core.kvio.plan import DEFAULT_CHUNK_TOKENS, build_manifest, summarize
 from kvbench_core.spec.geometry import DTYPE_BYTES, resolve_model
-from kvbench_core.spec.units import format_bytes, parse_size
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -8,9 +8,9 @@ from typing import Any
 from rich.table import Table
 
 from kvbench_core.cli.console import console, set_report_handler
+from kvbench_core.contracts.units import format_bytes
 from kvbench_core.kvio.manifest import Manifest
 from kvbench_core.kvio.replay import ReplaySettings, replay, tier_from_argument
-from kvbench_core.spec.units import format_bytes
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from kvbench_core.codecs.figures import codec_line
+from kvbench_core.contracts.units import format_bytes
 from kvbench_core.engine.dryrun import dry_run_estimate
 from kvbench_core.reports.verdicts import explain
 from kvbench_core.results.checks import attention_lines
@@ -20,7 +21,6 @@ from kvbench_core.scaleout.multiclient import local_client_plans
 from kvbench_core.scaleout.session import run_session
 from kvbench_core.spec.loader import load_plan
 from kvbench_core.spec.rerun import OVERRIDE_FLAG
-from kvbench_core.spec.units import format_bytes
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

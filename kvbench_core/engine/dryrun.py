@@ -30,12 +30,12 @@ from typing import Any
 
 import numpy as np
 
+from kvbench_core.contracts.units import format_bytes
 from kvbench_core.contracts.workload import Phase, decode_read_count, derive_phase
 from kvbench_core.engine.histogram import sample_percentiles
 from kvbench_core.engine.setup import build_source
 from kvbench_core.spec.bounds import admits
 from kvbench_core.spec.plan import RunPlan
-from kvbench_core.spec.units import format_bytes
 
 #: Requests drawn per user for the plan (capped in total), enough for stable means in well under a second.
 SAMPLE_PER_USER = 50

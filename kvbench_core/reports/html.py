@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from kvbench_core.contracts.errors import UserError
+from kvbench_core.contracts.units import format_bytes
 from kvbench_core.reports import flatten
 from kvbench_core.reports.metrics import HEADLINE, op_figures
 from kvbench_core.reports.verdicts import explain
 from kvbench_core.spec.jsonfile import temp_beside
-from kvbench_core.spec.units import format_bytes
 
 GB = 1e9
 #: Headline entries that are not figures (``reports.metrics.HEADLINE`` defines the figures).

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvbench_core.contracts.units import format_bytes
 from kvbench_core.reports.metrics import HEADLINE
 from kvbench_core.results.checks import run_checks
 from kvbench_core.results.metrics import headline
 from kvbench_core.spec.loader import spec_sha256
-from kvbench_core.spec.units import format_bytes
 
 GIB = 1 << 30
 MIN_DURATION_S = 300.0

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvbench_core.spec.units import format_bytes
+from kvbench_core.contracts.units import format_bytes
 
 
 @dataclass(frozen=True)

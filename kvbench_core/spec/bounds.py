@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvbench_core.contracts.errors import SpecError
-from kvbench_core.spec.units import format_bytes, parse_duration, parse_size
+from kvbench_core.contracts.units import format_bytes, parse_duration, parse_size
 
 #: Largest size anywhere in a spec: 8 PiB (2**53 B, the largest byte count a float holds exactly).
 MAX_BYTES = 1 << 53

@@ -12,13 +12,12 @@ from typing import Any
 
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.contracts.plugins import lookup
+from kvbench_core.contracts.units import parse_size, size_schema
 from kvbench_core.contracts.validation import validate_or_raise
-from kvbench_core.spec.units import SIZE_PATTERN, parse_size
 
 DEFAULT_CHUNK = 1 << 20
 DEFAULT_SEGMENT = 64 << 20
 MAX_CHUNK = 64 << 20  # the payload generator's largest piece
-_SIZE = {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_PATTERN}]}
 
 CODEC_SCHEMA: dict[str, Any] = {
     "description": "a codec name (none, zstd, lz4, bf16_planes or a plugin's), or {name, options, chunk, segment}",
@@ -28,9 +27,9 @@ CODEC_SCHEMA: dict[str, Any] = {
          "properties": {
              "name": {"type": "string"},
              "options": {"type": "object"},
-             "chunk": {**_SIZE, "description": "logical bytes encoded independently (default 1MiB)"},
-             "segment": {**_SIZE, "description": "logical bytes per stored object, a multiple of chunk "
-                                                 "(default 64MiB): what one worker holds encoded in memory"},
+             "chunk": size_schema("logical bytes encoded independently (default 1MiB)"),
+             "segment": size_schema("logical bytes per stored object, a multiple of chunk "
+                                        "(default 64MiB): what one worker holds encoded in memory"),
          }},
     ],
 }

@@ -19,6 +19,7 @@ from typing import Any
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.contracts.plugins import lookup
 from kvbench_core.contracts.redact import register_spec_secrets
+from kvbench_core.contracts.units import parse_duration, parse_size
 from kvbench_core.contracts.validation import validate_or_raise, with_defaults
 from kvbench_core.spec.bounds import check_an_entry_fits, check_memory_tiers, check_parsed_bounds
 from kvbench_core.spec.codec_choices import check_codec_choices, resolve_codecs
@@ -27,7 +28,6 @@ from kvbench_core.spec.plan import RunPlan, plan_run, thaw
 from kvbench_core.spec.reading import _read_spec
 from kvbench_core.spec.safepaths import expanded, overlap_reason, refusal_reason, resolved, tier_paths, unset_variable
 from kvbench_core.spec.schema import DEFAULTS, GENERATION_MS_PER_TOKEN, full_schema, section_schema
-from kvbench_core.spec.units import parse_duration, parse_size
 
 
 def validate(raw: dict[str, Any]) -> None:

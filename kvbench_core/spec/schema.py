@@ -8,22 +8,15 @@ from __future__ import annotations
 from typing import Any
 
 from kvbench_core.contracts.plugins import extra_schema, registry
+from kvbench_core.contracts.units import duration_schema, size_schema
 from kvbench_core.spec.bounds import MAX_BYTES, MAX_SECONDS, MIN_INTERVAL_S
 from kvbench_core.spec.codec_choices import CODEC_SCHEMA
 from kvbench_core.spec.declaration import declaration_schema
-from kvbench_core.spec.units import DURATION_PATTERN, SIZE_PATTERN
 
 SPEC_VERSION = 1
 
-_SIZE = {
-    "oneOf": [{"type": "integer", "minimum": 0, "maximum": MAX_BYTES}, {"type": "string", "pattern": SIZE_PATTERN}],
-    "description": "a size in bytes, or a string like 512MiB / 8GB",
-}
-_DURATION = {
-    "oneOf": [{"type": "number", "minimum": 0, "maximum": MAX_SECONDS},
-              {"type": "string", "pattern": DURATION_PATTERN}],
-    "description": "seconds, or a string like 30s / 5m / 500ms",
-}
+_SIZE = size_schema("a size in bytes, or a string like 512MiB / 8GB", minimum=0, maximum=MAX_BYTES)
+_DURATION = duration_schema("seconds, or a string like 30s / 5m / 500ms", maximum=MAX_SECONDS)
 _CAPACITY = {
     "oneOf": [{"const": "auto"}, _SIZE],
     "description": "a size, 0 to disable the tier, or 'auto' to ask the backend",

@@ -16,9 +16,7 @@ from typing import Any, ClassVar
 
 from kvbench_core.contracts.backend import BackendContext
 from kvbench_core.contracts.pieces import PieceBackend
-from kvbench_core.spec.units import SIZE_PATTERN, parse_size
-
-SIZE = {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_PATTERN}]}
+from kvbench_core.contracts.units import parse_size, size_schema
 
 
 class TemplateMemoryBackend(PieceBackend):
@@ -27,8 +25,8 @@ class TemplateMemoryBackend(PieceBackend):
     name = "template-memory"
     volatile = True  # contents die with the process
     options_schema: ClassVar[dict[str, Any]] = {"type": "object", "additionalProperties": False, "properties": {
-        "transfer_size": {**SIZE, "default": "1MiB", "description": "bytes per piece command, e.g. 1MiB"},
-        "limit": {**SIZE, "description": "capacity reported for 'capacity: auto' (unknown if absent)"}}}
+        "transfer_size": {**size_schema("bytes per piece command, e.g. 1MiB"), "default": "1MiB"},
+        "limit": size_schema("capacity reported for 'capacity: auto' (unknown if absent)")}}
 
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)

@@ -17,8 +17,8 @@ from kvbench_blktrace.capture import CaptureError, capture_as_result
 from kvbench_blktrace.devices import DeviceNotTraceable, devices_for
 from kvbench_blktrace.parse import TraceOutputError
 from kvbench_blktrace.program import build_program
+from kvbench_core.contracts.units import parse_duration, parse_size
 from kvbench_core.reports.fio import distill
-from kvbench_core.spec.units import parse_duration, parse_size
 
 
 def program(argv: list[str]) -> int:

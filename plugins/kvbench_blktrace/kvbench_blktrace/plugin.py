@@ -22,8 +22,8 @@ from kvbench_blktrace.parse import TraceOutputError, Value, parse_maps
 from kvbench_blktrace.section import build_section
 from kvbench_blktrace.tracer import ActiveTrace, TracingUnavailable, bpftrace_version, start_trace
 from kvbench_core.contracts.plugins import hookimpl
+from kvbench_core.contracts.units import duration_schema, parse_duration
 from kvbench_core.contracts.validation import with_defaults
-from kvbench_core.spec.units import DURATION_PATTERN, parse_duration
 
 _MODE = {"enum": ["block", "none"], "description": "block: bpftrace block-layer and syscall histograms; none: off"}
 #: The long form's fields; their defaults live here once (``tracing_config`` fills them with ``with_defaults``).
@@ -32,10 +32,9 @@ _TRACING_OPTIONS: dict[str, Any] = {
         "mode": _MODE,
         "required": {"type": "boolean", "default": False,
                      "description": "fail the run when tracing is not possible (default: run untraced)"},
-        "attach_timeout": {"oneOf": [{"type": "number", "minimum": 1},
-                                     {"type": "string", "pattern": DURATION_PATTERN}],
-                           "default": "120s",  # compiling ~20 probes took 40 s on a busy 2-core VM
-                           "description": "how long bpftrace may take to compile and attach its probes"},
+        # compiling ~20 probes took 40 s on a busy 2-core VM
+        "attach_timeout": {**duration_schema("how long bpftrace may take to compile and attach its probes",
+                                             minimum=1), "default": "120s"},
     }}
 TRACING_SCHEMA: dict[str, Any] = {
     "description": "block-layer latency tracing around the measured window (needs root and bpftrace)",

@@ -10,13 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from kvbench_core.contracts.errors import SpecError
-from kvbench_core.spec.units import SIZE_PATTERN, parse_size
+from kvbench_core.contracts.units import parse_size, size_schema
 
 ALIGN = 4096  # GPU page size: cuFile DMA wants 4 KiB-aligned offsets and sizes
 MAX_TRANSFER = 1 << 30
 #: The options that must be whole 4 KiB pages.
 PAGE_SIZED = ("transfer_size", "task_size")
-_SIZE = {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_PATTERN}]}
+_SIZE = size_schema("a size such as 4MiB or 4194304")
 
 OPTIONS_SCHEMA: dict[str, Any] = {
     "type": "object",

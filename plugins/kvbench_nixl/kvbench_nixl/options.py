@@ -13,7 +13,7 @@ from typing import Any
 from kvbench_s3.options import OPTIONS_SCHEMA as S3_OPTIONS_SCHEMA
 
 from kvbench_core.contracts.errors import SpecError
-from kvbench_core.spec.units import SIZE_PATTERN, parse_size
+from kvbench_core.contracts.units import parse_size, size_schema
 from kvbench_nixl.arena import ALIGN
 
 MAX_TRANSFER = 1 << 30
@@ -35,9 +35,8 @@ OPTIONS_SCHEMA: dict[str, Any] = {
     "properties": {
         "nixl_backend": {"enum": ["POSIX", "OBJ", "GDS", "GDS_MT"],
                          "description": "NIXL backend plugin: POSIX files, OBJ (S3), GDS / GDS_MT (cuFile, GPU)"},
-        "transfer_size": {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_PATTERN}],
-                          "default": "1MiB",
-                          "description": "bytes per NIXL descriptor (per object for OBJ), 4 KiB to 1 GiB"},
+        "transfer_size": {**size_schema("bytes per NIXL descriptor (per object for OBJ), 4 KiB to 1 GiB"),
+                          "default": "1MiB"},
         "queue_depth": {"type": "integer", "minimum": 1, "maximum": 256, "default": 1,
                         "description": "descriptors per NIXL request: pieces of one entry in flight at once"},
         "memory": {"enum": ["DRAM", "VRAM"], "default": "DRAM",

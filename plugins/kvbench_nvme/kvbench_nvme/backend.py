@@ -62,12 +62,12 @@ from typing import Any, ClassVar
 
 from kvbench_core.contracts.backend import DISCARD, BackendContext, ByteSink, ByteSource, IOTiming, check_key
 from kvbench_core.contracts.errors import BackendUnavailable, SpecError
+from kvbench_core.contracts.units import parse_size, size_schema
 from kvbench_core.contracts.validation import with_defaults
 from kvbench_core.filetiers.accounting import Phase
 from kvbench_core.filetiers.directory import TierDirectory
 from kvbench_core.filetiers.entry_files import EntryFilesBackend
 from kvbench_core.filetiers.fsinfo import describe_location
-from kvbench_core.spec.units import SIZE_PATTERN, parse_size
 from kvbench_nvme.engine_contract import EngineSettings
 from kvbench_nvme.engines import ENGINES, make_engine
 from kvbench_nvme.uring import ALIGN, UringUnavailable
@@ -114,11 +114,7 @@ class NVMeBackend(EntryFilesBackend):
                            "description": "posix_fadvise(DONTNEED) the file before each read"},
             "direct": {"type": "boolean", "default": False,
                        "description": "O_DIRECT: bypass the page cache (4 KiB-aligned transfers)"},
-            "transfer_size": {
-                "oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_PATTERN}],
-                "default": "1MiB",
-                "description": "bytes per pread/pwrite command, e.g. 1MiB",
-            },
+            "transfer_size": {**size_schema("bytes per pread/pwrite command, e.g. 1MiB"), "default": "1MiB"},
             "queue_depth": {"type": "integer", "minimum": 1, "maximum": 256, "default": 1,
                             "description": "commands in flight per entry: with engine psync for direct: true "
                                            "only (buffered I/O keeps one per file: readahead and writeback "

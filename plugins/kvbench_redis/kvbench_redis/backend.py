@@ -22,8 +22,8 @@ import uuid
 from typing import Any, ClassVar
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, ClientBackend, IOTiming
+from kvbench_core.contracts.units import parse_duration, parse_size
 from kvbench_core.contracts.validation import with_defaults
-from kvbench_core.spec.units import parse_duration, parse_size
 from kvbench_redis import server
 from kvbench_redis.endpoint import Endpoint
 from kvbench_redis.namespace import SharedNamespace

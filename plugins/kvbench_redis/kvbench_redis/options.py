@@ -8,20 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvbench_core.spec.units import DURATION_PATTERN, SIZE_PATTERN
+from kvbench_core.contracts.units import duration_schema, size_schema
 
 #: The entries the shipped workloads name by their content, the same in every client: the synthetic source's
 #: system prompts and the Mooncake trace's prefix blocks.  A conversation's turns are not among them.
 SHARED_KEY_PREFIXES = ("kv_system_", "mc_block_")
 
-_SIZE: dict[str, Any] = {
-    "oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_PATTERN}],
-    "description": "a size such as 4MiB or 1048576",
-}
-_DURATION: dict[str, Any] = {
-    "oneOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": DURATION_PATTERN}],
-    "description": "a duration such as 30s, 5m or 1h",
-}
+_SIZE = size_schema("a size such as 4MiB or 1048576")
+_DURATION = duration_schema("a duration such as 30s, 5m or 1h")
 # A password may appear neither as a field nor in a URL: results embed the resolved spec.
 _URL_PATTERN = r"^(rediss?://(?![^/?#]*:[^/?#]*@)|unix://)(?!.*[?&]password=)"
 

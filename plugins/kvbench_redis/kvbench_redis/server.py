@@ -14,7 +14,7 @@ from itertools import islice
 from typing import Any
 
 from kvbench_core.contracts.errors import BackendUnavailable
-from kvbench_core.spec.units import parse_duration
+from kvbench_core.contracts.units import parse_duration
 from kvbench_redis.endpoint import Endpoint
 
 #: Redis's own default for proto-max-bulk-len, used when CONFIG GET is not permitted.

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, ClientBackend, IOTiming, check_key
 from kvbench_core.contracts.errors import BackendUnavailable
-from kvbench_core.spec.units import parse_duration, parse_size
+from kvbench_core.contracts.units import parse_duration, parse_size
 from kvbench_s3 import ranged, upload
 from kvbench_s3.bucket import delete_prefix, ensure_bucket
 from kvbench_s3.client import S3Client

@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from kvbench_core.spec.units import parse_duration
+from kvbench_core.contracts.units import parse_duration
 
 MISSING_KEY = ("NoSuchKey", "404", "NotFound")
 MISSING_BUCKET = ("NoSuchBucket", "404", "NotFound")

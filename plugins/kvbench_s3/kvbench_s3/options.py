@@ -9,19 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvbench_core.spec.units import DURATION_PATTERN, SIZE_PATTERN
+from kvbench_core.contracts.units import duration_schema, size_schema
 
 #: Largest piece handed to ``source.fill`` / ``sink.consume`` (parts may be larger).
 PIECE = 16 << 20
 
-_SIZE: dict[str, Any] = {
-    "oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_PATTERN}],
-    "description": "a size such as 8MiB or 8388608",
-}
-_DURATION: dict[str, Any] = {
-    "oneOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "string", "pattern": DURATION_PATTERN}],
-    "description": "a duration such as 10s or 1m",
-}
+_SIZE = size_schema("a size such as 8MiB or 8388608")
+_DURATION = duration_schema("a duration such as 10s or 1m", exclusive=True)
 
 OPTIONS_SCHEMA: dict[str, Any] = {
     "type": "object",

@@ -1,4 +1,7 @@
-"""Parsing of human sizes ("128k", "8GiB", "512 MB") and durations ("30s", "5m") used in specs and the CLI.
+"""Human sizes ("128k", "8GiB", "512 MB") and durations ("30s", "5m"): their parsing and their schema fragments.
+
+Public to plugins (part of ``kvbench_core.contracts``): a tier's options are sizes and durations too, and a
+plugin that wrote its own pattern or parser would accept a spelling the core refuses, or the reverse.
 
 Sizes follow fio, the tool storage engineers write sizes for: a bare unit letter is a power of two
 (``128k`` = 131072, ``4m`` = 4 MiB, as fio's default ``kb_base=1024`` reads them), IEC units are powers of
@@ -10,6 +13,7 @@ validate`` prints every size it parsed in bytes, so no one has to guess.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 _SIZE_UNITS = {
     "": 1, "b": 1,
@@ -22,6 +26,25 @@ _DURATION_UNITS = {"": 1.0, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3
 # Exactly the units ``parse_size`` knows: a bare "8Gi" must fail validation, not the run.
 SIZE_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*([kKmMgGtT]([iI][bB]|[bB])?|[bB])?\s*$"
 DURATION_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*(ms|s|m|min|h)?\s*$"
+
+def size_schema(description: str, *, minimum: int = 1, maximum: int | None = None) -> dict[str, Any]:
+    """The JSON Schema fragment of a size option: bytes as an integer, or a string ``parse_size`` reads."""
+    number: dict[str, Any] = {"type": "integer", "minimum": minimum}
+    if maximum is not None:
+        number["maximum"] = maximum
+    return {"oneOf": [number, {"type": "string", "pattern": SIZE_PATTERN}], "description": description}
+
+
+def duration_schema(description: str, *, minimum: float = 0, exclusive: bool = False,
+                    maximum: float | None = None) -> dict[str, Any]:
+    """The JSON Schema fragment of a duration option: seconds, or a string ``parse_duration`` reads.
+
+    ``exclusive`` refuses the minimum itself (a timeout of 0 s would mean "fail at once", never meant)."""
+    number: dict[str, Any] = {"type": "number", "exclusiveMinimum" if exclusive else "minimum": minimum}
+    if maximum is not None:
+        number["maximum"] = maximum
+    return {"oneOf": [number, {"type": "string", "pattern": DURATION_PATTERN}], "description": description}
+
 
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
