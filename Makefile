@@ -23,11 +23,12 @@ $(VENV)/.installed: pyproject.toml $(wildcard plugins/*/pyproject.toml)
 	@$(INSTALL) -e '.[reports]' $(foreach p,$(PLUGINS),-e $(p))
 	@touch $@
 
-## What the tests need on top: pytest and hypothesis, mpi4py, the S3-protocol server (moto), and torch so
+## What the tests need on top: pytest and hypothesis, mpi4py, the S3-protocol server (moto), pyarrow and
+## prometheus-client (kvbench export, output.metrics), and torch so
 ## the gpu tier's logic runs on torch's CPU device (torch==2.13.0: a CPU wheel on this project's machines).
 $(VENV)/.test-installed: $(VENV)/.installed
-	@echo "== installing the test tools (pytest, hypothesis, mpi4py, moto, cramjam, torch CPU)"
-	@$(PIP) install -q -e '.[test,mpi,gpu,codecs]' 'moto[server]'
+	@echo "== installing the test tools (pytest, hypothesis, mpi4py, moto, cramjam, pyarrow, prometheus-client, torch CPU)"
+	@$(PIP) install -q -e '.[test,mpi,gpu,codecs,export,metrics]' 'moto[server]'
 	@# NIXL's wheel (~235 MB) requires torch: installed after the gpu extra's torch==2.13.0, so pip keeps that CPU build
 	@$(PIP) install -q -e 'plugins/kvbench_nixl[nixl]'
 	@touch $@

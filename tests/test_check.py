@@ -17,7 +17,7 @@ from kvbench_core.engine.telemetry import OpStats
 from kvbench_core.reports.aggregate import summarize_trials
 from kvbench_core.reports.rules import RULESETS, check
 from kvbench_core.results.checks import attention_lines, run_checks
-from kvbench_core.results.metrics import headline
+from kvbench_core.results.metrics import Metrics, TierMetrics, headline
 from kvbench_core.spec.loader import spec_sha256
 
 GIB = 1 << 30
@@ -31,12 +31,19 @@ def _ms_histogram(*millis: float) -> LatencyHistogram:
     return histogram
 
 
-def _op(nbytes: int, *device_ms: float) -> dict[str, Any]:
-    stats = OpStats(ops=len(device_ms), bytes=nbytes, commands=len(device_ms), total=_ms_histogram(*device_ms),
-                    host=_ms_histogram(*[0.0] * len(device_ms)), device=_ms_histogram(*device_ms),
-                    command=_ms_histogram(*device_ms), command_bytes=nbytes, physical_bytes=nbytes,
-                    first_start=1.0, last_end=300.0)
-    return stats.to_dict()
+def _repeated_ms(millis: float, count: int) -> LatencyHistogram:
+    """``count`` samples of one latency (one bucket), without adding them one by one."""
+    histogram = _ms_histogram(millis)
+    histogram.buckets = {index: count for index in histogram.buckets}
+    histogram.count, histogram.total = count, millis / 1000 * count
+    return histogram
+
+
+def _op(nbytes: int, *device_ms: float) -> OpStats:
+    return OpStats(ops=len(device_ms), bytes=nbytes, commands=len(device_ms), total=_ms_histogram(*device_ms),
+                   host=_ms_histogram(*[0.0] * len(device_ms)), device=_ms_histogram(*device_ms),
+                   command=_ms_histogram(*device_ms), command_bytes=nbytes, physical_bytes=nbytes,
+                   first_start=1.0, last_end=300.0)
 
 
 def _spec(cpu_capacity: int) -> dict[str, Any]:
@@ -59,20 +66,24 @@ def _trial(number: int, cpu_capacity: int) -> dict[str, Any]:
     decode_tokens = 9_000_000 + number * 10_000
     read_bytes = decode_tokens * per_token
     write_bytes = 400 * GIB
-    metrics: dict[str, Any] = {
-        "window": {"measured_s": 301.2, "io_active_s": 300.0, "started_at": 1.0, "ended_at": 302.2,
-                   "monotonic_start": 0.0},
-        "requests": {"completed": 5000 + number, "failed": 0, "unfinished": 0, "context_tokens": decode_tokens,
-                     "generated_tokens": 160_000 + number, "decode_tokens_read": decode_tokens},
-        "latency_ms": {"end_to_end": _ms_histogram(3000.0, 4000.0 + number).summary()},
-        "histograms": {"storage": _ms_histogram(*[900.0 + number] * 2000).to_dict()},
-        "tiers": {"nvme": {"backend": "nvme", "capacity_bytes": 100 * GIB, "volatile": False, "describe": {},
-                           "read": _op(read_bytes, 890.0 + number, 892.0), "write": _op(write_bytes, 156.0),
-                           "reads_served": 5000}},
-        "cache": {"reads_served_by_tier": {"nvme": 5000}, "read_misses": 500, "demotions_bytes": {},
-                  "promotions": 0, "counters": {"stored_entry_bytes": write_bytes}},
-    }
-    metrics["headline"] = headline(metrics, per_token)
+    completed = 5000 + number
+    tier = TierMetrics("nvme", 100 * GIB, False, {}, _op(read_bytes, 890.0 + number, 892.0),
+                       _op(write_bytes, 156.0), reads_served=5000)
+    e2e = _repeated_ms(3000.0 + number, completed)
+    metrics = Metrics(
+        measured_s=301.2, started_at=1.0, ended_at=302.2, monotonic_start=0.0,
+        requests={"completed": completed, "failed": 0, "write_failed": 0, "unfinished": 0,
+                  "context_tokens": decode_tokens, "generated_tokens": 160_000 + number,
+                  "decode_tokens_read": decode_tokens},
+        end_to_end=e2e, queue_wait=_repeated_ms(1.0, completed), storage=_repeated_ms(900.0 + number, completed),
+        end_to_end_by_qos={"batch": e2e}, service_by_qos={"batch": _repeated_ms(900.0 + number, completed)},
+        tiers={"nvme": tier},
+        cache={"reads_served_by_tier": {"nvme": 5000}, "read_misses": 500, "demotions_bytes": {},
+               "demotions_count": {}, "evictions_deleted": 0, "promotions": 0,
+               "counters": {"stored_entry_bytes": write_bytes}, "occupancy_at_end": {}},
+        drain={}, verify={"enabled": False, "bytes_verified": 0, "seconds": 0.0, "integrity_errors": 0,
+                          "mismatches": []},
+        process_cpu_s=60.0, peak_rss_bytes=GIB, bytes_per_token=per_token).to_json()
     spec = _spec(cpu_capacity)
     return {"kvbench_result": 2, "kvbench_version": "test", "plugins": {},
             "run": {"id": f"s-t{number}", "name": "mlperf", "status": "completed", "stop_reason": "duration reached",
@@ -80,10 +91,15 @@ def _trial(number: int, cpu_capacity: int) -> dict[str, Any]:
                     "traced": False},
             "spec": spec, "model": {"name": "llama3.1-8b", "bytes_per_token_all_ranks": per_token},
             "environment": {"cpu_model": "Xeon", "ram_bytes": 256 * GIB, "os": "Ubuntu 22.04"},
-            "declaration": {}, "metrics": metrics,
-            "timeseries": [{"t_s": 301.2, "interval_s": 301.2, "users": 200, "requests": 5000 + number,
+            "declaration": {}, "warnings": [], "metrics": metrics,
+            "workload": {"source": {}, "stats": {}, "preload": None, "precondition": None, "users_final": 200,
+                         "workers": 8},
+            "timeseries": [{"t_s": 301.2, "interval_s": 301.2, "users": 200, "requests": completed,
                             "generated_tokens": metrics["requests"]["generated_tokens"],
-                            "tiers": {"nvme": {"read_bytes": read_bytes, "write_bytes": write_bytes}}}]}
+                            "read_bytes_per_s": read_bytes / 301.2, "write_bytes_per_s": write_bytes / 301.2,
+                            "tiers": {"nvme": {"read_bytes": read_bytes, "write_bytes": write_bytes}}}],
+            "autoscaling": {"trajectory": [], "summary": {}}, "sections": {}, "errors": [],
+            "checks": {"passed": True, "violations": [], "items": []}}
 
 
 def _submission(directory: Path, cpu_capacity: int = 0, *, trials: int = 5, trial: Mutation | None = None,

@@ -47,6 +47,7 @@ COMMAND_MODULES = [
     "run_cmd",
     "report_cmd",
     "compare_cmd",
+    "export_cmd",
     "check_cmd",
     "spec_cmd",
     "plugins_cmd",

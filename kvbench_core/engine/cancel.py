@@ -117,7 +117,8 @@ class CommandRecorder:
         else:
             self.telemetry.record_progress_bytes(self.tier, op, nbytes)
         if self.io_log is not None:
-            self.io_log.record(key, op, offset, nbytes, start_s, end_s, requested, align, owner=owner)
+            self.io_log.record(key, op, offset, nbytes, start_s, end_s, requested, align, owner=owner,
+                               tier=self.tier)
         if self.token is not None:
             self.token.check()
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from kvbench_core.contracts.backend import DISCARD, ByteSink
 from kvbench_core.contracts.workload import Phase, Request, Write, decode_read_count, derive_phase
+from kvbench_core.engine.iolog import CURRENT_REQUEST
 from kvbench_core.engine.payload import NoisePool, VerifySink
 from kvbench_core.engine.telemetry import RequestTally, Telemetry
 from kvbench_core.engine.waterfall import MultiTierCache
@@ -76,12 +77,15 @@ class RequestExecutor:
         start = time.perf_counter()
         issued_at = start if issued_at is None else issued_at
         tally = self.telemetry.begin_request()
+        CURRENT_REQUEST.id = f"u{request.user_id}.{request.seq}"  # the I/O log's request of each command
         try:
             outcome = self._steps(request)
         except BaseException:  # a failed or cancelled request's reads and writes still happened: book them
             self.telemetry.end_request()
             self.telemetry.book(tally, self.telemetry.bucket(issued_at, time.perf_counter()))
             raise
+        finally:
+            CURRENT_REQUEST.id = None
         self.telemetry.end_request()
         outcome.storage_s = time.perf_counter() - start
         outcome.tally = tally

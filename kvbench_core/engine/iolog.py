@@ -15,6 +15,11 @@ rewrites the log its first trial created.
 
 Lines go through the file object's buffer (bounded, ``BUFFER_BYTES``), under
 a lock because many tier threads record at once; ``close`` flushes.
+
+A run's log also says where each command ran: the ``tier``, the ``thread`` that issued it and the
+``request`` (``u<user>.<seq>``) whose storage steps that thread was running, which the executor names in
+``CURRENT_REQUEST``; ``kvbench export --to perfetto`` draws a track per tier and thread from them and
+a flow from each request to its commands (docs/export-perfetto.md).
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ from kvbench_core.engine.payload import entry_id_for
 
 TRACE_ID_BITS = 32
 BUFFER_BYTES = 1 << 20
+#: The request whose storage steps this thread runs (``RequestExecutor.execute`` sets ``id``); a command a
+#: tier issues from a thread of its own (an upload pool) has none.
+CURRENT_REQUEST = threading.local()
 #: Logs this process created: the next trial of the same session may truncate its own log, nothing else.
 _CREATED: set[str] = set()
 
@@ -46,6 +54,15 @@ def trace_id_for(key: str) -> int:
     Never 0: tracers read ``trace_id`` 0 as untagged traffic.
     """
     return (entry_id_for(key) & ((1 << TRACE_ID_BITS) - 1)) or 1
+
+
+def _where(tier: str | None) -> str:
+    """The ``tier``, ``thread`` and ``request`` fields of a run's command ('' outside a run: a replay)."""
+    if tier is None:
+        return ""
+    request = getattr(CURRENT_REQUEST, "id", None)
+    return (f',"tier":{json.dumps(tier)},"thread":{json.dumps(threading.current_thread().name)},'
+            f'"request":{json.dumps(request)}')
 
 
 class IOLog:
@@ -70,17 +87,19 @@ class IOLog:
         self._file = open(fd, "w", encoding="utf-8", buffering=BUFFER_BYTES)  # noqa: SIM115 - see close()
 
     def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float,
-               requested: int | None = None, align: int | None = None, *, owner: str | None = None) -> None:
+               requested: int | None = None, align: int | None = None, *, owner: str | None = None,
+               tier: str | None = None) -> None:
         """Log one device command of ``op`` (``write``/``read``) on object ``key``: ``nbytes`` is what the
         syscall returned; ``requested`` the length it was asked for and ``align`` the alignment that length
         was rounded to (an O_DIRECT tail), given only when the tier rounded it.  ``owner`` is the entry the
         object belongs to where they differ (a codec stage's segment ``key.kvcN``): the trace id is the
-        entry's, so ``kvbench score`` joins every segment's commands to it; the logged key stays the object's."""
+        entry's, so ``kvbench score`` joins every segment's commands to it; the logged key stays the object's.
+        ``tier`` (a run's recorder gives it) adds the tier, the issuing thread and its request."""
         entry = key if owner is None else owner
         trace_id = self._trace_ids.get(entry) or trace_id_for(entry)
         asked = "" if requested is None else f',"requested":{requested},"align":{align}'
         line = (f'{{"trace_id":{trace_id},"key":{json.dumps(key)},"op":{json.dumps(op)},"offset":{offset},'
-                f'"bytes":{nbytes}{asked},"start_s":{start_s:.9f},"end_s":{end_s:.9f}}}\n')
+                f'"bytes":{nbytes}{asked},"start_s":{start_s:.9f},"end_s":{end_s:.9f}{_where(tier)}}}\n')
         with self._lock:
             self._file.write(line)
 

@@ -54,7 +54,9 @@ def summarize_trials(results: list[dict[str, Any]], paths: list[Path], *, sessio
     else:
         status = "completed"
     head_keys = [f.key for f in HEADLINE]
-    headline = {key: stats[key]["median"] for key in head_keys if key in stats}
+    # Every headline name, None when no trial measured it: a session whose trials all failed still writes a
+    # summary the schema accepts (it refused one that named no headline figure at all).
+    headline = {key: stats[key]["median"] if key in stats else None for key in head_keys}
     headline["persistent_tier"] = (first["metrics"].get("headline") or {}).get("persistent_tier")
     return {
         "kvbench_result": first["kvbench_result"],

@@ -20,11 +20,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvbench_core.contracts.units import format_bytes
-from kvbench_core.reports.metrics import HEADLINE
+from kvbench_core.reports.aggregate import trial_statistics
+from kvbench_core.reports.metrics import HEADLINE, measured_figures
 from kvbench_core.results.checks import run_checks
 from kvbench_core.results.metrics import headline
+from kvbench_core.results.rederive import (
+    IncompleteResult,
+    document_problems,
+    figure_checks,
+    figure_count,
+    listed,
+    rederived_metrics,
+)
 from kvbench_core.spec.loader import spec_sha256
+from kvbench_core.spec.units import format_bytes
 
 GIB = 1 << 30
 MIN_DURATION_S = 300.0
@@ -191,21 +200,86 @@ def trial_count(evidence: Evidence) -> RuleOutcome:
                        "requested)" + ("" if ok else f"; the rules require {low}-{high}"))
 
 
-def median_reported(evidence: Evidence) -> RuleOutcome:
-    """The summary's headline = the median of the headline re-derived from each trial file."""
-    if not evidence.summary:
-        return RuleOutcome("median reported", False, "no trials summary: a single run has no median")
+def _headline_differences(evidence: Evidence) -> list[str]:
+    """Each headline figure of the summary that is not the median of that figure re-derived from the
+    completed trials' files."""
     derived = [rederived_headline(t) for t in _completed(evidence)]
-    stated = evidence.result["metrics"]["headline"]
+    stated = evidence.result["metrics"].get("headline") or {}
     wrong = []
     for figure in HEADLINE:
         values = [d[figure.key] for d in derived if d.get(figure.key) is not None]
         median = statistics.median(values) if values else None
         if stated.get(figure.key) != median:
             wrong.append(f"{figure.key} is {stated.get(figure.key)}, the trials' median is {median}")
-    ok = bool(derived) and not wrong and evidence.result["trials"]["statistic"] == "median"
+    return wrong
+
+
+def _statistics_differences(evidence: Evidence) -> list[str]:
+    """Each figure statistic of the summary's ``trials.metrics`` (median, min, max, cv, the values) that
+    differs from the statistic over the completed trials' re-derived figures."""
+    per_trial = []
+    for trial in _completed(evidence):
+        try:
+            per_trial.append(measured_figures({"metrics": rederived_metrics(trial) or {}}))
+        except IncompleteResult:
+            per_trial.append({})  # named by the figures rule
+    stated = evidence.result["trials"].get("metrics") or {}
+    keys = dict.fromkeys([*stated, *(key for figures in per_trial for key in figures)])
+    wrong = []
+    for key in keys:
+        derived = trial_statistics([m[key].value if key in m else None for m in per_trial])
+        given = stated.get(key) or {}
+        wrong += [f"trials.metrics.{key}.{name} is {given.get(name)}, re-derived {derived[name]}"
+                  for name in ("median", "min", "max", "cv", "values") if given.get(name) != derived[name]]
+    return wrong
+
+
+def median_reported(evidence: Evidence) -> RuleOutcome:
+    """The summary's headline = the median of the headline re-derived from each trial file."""
+    if not evidence.summary:
+        return RuleOutcome("median reported", False, "no trials summary: a single run has no median")
+    wrong = _headline_differences(evidence)
+    ok = bool(_completed(evidence)) and not wrong and evidence.result["trials"]["statistic"] == "median"
     return RuleOutcome("median reported", ok, "headline = median of the re-derived trial figures" if ok
                        else "; ".join(wrong) or "no completed trial to take a median of")
+
+
+def summary_rederived(evidence: Evidence) -> RuleOutcome:
+    """A trials summary's headline and per-figure statistics = those of its trials' re-derived figures."""
+    name = "summary re-derived"
+    if not evidence.summary:
+        return RuleOutcome(name, True, "one result, not a trials summary: its figures are re-derived above")
+    wrong = _headline_differences(evidence) + _statistics_differences(evidence)
+    if wrong:
+        return RuleOutcome(name, False, listed(wrong))
+    return RuleOutcome(name, True, f"headline and statistics = those of the {len(_completed(evidence))} completed "
+                                   "trials' re-derived figures")
+
+
+def document_valid(evidence: Evidence) -> RuleOutcome:
+    """The format version, the published schema and the spec's sha256, of the document and each trial."""
+    docs = [("", evidence.result)]
+    if evidence.summary:
+        docs += [(f"trial {t['run']['trial']}: ", t) for t in evidence.trials]
+    bad = [who + problem for who, doc in docs for problem in document_problems(doc)]
+    return RuleOutcome("format, schema and spec hash", not bad, listed(bad) or
+                       "result format, result.schema.json and the spec's sha256 verified")
+
+
+def figures_rederived(evidence: Evidence) -> RuleOutcome:
+    """Every figure of every trial (a single result: of the result) = its re-derivation from the raw
+    material the result keeps (results/rederive.py)."""
+    name = "figures re-derived"
+    bad, count = [], 0
+    for trial in evidence.trials:
+        who = f"trial {trial['run']['trial']}: " if evidence.summary else ""
+        bad += [who + check.line() for check in figure_checks(trial)]
+        count += figure_count(trial)
+    if bad:
+        return RuleOutcome(name, False, listed(bad))
+    if not count:
+        return RuleOutcome(name, True, "no measured window: no figure to re-derive")
+    return RuleOutcome(name, True, f"all {count} figures re-derived from the histograms and counts and match")
 
 
 def trials_completed(evidence: Evidence) -> RuleOutcome:
@@ -280,11 +354,14 @@ def system_documented(evidence: Evidence) -> RuleOutcome:
                        else f"missing from the environment: {', '.join(missing)}")
 
 
+#: What every rule set checks first: the document is what kvbench wrote, and every figure in it re-derives.
+INVARIANTS: tuple[Rule, ...] = (trial_files_verified, document_valid, figures_rederived, summary_rederived,
+                                invariants_hold)
 RULESETS: dict[str, tuple[Rule, ...]] = {
-    "invariants": (trial_files_verified, invariants_hold),
-    "mlperf-v3": (trial_files_verified, seed_42, model_submitted, gpu_tier_off, generation_none, mode_mixed,
-                  autoscaler_off, promotion_none, duration_300s, trial_count, median_reported, trials_completed,
-                  no_failed_writes, invariants_hold, cpu_setting_metrics, not_traced, system_documented),
+    "invariants": INVARIANTS,
+    "mlperf-v3": (*INVARIANTS, seed_42, model_submitted, gpu_tier_off, generation_none, mode_mixed, autoscaler_off,
+                  promotion_none, duration_300s, trial_count, median_reported, trials_completed, no_failed_writes,
+                  cpu_setting_metrics, not_traced, system_documented),
 }
 
 

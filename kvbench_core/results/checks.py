@@ -80,6 +80,31 @@ def _tier_bytes(metrics: dict[str, Any], series: list[dict[str, Any]]) -> Iterat
                      "generated tokens of completed requests = sum of the time series' generated tokens")
 
 
+def _requests(metrics: dict[str, Any], series: list[dict[str, Any]]) -> Iterator[Check]:
+    """A completed request is counted and timed at one place (``Telemetry.record_request``): the count of
+    completed requests = the end-to-end histogram's count = the sum of the time series' requests."""
+    completed = metrics["requests"]["completed"]
+    timed = (metrics.get("histograms") or {}).get("end_to_end")
+    if timed is not None:
+        yield _check("requests_timed", completed, timed["count"],
+                     "completed requests = requests the end-to-end latency histogram timed")
+    if series and all("requests" in p for p in series):
+        yield _check("series_requests", completed, sum(p["requests"] for p in series),
+                     "completed requests = sum of the time series' requests")
+
+
+def _logical_bytes(metrics: dict[str, Any]) -> Iterator[Check]:
+    """Without a codec a tier's KV bytes are the bytes its device moved (``physical_bytes``, which the time
+    series and the commands' bytes check): one tally cannot be edited alone."""
+    for name, tier in metrics["tiers"].items():
+        if ((tier.get("describe") or {}).get("codec") or {}).get("name", "none") != "none":
+            continue
+        for op in ("read", "write"):
+            if "physical_bytes" in tier[op]:
+                yield _check(f"logical_bytes.{name}.{op}", tier[op]["physical_bytes"], tier[op]["bytes"],
+                             f"{name} {op} bytes = the bytes its device moved (no codec)")
+
+
 def _command_bytes(metrics: dict[str, Any]) -> Iterator[Check]:
     """Per tier and op, for a tier that reports its device commands: as many commands counted as timed, and
     the bytes of its operations = the sum of its commands' bytes (an O_DIRECT tier pads each operation's
@@ -198,7 +223,8 @@ def run_checks(result: dict[str, Any]) -> dict[str, Any]:
     if "window" not in metrics:  # no telemetry (stopped before measuring) or a trials summary
         return {"passed": True, "violations": [], "items": []}
     series = result.get("timeseries") or []
-    found = [*_tier_bytes(metrics, series), *_command_bytes(metrics), *_reads(metrics), *_decode_bytes(result, metrics),
+    found = [*_tier_bytes(metrics, series), *_requests(metrics, series), *_logical_bytes(metrics),
+             *_command_bytes(metrics), *_reads(metrics), *_decode_bytes(result, metrics),
              *_written(metrics), *_stored_entries(metrics), *_throughput(metrics), *_window(result, metrics, series)]
     violations = [c.line() for c in found if not c.passed]
     return {"passed": not violations, "violations": violations,
