@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvbench_core.contracts.units import format_bytes
 from kvbench_core.reports.aggregate import trial_statistics
 from kvbench_core.reports.metrics import HEADLINE, measured_figures
 from kvbench_core.results.checks import run_checks
@@ -33,7 +34,6 @@ from kvbench_core.results.rederive import (
     rederived_metrics,
 )
 from kvbench_core.spec.loader import spec_sha256
-from kvbench_core.spec.units import format_bytes
 
 GIB = 1 << 30
 MIN_DURATION_S = 300.0
