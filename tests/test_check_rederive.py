@@ -33,7 +33,7 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Pa
     path.write_text(yaml.safe_dump(spec))
     assert main(["run", str(path), "--quiet"]) == 0
     out = root / "out"
-    yield next(out.glob("*-t1.json")), next(out.glob("*-summary.json"))
+    yield next(out.glob("*-trial1.json")), next(out.glob("*-summary.json"))
 
 
 def _check(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, str]]:
