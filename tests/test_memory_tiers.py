@@ -1,16 +1,24 @@
-"""The memory tiers move bytes: a read copies the entry into a reused destination buffer, never hands out
-the stored blocks themselves (a view costs nothing and reports bandwidths above memcpy's)."""
+"""The memory tiers move bytes: a read copies the entry into reused destination buffers (for DRAM a ring
+larger than the last-level cache), never hands out the stored blocks themselves (a view costs nothing and
+reports bandwidths above memcpy's); the DRAM tier's arena is pre-faulted at set-up."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
-from conftest import HAS_TORCH
+import yaml
+from conftest import HAS_TORCH, small_spec
 
+from kvbench_core.builtins import dram_buffers
+from kvbench_core.builtins.dram_buffers import last_level_cache_bytes
 from kvbench_core.builtins.memory import BLOCK, CPUMemoryBackend, GPUMemoryBackend
 from kvbench_core.contracts.backend import DISCARD, BackendContext
 from kvbench_core.contracts.buffers import fill_pieces
 from kvbench_core.engine.payload import NoisePool
+from kvbench_core.engine.setup import build_tiers
+from kvbench_core.spec.loader import load_plan
 
 
 class Collect:
@@ -31,18 +39,69 @@ def expected_bytes(pool: NoisePool, key: str, size: int) -> bytearray:
     return out
 
 
-def test_a_dram_read_copies_into_one_reused_buffer_not_the_stored_blocks() -> None:
+def test_a_dram_read_copies_into_a_ring_of_destinations_larger_than_the_last_level_cache() -> None:
+    """Each block is copied (never the stored block handed out) into the next slot of a ring at least twice
+    the last-level cache: a slot comes round again only after a ring's worth of other copies, so the
+    destination is not cache-resident, as a GPU-side restore's is not; memory stays bounded by the ring."""
     backend = CPUMemoryBackend({}, BackendContext(tier_name="dram", run_id="t"))
+    backend.open()
+    ring = backend._restore
+    assert ring.nbytes >= 2 * last_level_cache_bytes() and ring.slots >= 2
     pool = NoisePool(seed=1, pool_bytes=1 << 20, max_piece=BLOCK)
-    size = 2 * BLOCK + 123
+    blocks = ring.slots + 2
+    size = (blocks - 1) * BLOCK + 123
     backend.write("k", pool.payload("k", size))
     stored = [block.ctypes.data for block in backend._entry("k")]
     first, second = Collect(), Collect()
     backend.read("k", size, first)
     backend.read("k", size, second)
-    assert not set(first.addresses) & set(stored)  # the sink saw copies, not the tier's own memory
-    assert len(set(first.addresses + second.addresses)) == 1  # one destination, reused block after block
+    assert not set(first.addresses + second.addresses) & set(stored)  # the sink saw copies
+    assert len(set(first.addresses[:ring.slots])) == ring.slots  # one ring's worth: every copy a new slot
+    assert first.addresses[ring.slots] == first.addresses[0]  # then round again, first in first out
+    assert len(set(first.addresses + second.addresses)) == ring.slots  # bounded: the ring, nothing more
     assert first.data == second.data == expected_bytes(pool, "k", size)
+    assert backend.describe()["restore_ring_bytes"] == ring.nbytes
+
+
+def test_the_last_level_cache_is_read_from_sysfs_with_units(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for index, size in enumerate(("32K", "512K", "32768K")):
+        (tmp_path / f"index{index}").mkdir()
+        (tmp_path / f"index{index}" / "size").write_text(size + "\n")
+    monkeypatch.setattr(dram_buffers.glob, "glob", lambda pattern: sorted(str(p) for p in tmp_path.glob("index*/size")))
+    assert last_level_cache_bytes() == 32 << 20
+    monkeypatch.setattr(dram_buffers.glob, "glob", lambda pattern: [])
+    assert last_level_cache_bytes() == dram_buffers.FALLBACK_CACHE_BYTES
+
+
+def test_prefault_puts_the_capacity_in_the_arena_at_set_up_and_writes_use_those_blocks() -> None:
+    """With ``prefault`` (the default) the run's set-up hands the tier its capacity: that many blocks are
+    allocated and touched then, and a write takes them instead of faulting in fresh memory."""
+    backend = CPUMemoryBackend({}, BackendContext(tier_name="dram", run_id="t"))
+    backend.reserve(4 * BLOCK + 5)
+    reserved = {id(block) for block in backend._arena._free}
+    assert len(reserved) == 4 and backend.describe()["prefaulted_bytes"] == 4 * BLOCK
+    pool = NoisePool(seed=1, pool_bytes=1 << 20, max_piece=BLOCK)
+    backend.write("k", pool.payload("k", 4 * BLOCK))
+    assert {id(block) for block in backend._entry("k")} == reserved and not backend._arena._free
+    lazy = CPUMemoryBackend({"prefault": False}, BackendContext(tier_name="dram", run_id="t"))
+    lazy.reserve(4 * BLOCK)
+    assert not lazy._arena._free and lazy.describe()["prefaulted_bytes"] == 0
+
+
+def test_a_run_prefaults_its_dram_tier_to_the_capacity(tmp_path: Path) -> None:
+    """Through the run's set-up (engine/setup.build_tiers): the declared capacity is what is pre-faulted."""
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(small_spec(cache={"tiers": [{"name": "dram", "backend": "cpu",
+                                                                "capacity": "16MiB"}]})))
+    plan = load_plan(str(path))[1]
+    tiers: list = []
+    build_tiers(plan, tiers, run_id="t", client_index=0, workers=1, io_log_for=lambda name: None)
+    try:
+        assert tiers[0].description["prefaulted_bytes"] == 16 << 20
+        assert len(tiers[0].backend._arena._free) == 4
+    finally:
+        for tier in tiers:
+            tier.backend.close()
 
 
 @pytest.mark.skipif(not HAS_TORCH, reason="the gpu tier needs torch (pip install 'kvbench-core[gpu]')")

@@ -3,9 +3,10 @@
 A memory tier really holds the bytes (that memory *is* the cache content,
 bounded by the tier's capacity).  Writes fill it piece by piece from the
 source.  Reads copy: a restore from DRAM or HBM ends with the KV in the
-engine's own buffer, so each block is copied into a reused destination buffer
-(one per thread, the stand-in for the GPU-side buffer the KV is restored into)
-and only that copy is handed to the sink.  A read that handed out views of the
+engine's own buffer, so each block is copied into a destination (for DRAM a
+ring of buffers larger than the last-level cache, as the GPU-side memory the KV
+is restored into is; ``kvbench_core.builtins.dram_buffers``) and only that copy
+is handed to the sink.  A read that handed out views of the
 stored blocks would cost nothing and report bandwidths far above memcpy's.
 Host time is the whole operation (there is no device to wait for in DRAM);
 for the GPU tier, device time is the copy on the device (and, when the sink
@@ -20,45 +21,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from kvbench_core.builtins.dram_buffers import BLOCK, BlockArena, RestoreRing
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, DiscardSink, IOTiming, StorageBackend
-from kvbench_core.contracts.buffers import ThreadBuffers
 from kvbench_core.contracts.errors import BackendUnavailable
 from kvbench_core.spec.memlimit import host_memory_limit
 
 PIECE = 16 << 20  # how much a memory tier moves per source/sink call
-
-
-BLOCK = 4 << 20  # DRAM tier block (and transfer) size
-
-
-class BlockArena:
-    """Fixed-size blocks recycled through a free list.
-
-    Freshly mapped memory is expensive to touch (page faults; on VMs tens of
-    MB/s), and numpy returns large arrays to the OS on free.  A DRAM KV pool
-    in a real engine is allocated once and reused; so is this one: after
-    warm-up, writes land in already-faulted blocks and the tier measures
-    memory bandwidth, not the kernel's page-fault path.
-    """
-
-    def __init__(self, block_bytes: int = BLOCK) -> None:
-        self.block_bytes = block_bytes
-        self._free: list[np.ndarray] = []
-        self._lock = threading.Lock()
-
-    def take(self, count: int) -> list[np.ndarray]:
-        with self._lock:
-            reused = [self._free.pop() for _ in range(min(count, len(self._free)))]
-        return reused + [np.empty(self.block_bytes, dtype=np.uint8) for _ in range(count - len(reused))]
-
-    def give(self, blocks: list[np.ndarray]) -> None:
-        """Return whole blocks to the free list (exact-size tails are simply dropped)."""
-        with self._lock:
-            self._free.extend(block for block in blocks if block.shape[0] == self.block_bytes)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._free.clear()
 
 
 class CPUMemoryBackend(StorageBackend):
@@ -67,15 +35,34 @@ class CPUMemoryBackend(StorageBackend):
     name = "cpu"
     volatile = True
     transfer_size = BLOCK
-    options_schema: ClassVar[dict[str, Any]] = {"type": "object", "additionalProperties": False,
-                                                "properties": {}}
+    options_schema: ClassVar[dict[str, Any]] = {
+        "type": "object", "additionalProperties": False,
+        "properties": {
+            "prefault": {"type": "boolean", "default": True,
+                         "description": "touch the tier's whole capacity at set-up, as an engine allocates its "
+                                        "KV pool once; false: blocks are faulted in by the writes that first "
+                                        "use them (write latency then includes page faults)"},
+        },
+    }
 
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)
         self._entries: dict[str, list[np.ndarray]] = {}
         self._lock = threading.Lock()
         self._arena = BlockArena()
-        self._restore = ThreadBuffers()  # the destination each read copies into, one block per thread
+        self._restore = RestoreRing.larger_than_cache()  # the destinations reads copy into
+        self._prefaulted = {"bytes": 0, "seconds": 0.0}
+
+    def open(self) -> None:
+        self._restore.fill()
+
+    def reserve(self, capacity: int) -> None:
+        """Called by the run's set-up with the tier's capacity: pre-fault the arena (``prefault``)."""
+        if not self.options.get("prefault"):  # a subclass with its own options schema has no prefault option
+            return
+        start = time.perf_counter()
+        self._arena.reserve(capacity // BLOCK)
+        self._prefaulted = {"bytes": capacity // BLOCK * BLOCK, "seconds": round(time.perf_counter() - start, 3)}
 
     def write(self, key: str, source: ByteSource) -> IOTiming:
         start = time.perf_counter()
@@ -102,16 +89,20 @@ class CPUMemoryBackend(StorageBackend):
     def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
         start = time.perf_counter()
         blocks = self._entry(key)
-        destination = np.frombuffer(self._restore.get(BLOCK), dtype=np.uint8)
+        ring = self._restore
         log = self.context.io_log
         for index, block in enumerate(blocks):
             offset = index * BLOCK
             n = min(BLOCK, size - offset)
-            t0 = time.perf_counter()
-            np.copyto(destination[:n], block[:n])  # the restore: a real memcpy per block
-            if log is not None:
-                log.record(key, "read", offset, n, t0, time.perf_counter())
-            sink.consume(offset, memoryview(destination)[:n])
+            destination = ring.take()
+            try:
+                t0 = time.perf_counter()
+                np.copyto(destination[:n], block[:n])  # the restore: a real memcpy per block
+                if log is not None:
+                    log.record(key, "read", offset, n, t0, time.perf_counter())
+                sink.consume(offset, memoryview(destination)[:n])
+            finally:
+                ring.give(destination)
         elapsed = time.perf_counter() - start
         return IOTiming(total=elapsed, host=elapsed, device=0.0, nbytes=size, commands=len(blocks))
 
@@ -143,7 +134,9 @@ class CPUMemoryBackend(StorageBackend):
     def describe(self) -> dict[str, Any]:
         return {"backend": self.name, "medium": "DRAM",
                 "access_mechanism": "process memory (memcpy into recycled 4 MiB blocks; reads memcpy "
-                                    "into a reused restore buffer)"}
+                                    "into a ring of restore buffers larger than the last-level cache)",
+                "restore_ring_bytes": self._restore.nbytes, "prefaulted_bytes": self._prefaulted["bytes"],
+                "prefault_s": self._prefaulted["seconds"]}
 
     def close(self) -> None:
         with self._lock:
