@@ -55,7 +55,11 @@ def build_tiers(plan: RunPlan, tiers: list[Tier], *, run_id: str, client_index: 
         built.append((tier, build_backend(tier.backend, context, codec=tier.codec)))
     for tier, backend in built:
         backend.open()
-        tiers.append(Tier(name=tier.name, backend=backend, capacity=_capacity(tier, backend),
+        capacity = _capacity(tier, backend)
+        reserve = getattr(backend, "reserve", None)  # a memory tier allocates its pool once, here (the cpu tier)
+        if reserve is not None:
+            reserve(int(capacity))
+        tiers.append(Tier(name=tier.name, backend=backend, capacity=capacity,
                           cold_after=tier.cold_after, description=backend.describe()))
 
 
