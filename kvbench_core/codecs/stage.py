@@ -18,8 +18,18 @@ def with_codec(backend: StorageBackend, choice: dict[str, Any] | None, *, path: 
     options were checked where the choice was made (``check_codec_choices`` for a spec, ``check_codec``
     for a tier built outside one), not again here."""
     choice = codec_choice(choice)  # any form the spec allows (idempotent on the resolved one)
-    if choice is None or choice["name"] == "none":
+    cls = codec_class(choice, path=path)
+    if choice is None or cls is None:
         return backend
+    return CodecTier(backend, cls(choice["options"]), chunk_bytes=choice["chunk"], segment_bytes=choice["segment"])
+
+
+def codec_class(choice: dict[str, Any] | None, *, path: str) -> type | None:
+    """The chosen codec's class with its optional packages checked (None for no codec or ``none``): the
+    run's stage and ``--dry-run`` ask the same (engine/dryrun.check_requirements)."""
+    choice = codec_choice(choice)
+    if choice is None or choice["name"] == "none":
+        return None
     cls = lookup("codec", choice["name"], path=f"{path}.codec")
     require_dependencies(cls, what=f"{path}.codec ('{choice['name']}')")
-    return CodecTier(backend, cls(choice["options"]), chunk_bytes=choice["chunk"], segment_bytes=choice["segment"])
+    return cls

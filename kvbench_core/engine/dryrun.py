@@ -18,6 +18,11 @@ warned about here (``tier_fit_warnings``): every entry skips it, so it reads and
 summary's ``0.000 GB`` alone does not explain.  A run warns by the same rule from the entries its own
 requests wrote (``RunState.smallest_entry_bytes``): drawing the stream a second time would build the source
 twice, and what the run did is the better witness.
+
+Before any of that, ``check_requirements`` asks what the run's set-up asks before it touches storage: each
+backend's, codec's, source's and output format's optional packages and drivers (a GDS tier without the NVIDIA
+driver, a zstd codec without cramjam), with the same one-line refusal and exit code, so a dry run that
+passes means the run will get as far as opening its tiers.
 """
 
 from __future__ import annotations
@@ -30,12 +35,14 @@ from typing import Any
 
 import numpy as np
 
+from kvbench_core.codecs.stage import codec_class
 from kvbench_core.contracts.units import format_bytes
 from kvbench_core.contracts.workload import Phase, decode_read_count, derive_phase
+from kvbench_core.engine.factory import require_backend
 from kvbench_core.engine.histogram import sample_percentiles
 from kvbench_core.engine.setup import build_source
 from kvbench_core.spec.bounds import admits
-from kvbench_core.spec.plan import RunPlan
+from kvbench_core.spec.plan import RunPlan, thaw
 
 #: Requests drawn per user for the plan (capped in total), enough for stable means in well under a second.
 SAMPLE_PER_USER = 50
@@ -93,6 +100,7 @@ def _draw(plan: RunPlan) -> _Draw:
 def dry_run_estimate(plan: RunPlan, client_plans: Sequence[RunPlan] = ()) -> dict[str, Any]:
     """What a run plan will ask of the storage (see the module docstring).  ``client_plans``: the plan
     each client of a scaled-out run runs (``scaleout``), for its users and directories."""
+    check_requirements(plan)
     model = plan.model
     draw = _draw(plan)
     every = draw.entry_bytes
@@ -129,6 +137,14 @@ def dry_run_estimate(plan: RunPlan, client_plans: Sequence[RunPlan] = ()) -> dic
                     "basis": "open-loop arrivals of the sampled requests" if draw.arrivals
                     else "users / (think + generation time): storage taking no time"},
     }
+
+
+def check_requirements(plan: RunPlan) -> None:
+    """Refuse, as the run's set-up would, a tier or codec whose optional packages or driver are missing here
+    (the source's are checked when the draw builds it, the output formats' by the command)."""
+    for tier in plan.enabled_tiers:
+        require_backend(tier.backend)
+        codec_class(thaw(tier.codec) if tier.codec else None, path=tier.backend.field)
 
 
 def _smallest_entry(draw: _Draw) -> float | None:

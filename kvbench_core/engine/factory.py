@@ -15,10 +15,16 @@ from kvbench_core.spec.codec_choices import check_codec
 from kvbench_core.spec.plan import PluginChoice, freeze, thaw
 
 
+def require_backend(choice: PluginChoice) -> None:
+    """The backend's optional packages and drivers (its ``requires``), checked before it is built: by the run
+    and by ``--dry-run``, which must refuse what the run would (engine/dryrun.check_requirements)."""
+    require_dependencies(choice.cls, what=f"{choice.field} (backend '{choice.name}')")
+
+
 def build_backend(choice: PluginChoice, context: BackendContext, *, codec: Mapping[str, Any] | None = None
                   ) -> StorageBackend:
     """An unopened backend for a chosen plugin (behind its codec stage, if any); no option is checked again."""
-    require_dependencies(choice.cls, what=f"{choice.field} (backend '{choice.name}')")
+    require_backend(choice)
     return with_codec(choice.cls(thaw(choice.options), context), thaw(codec) if codec else None, path=choice.field)
 
 
