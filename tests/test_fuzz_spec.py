@@ -681,9 +681,21 @@ def test_a_run_over_a_malformed_trace_stops_before_touching_storage(sandbox: Pat
     assert outcome.stderr == f"kvbench: error: {sandbox / 'trace.jsonl'}:2: input_length: expected a whole number " \
                              ">= 0, got -3\n"
     assert not (FUZZ_ROOT / "tier").exists()  # no tier was opened
-    results = list((FUZZ_ROOT / "out").glob("*.json"))
-    assert len(results) == 1 and json.loads(results[0].read_text())["run"]["status"] == "failed"
-    shutil.rmtree(FUZZ_ROOT / "out")
+    assert not (FUZZ_ROOT / "out").exists()  # nothing was measured: no result, as for a spec error (issue #29)
+
+
+def test_a_missing_trace_is_one_line_and_writes_no_result(sandbox: Path) -> None:
+    """A missing trace file was refused (exit 2) after a result file had been written for it."""
+    pytest.importorskip("kvbench_workloads", reason="the kvbench-workloads plugin is not installed")
+    spec = base_spec(FUZZ_ROOT)
+    spec["workload"] = {"source": "mooncake", "options": {"path": "missing.jsonl"}}
+    spec_path = sandbox / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    outcome = run_in_process(["run", str(spec_path), "--quiet"])
+    CASES["missing trace"] += 1
+    assert outcome.code == 2
+    assert outcome.stderr == f"kvbench: error: {sandbox / 'missing.jsonl'}: no such trace file or directory\n"
+    assert tree(FUZZ_ROOT) == [] and tree(sandbox / "work") == []
 
 
 BAD_CONFIGS = {
@@ -739,3 +751,15 @@ def test_a_huge_model_config_is_refused_before_it_is_read(sandbox: Path) -> None
     assert outcome.code == 2
     assert outcome.stderr == (f"kvbench: error: {huge}: 1,073,741,824 bytes is too large for a model config "
                               "(at most 1,048,576 bytes)\n")
+
+
+def test_a_run_name_in_other_scripts_is_refused_saying_ascii(sandbox: Path) -> None:
+    """The run name becomes file names that travel (S3 keys, shared file systems, archives): it stays ASCII, and
+    the refusal says so ("up to 100 letters" read as a lie to ``Zürich run 東京``); description takes any text."""
+    spec_path = sandbox / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(base_spec(FUZZ_ROOT), sort_keys=False))
+    outcome = run_in_process(["run", str(spec_path), "--dry-run", "--set", "name=Zürich run 東京"])
+    assert outcome.code == 2
+    (line,) = outcome.stderr.splitlines()
+    assert line.startswith("kvbench: error: name: expected a run name") and "up to 100 ASCII letters" in line
+    assert tree(FUZZ_ROOT) == [] and tree(sandbox / "work") == []

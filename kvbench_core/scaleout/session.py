@@ -81,7 +81,7 @@ def run_session(as_written: dict[str, Any], plan: RunPlan, *, quiet: bool = Fals
             printer.phase("setup")
             run = launcher.run_trial(as_written, plan, run_id=session_id if trials == 1 else f"{session_id}-t{trial}",
                                      trial=trial, printer=printer)
-            if run.result is not None:
+            if run.result is not None and not refused_input(run.result, run.error):
                 printer.phase("results")
                 path = result_path(plan, session_id, f"-trial{trial}" if trials > 1 else "")
                 outcome.results.append(run.result)
@@ -116,6 +116,14 @@ def run_session(as_written: dict[str, Any], plan: RunPlan, *, quiet: bool = Fals
         outcome.error = outcome.save_error
     outcome.exit_code = outcome.error.exit_code if outcome.error else 0
     return outcome
+
+
+def refused_input(result: dict[str, Any], error: UserError | None) -> bool:
+    """The run stopped on the user's input (exit 2: a spec rule only the run could check, a missing or
+    malformed trace) before its measured window opened: nothing was measured, so it writes no result, as a
+    spec error found at load time writes none; the one error line says everything there is to say."""
+    measured = ((result.get("metrics") or {}).get("window") or {}).get("measured_s")
+    return error is not None and error.exit_code == UserError.exit_code and not measured
 
 
 def _save(result: dict[str, Any], path: Path, outcome: SessionOutcome) -> Path:

@@ -90,8 +90,9 @@ def core_schema() -> dict[str, Any]:
         "properties": {
             "version": {"const": SPEC_VERSION},
             "name": {"type": "string", "pattern": NAME_PATTERN,
-                     "description": "a run name (it names the result files): up to 100 letters, digits, spaces "
-                                    "and . _ + - = @ , ( ), not starting with a dot or a space"},
+                     "description": "a run name (it names the result files): up to 100 ASCII letters, digits, "
+                                    "spaces and . _ + - = @ , ( ), not starting with a dot or a space (any "
+                                    "text goes in description)"},
             "description": {"type": "string"},
             "seed": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
             "model": {
