@@ -103,3 +103,18 @@ def test_the_checksum_sink_does_not_depend_on_piece_order() -> None:
     for (offset, _), (_, piece) in zip(pieces, reversed(pieces), strict=True):
         swapped.consume(offset, memoryview(piece))
     assert swapped.digest != forward.digest  # the same bytes at the wrong offsets do not pass
+
+
+def test_every_block_carries_its_stamp_words_on_both_sides_of_the_precomputed_range() -> None:
+    """The stamps of an entry's first MIXED_BLOCKS_BYTES come from a table computed once, later ones are
+    mixed per piece: a piece across that boundary carries stamp_words(entry, block) in every block."""
+    from kvbench_core.engine.payload import MIXED_BLOCKS_BYTES, STAMP_BYTES, stamp_words
+
+    start = MIXED_BLOCKS_BYTES - 8 * BLOCK - 100
+    got = render(POOL, "boundary", 20 * BLOCK, start=start)
+    entry_id = entry_id_for("boundary")
+    first = -(-start // BLOCK)
+    for block in range(first, first + 18):
+        at = block * BLOCK - start
+        words = got[at:at + STAMP_BYTES].view("<u8")
+        assert (int(words[0]), int(words[1])) == stamp_words(entry_id, block)

@@ -31,6 +31,8 @@ PAYLOAD_KINDS = ("random", "synthetic_kv")
 POOL_BYTES = 64 << 20
 BLOCK = 512
 STAMP_BYTES = 16  # two little-endian uint64 at the start of each block, see the module docstring
+STAMP_DTYPE = np.dtype("V16")  # one stamp as raw bytes: a whole stamp is one strided 16-byte store
+MIXED_BLOCKS_BYTES = 64 << 20  # the stamp's mix64(block) is precomputed for an entry's first 64 MiB
 _MIX_ADD, _MIX_1, _MIX_2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 _MASK64 = (1 << 64) - 1
 
@@ -90,50 +92,65 @@ class NoisePool:
             data[start:end] = data[: end - start]
         self.data = data
         self._block_index = np.arange(max_piece // BLOCK + 1, dtype=np.uint64)
-        self._scratch = threading.local()  # per thread: the stamp computation's two word arrays
+        # mix64 of every block index of an entry's first MIXED_BLOCKS_BYTES, computed once: the stamp's
+        # second word, and the input of its first, without 8 numpy passes per piece
+        self._mixed_blocks = np.arange(MIXED_BLOCKS_BYTES // BLOCK, dtype=np.uint64)
+        mix64_array(self._mixed_blocks, np.empty_like(self._mixed_blocks))
+        self._scratch = threading.local()  # per thread: the stamp computation's word arrays
 
     def payload(self, key: str, size: int) -> EntryPayload:
         return EntryPayload(self, key, size)
 
     def render(self, entry_id: int, offset: int, out: np.ndarray) -> None:
-        """Write the entry's bytes at ``offset`` into the uint8 array ``out`` (len <= max_piece)."""
+        """Write the entry's bytes at ``offset`` into the uint8 array ``out`` (len <= max_piece): one copy
+        out of the pool, then each whole block's 16-byte stamp as one strided store (the stamps computed
+        first into this thread's arrays).  Copying and stamping in cache-sized chunks was measured no
+        faster (docs/PERFORMANCE.md)."""
         n = out.shape[0]
         if n > self.max_piece:
             raise ValueError(f"piece of {n} bytes exceeds the pool's max piece {self.max_piece}")
         start = (entry_id * BLOCK * 7919 + offset) % self.pool_bytes
         np.copyto(out, self.data[start:start + n])
-        self._stamp(entry_id, offset, out)
-
-    def _stamp(self, entry_id: int, offset: int, out: np.ndarray) -> None:
-        """Overwrite the stamp bytes of every 512 B block that ``out`` (at ``offset``) overlaps."""
-        n = out.shape[0]
         first_block = -(-offset // BLOCK)  # first block boundary at or after offset
         lead = min(first_block * BLOCK - offset, n)  # bytes before that boundary (end of the previous block)
         within = offset % BLOCK
         if lead > 0 and within < STAMP_BYTES:  # the piece starts inside the previous block's stamp
             self._partial_stamp(entry_id, offset // BLOCK, within, out[: min(lead, STAMP_BYTES - within)])
         full = (n - lead) // BLOCK
-        if full > 0:
-            words = out[lead:lead + full * BLOCK].view(np.uint64).reshape(full, BLOCK // 8)
-            mixed, scratch = self._stamp_arrays(full)
-            np.add(self._block_index[:full], np.uint64(first_block), out=mixed)
-            mix64_array(mixed, scratch)
-            words[:, 1] = mixed
-            np.bitwise_xor(mixed, np.uint64(entry_id), out=mixed)
-            mix64_array(mixed, scratch)
-            words[:, 0] = mixed
+        if full:
+            blocks = out[lead:lead + full * BLOCK].view(STAMP_DTYPE).reshape(full, BLOCK // STAMP_BYTES)
+            blocks[:, 0] = self._full_stamps(entry_id, first_block, full)
         tail_at = lead + full * BLOCK
         if tail_at < n:
             self._partial_stamp(entry_id, first_block + full, 0, out[tail_at:tail_at + STAMP_BYTES])
 
-    def _stamp_arrays(self, count: int) -> tuple[np.ndarray, np.ndarray]:
-        """This thread's two uint64 work arrays for ``count`` stamps (sized once, for the largest piece)."""
+    def _full_stamps(self, entry_id: int, first_block: int, count: int) -> np.ndarray:
+        """The 16-byte stamps of blocks ``first_block ..`` (``count`` of them), as one ``STAMP_DTYPE`` array
+        (this thread's, reused): word 1 ``mix64(block)`` from the precomputed table where it reaches,
+        word 0 ``mix64(entry_id ^ word 1)``."""
+        pairs, mixed, scratch = self._stamp_arrays(count)
+        table = self._mixed_blocks
+        if first_block + count <= table.shape[0]:
+            np.copyto(mixed, table[first_block:first_block + count])
+        else:
+            np.add(self._block_index[:count], np.uint64(first_block), out=mixed)
+            mix64_array(mixed, scratch)
+        pairs[:, 1] = mixed
+        np.bitwise_xor(mixed, np.uint64(entry_id), out=mixed)
+        mix64_array(mixed, scratch)
+        pairs[:, 0] = mixed
+        return pairs.view(STAMP_DTYPE).reshape(count)
+
+    def _stamp_arrays(self, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """This thread's stamp pairs and two uint64 work arrays for ``count`` stamps (sized once, for the
+        largest piece)."""
         arrays = getattr(self._scratch, "arrays", None)
         if arrays is None:
             size = self._block_index.shape[0]
-            arrays = (np.empty(size, dtype=np.uint64), np.empty(size, dtype=np.uint64))
+            arrays = (np.empty((size, 2), dtype="<u8"), np.empty(size, dtype=np.uint64),
+                      np.empty(size, dtype=np.uint64))
             self._scratch.arrays = arrays
-        return arrays[0][:count], arrays[1][:count]
+        return arrays[0][:count], arrays[1][:count], arrays[2][:count]
 
     @staticmethod
     def _partial_stamp(entry_id: int, block: int, start: int, out: np.ndarray) -> None:
