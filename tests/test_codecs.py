@@ -19,9 +19,9 @@ from tiny_spec import assert_valid_result, history_spec, run_cli
 
 from kvbench_core.cli.run_cmd import summarize
 from kvbench_core.cli.spec_cmd import DETECTED_AT_RUN, DETECTED_WITH_CODEC, declaration_status, uses_codec
-from kvbench_core.codecs.contract import Codec
 from kvbench_core.codecs.tier import CodecTier
 from kvbench_core.contracts.backend import BackendContext, StorageBackend
+from kvbench_core.contracts.codec import Codec
 from kvbench_core.contracts.conformance import BackendConformance
 from kvbench_core.contracts.errors import MissingDependency, SpecError
 from kvbench_core.contracts.plugins import hookimpl, registry

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from conftest import small_spec
 
+from kvbench_core.contracts.lifecycle import RunView
 from kvbench_core.contracts.plugins import get_plugin_manager, hookimpl
-from kvbench_core.engine.run_state import RunView
 
 
 class Watcher:
@@ -44,3 +44,16 @@ def test_hooks_get_a_frozen_view(watcher: Watcher, run_spec: Any) -> None:
         started.run_id = "other"  # type: ignore[misc]
     with pytest.raises(TypeError):
         started.spec["seed"] = 1  # type: ignore[index]
+
+
+def test_the_view_is_a_snapshot_of_public_facts(watcher: Watcher, run_spec: Any) -> None:
+    """No live backend or telemetry reaches a hook: the tier is its name, backend name, capacity and
+    description, and the latency summaries come with the finished hook only (issue #30 §3)."""
+    run_spec(small_spec(requests=4))
+    started, finished = watcher.seen
+    (tier,) = started.tiers
+    assert (tier.backend, tier.directory) == ("cpu", None) and tier.capacity_bytes > 0
+    assert started.latency == {} and set(finished.latency) == {"dram"}
+    assert finished.latency["dram"]["write"]["total"]["count"] > 0
+    with pytest.raises(TypeError):
+        tier.description["x"] = 1  # type: ignore[index]

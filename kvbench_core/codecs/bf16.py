@@ -20,8 +20,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kvbench_core.codecs.contract import CODECS_EXTRA_HINT, Codec
 from kvbench_core.codecs.general import cramjam, cramjam_version, level_options, zstd_bound
+from kvbench_core.contracts.codec import CODECS_EXTRA_HINT, Codec
 
 HEADER = 8
 RAW_FLAG = 1 << 31

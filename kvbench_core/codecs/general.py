@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kvbench_core.codecs.contract import CODECS_EXTRA_HINT, Codec
+from kvbench_core.contracts.codec import CODECS_EXTRA_HINT, Codec
 
 
 def cramjam() -> Any:

@@ -43,9 +43,9 @@ from typing import Any
 
 import numpy as np
 
-from kvbench_core.codecs.contract import Codec
 from kvbench_core.contracts.backend import ByteSink, ByteSource, IOTiming, StorageBackend
 from kvbench_core.contracts.buffers import ThreadBuffers
+from kvbench_core.contracts.codec import Codec
 
 MAGIC = b"KVC1"
 FIXED_HEADER = 24

@@ -1,17 +1,20 @@
 """What a run did (``RunState``, for the result builder) and what plugins may see of it (``RunView``).
 
-The runner fills ``RunState`` as it goes.  Lifecycle hooks get a ``RunView`` instead: frozen and typed,
-so a plugin can read the run (its id, plan, spec, tiers, telemetry, window) but cannot change what the runner
-relies on.
+The runner fills ``RunState`` as it goes.  Lifecycle hooks get a ``RunView`` instead (``run_view``, the type
+in ``contracts.lifecycle``): a frozen snapshot of the run's id, spec, tiers, window and latency summaries, so
+a plugin can read the run but holds none of the runner's live objects.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from kvbench_core.contracts.errors import UserError
+from kvbench_core.contracts.lifecycle import RunView, TierView
 from kvbench_core.contracts.workload import WorkloadSource
 from kvbench_core.engine.cache_types import Tier
 from kvbench_core.engine.telemetry import Telemetry
@@ -97,21 +100,26 @@ class RunState:
         return self.measure_end - self.measure_start
 
 
-@dataclass(frozen=True)
-class RunView:
-    """A read-only view of the run for lifecycle hooks (``kvbench_measurement_started/finished``)."""
+def run_view(state: RunState) -> RunView:
+    """The snapshot lifecycle hooks get (``contracts.lifecycle``): copies of the tiers' public facts and, once
+    the window has closed, of the latency summaries, so no hook holds a live backend or the telemetry."""
+    tiers = tuple(TierView(name=tier.name, backend=tier.backend.name, capacity_bytes=tier.capacity,
+                           description=MappingProxyType(dict(tier.description)), directory=_directory(tier))
+                  for tier in state.tiers)
+    return RunView(run_id=state.run_id, client_index=state.client_index, spec=state.spec, tiers=tiers,
+                   measure_start=state.measure_start, measure_end=state.measure_end,
+                   latency=_latency(state.telemetry) if state.measure_end is not None else {})
 
-    run_id: str
-    client_index: int
-    plan: RunPlan
-    spec: Mapping[str, Any]
-    tiers: tuple[Tier, ...]
-    telemetry: Telemetry | None
-    measure_start: float | None = None
-    measure_end: float | None = None
 
-    @classmethod
-    def of(cls, state: RunState) -> RunView:
-        return cls(run_id=state.run_id, client_index=state.client_index, plan=state.plan, spec=state.spec,
-                   tiers=tuple(state.tiers), telemetry=state.telemetry, measure_start=state.measure_start,
-                   measure_end=state.measure_end)
+def _directory(tier: Tier) -> str | None:
+    option = tier.backend.directory_option
+    path = tier.backend.options.get(option) if option else None
+    return os.path.realpath(path) if isinstance(path, str) else None
+
+
+def _latency(telemetry: Telemetry | None) -> dict[str, dict[str, dict[str, dict[str, Any]]]]:
+    if telemetry is None:
+        return {}
+    return {tier: {op: {"total": stats.total.summary(), "host": stats.host.summary(),
+                        "device": stats.device.summary()} for op, stats in ops.items()}
+            for tier, ops in telemetry.tiers.items()}

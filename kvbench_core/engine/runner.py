@@ -28,7 +28,7 @@ from kvbench_core.engine.dryrun import tier_fit_warnings
 from kvbench_core.engine.executor import RequestExecutor
 from kvbench_core.engine.payload import NoisePool
 from kvbench_core.engine.precondition import precondition_bottom_tier
-from kvbench_core.engine.run_state import RunState, RunView
+from kvbench_core.engine.run_state import RunState, run_view
 from kvbench_core.engine.scheduler import EventHeap
 from kvbench_core.engine.stopping import Stopping
 from kvbench_core.engine.telemetry import Telemetry
@@ -37,7 +37,7 @@ from kvbench_core.engine.window import CANCEL_GRACE_S, MeasurementWindow, defaul
 from kvbench_core.engine.workers import Finished, WorkerPool
 from kvbench_core.spec.plan import RunPlan
 
-__all__ = ["RunState", "RunView", "Runner", "new_run_id"]
+__all__ = ["RunState", "Runner", "new_run_id"]
 
 POLL_S = 0.05  # the scheduler wakes at least this often (stop requests, signals)
 
@@ -201,7 +201,7 @@ class Runner:
         """Open the measured window (after warm-up); False when a hook refused to let it open."""
         state = self.state
         try:  # a hook may block (a tracer attaching): the window opens when it returns
-            get_plugin_manager().hook.kvbench_measurement_started(run=RunView.of(state))
+            get_plugin_manager().hook.kvbench_measurement_started(run=run_view(state))
         except UserError as error:
             self.request_stop(str(error), status="failed", error=error)
             return False
@@ -349,7 +349,7 @@ class Runner:
         state.arrivals = self.arrivals.stats.as_dict(now - window.opened_at, telemetry.requests)
         failed = telemetry.requests_failed + telemetry.requests_write_failed
         state.unfinished_requests = max(0, state.requests_issued - telemetry.requests - failed)
-        for section in get_plugin_manager().hook.kvbench_measurement_finished(run=RunView.of(state)):
+        for section in get_plugin_manager().hook.kvbench_measurement_finished(run=run_view(state)):
             if section:
                 state.plugin_sections.update(section)
 

@@ -21,6 +21,7 @@ from typing import Any
 from kvbench_blktrace.parse import TraceOutputError, Value, parse_maps
 from kvbench_blktrace.section import build_section
 from kvbench_blktrace.tracer import ActiveTrace, TracingUnavailable, bpftrace_version, start_trace
+from kvbench_core.contracts.lifecycle import RunView
 from kvbench_core.contracts.plugins import hookimpl
 from kvbench_core.contracts.units import duration_schema, parse_duration
 from kvbench_core.contracts.validation import with_defaults
@@ -62,19 +63,13 @@ _ACTIVE: dict[tuple[str, int], ActiveTrace] = {}
 _UNTRACED: dict[tuple[str, int], str] = {}
 
 
-def _key(run: Any) -> tuple[str, int]:
+def _key(run: RunView) -> tuple[str, int]:
     return (run.run_id, run.client_index)
 
 
-def _file_paths(run: Any) -> dict[str, str]:
-    """``{tier name: directory}`` for every tier that declares a directory it owns (``directory_option``)."""
-    paths = {}
-    for tier in run.tiers:
-        option = tier.backend.directory_option
-        path = tier.backend.options.get(option) if option else None
-        if isinstance(path, str):
-            paths[tier.name] = os.path.realpath(path)
-    return paths
+def _file_paths(run: RunView) -> dict[str, str]:
+    """``{tier name: directory}`` for every tier that owns a directory."""
+    return {tier.name: tier.directory for tier in run.tiers if tier.directory is not None}
 
 
 @hookimpl
@@ -83,7 +78,7 @@ def kvbench_spec_schema() -> dict[str, Any]:
 
 
 @hookimpl
-def kvbench_measurement_started(run: Any) -> None:
+def kvbench_measurement_started(run: RunView) -> None:
     config = tracing_config(run.spec)
     if config is None:
         return
@@ -111,7 +106,7 @@ def _warn_or_fail(config: TracingConfig, reason: str) -> None:
 
 
 @hookimpl
-def kvbench_measurement_finished(run: Any) -> dict[str, Any] | None:
+def kvbench_measurement_finished(run: RunView) -> dict[str, Any] | None:
     config = tracing_config(run.spec)
     if config is None:
         return None
@@ -131,7 +126,7 @@ def _status(reason: str) -> dict[str, Any]:
     return {"block_trace_status": {"traced": False, "reason": reason}}
 
 
-def _section(run: Any, active: ActiveTrace, maps: dict[str, Value]) -> dict[str, Any]:
+def _section(run: RunView, active: ActiveTrace, maps: dict[str, Value]) -> dict[str, Any]:
     paths = _file_paths(run)
     ended = time.time()
     notes = list(active.preflight.notes)
@@ -146,12 +141,7 @@ def _section(run: Any, active: ActiveTrace, maps: dict[str, Value]) -> dict[str,
         l4=_l4(run, paths), notes=notes)
 
 
-def _l4(run: Any, paths: dict[str, str]) -> dict[str, Any]:
+def _l4(run: RunView, paths: dict[str, str]) -> dict[str, Any]:
     """The run's own L4 host/device split (ms) for the traced tiers, beside the kernel's view."""
-    telemetry = run.telemetry
-    if telemetry is None:
-        return {}
-    return {tier: {op: {"total": stats.total.summary(), "host": stats.host.summary(),
-                        "device": stats.device.summary()}
-                   for op, stats in telemetry.tiers[tier].items()}
-            for tier in paths if tier in telemetry.tiers}
+    return {tier: {op: dict(layers) for op, layers in run.latency[tier].items()}
+            for tier in paths if tier in run.latency}

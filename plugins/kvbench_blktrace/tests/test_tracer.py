@@ -6,7 +6,6 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -14,6 +13,8 @@ from kvbench_blktrace import plugin, tracer
 from kvbench_blktrace.devices import TraceDevice
 from kvbench_blktrace.parse import parse_maps
 from kvbench_blktrace.tracer import BpftraceProcess, Preflight, TracingUnavailable
+
+from kvbench_core.contracts.lifecycle import RunView, TierView
 
 
 def group_alive(pgid: int, grace_s: float = 5.0) -> bool:
@@ -76,10 +77,9 @@ def test_dying_mid_run_is_reported_at_stop(fake_bpftrace: Callable[[str], str]) 
 # -- the plugin's hooks ------------------------------------------------------------------------------------
 
 
-def fake_run(tmp_path: Path, tracing: Any) -> SimpleNamespace:
-    backend = SimpleNamespace(directory_option="path", options={"path": str(tmp_path)})
-    return SimpleNamespace(run_id="r1", client_index=0, spec={"tracing": tracing}, telemetry=None,
-                           tiers=[SimpleNamespace(name="nvme", backend=backend)])
+def fake_run(tmp_path: Path, tracing: Any) -> RunView:
+    tier = TierView(name="nvme", backend="nvme", capacity_bytes=1 << 30, description={}, directory=str(tmp_path))
+    return RunView(run_id="r1", client_index=0, spec={"tracing": tracing}, tiers=(tier,))
 
 
 @pytest.mark.parametrize(("value", "expected"), [
