@@ -9,7 +9,7 @@ import ast
 from pathlib import Path
 
 CORE = Path(__file__).resolve().parents[1] / "kvbench_core"
-FLOOR = {"contracts": 1, "spec": 2, "filetiers": 2, "codecs": 3, "builtins": 3, "engine": 4,
+FLOOR = {"contracts": 1, "spec": 2, "filetiers": 2, "codecs": 3, "capacity": 3, "builtins": 3, "engine": 4,
          "results": 5, "reports": 5, "exports": 5, "kvio": 5, "scaleout": 6, "cli": 7}
 #: (importing package, imported room): the conformance suite exercises backends the way a run does.
 ALLOWED_UPWARDS = {("kvbench_core.contracts.conformance", "engine")}

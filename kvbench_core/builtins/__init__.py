@@ -26,8 +26,9 @@ def kvbench_workload_sources() -> dict[str, type]:
 @hookimpl
 def kvbench_autoscalers() -> dict[str, type]:
     from kvbench_core.builtins.autoscalers import CapacityAutoscaler, QoSAutoscaler
+    from kvbench_core.builtins.sla_search import SLASearchAutoscaler
 
-    return {"qos": QoSAutoscaler, "capacity": CapacityAutoscaler}
+    return {"qos": QoSAutoscaler, "capacity": CapacityAutoscaler, "sla_search": SLASearchAutoscaler}
 
 
 @hookimpl

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
+from kvbench_core.capacity.interval import answer
+from kvbench_core.capacity.step import JudgedStep, Step
 from kvbench_core.contracts.autoscaler import Autoscaler, Decision, TelemetrySample
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.contracts.validation import with_defaults
@@ -21,10 +23,16 @@ _RATIO = {"type": "number", "minimum": 0}
 MIN_P95_REQUESTS = 20
 
 
+def judged_summary(steps: list[Step]) -> dict[str, Any]:
+    """What an autoscaler that judges steps reports: the answer, its interval and the curve it measured
+    (``autoscaling.summary`` in the result; docs/autoscaling.md)."""
+    return {**answer(steps).as_dict(), "load_kind": "users", "steps": [step.as_dict() for step in steps]}
+
+
 class QoSAutoscaler(Autoscaler):
     """Largest user count that keeps every QoS class inside its SLA.
 
-    Saturation is the worst class's interval p95 *service* latency (enqueued
+    Saturation is the worst class's p95 *service* latency (enqueued
     until its storage work is done) divided by its p95 target (1.0 = exactly at
     the SLA).  Not end-to-end: that includes the simulated generation time
     (30 ms/token with ``realistic`` pacing, 1.5 s for a 50-token reply), which
@@ -32,10 +40,12 @@ class QoSAutoscaler(Autoscaler):
     ``high`` hold, above ``high`` remove users and cool down; the band defaults
     to ``target_saturation`` (0.8) +- 0.1.  After
     ``stable_intervals`` consecutive holds the count is reported as stabilised.
-    An interval with fewer than ``min_interval_requests`` completed requests is not
-    judged (held, and not counted towards stabilising): by the nearest rank the p95
-    of fewer than 20 requests is the slowest one, so a single slow request would
-    step the users down.
+    Each user count is a judged step (kvbench_core/capacity/step.py), the same as
+    ``kvbench capacity`` judges: held, and not counted towards stabilising, until
+    every class has ``min_interval_requests`` completed requests at it, then judged
+    on their merged histograms: by the nearest rank the p95 of fewer than 20
+    requests is the slowest one, so a single slow request would step the users down.
+    ``max_users_within_sla`` is the answer the judged steps give (capacity/interval.py).
     """
 
     name = "qos"
@@ -52,8 +62,8 @@ class QoSAutoscaler(Autoscaler):
             "min_users": {"type": "integer", "minimum": 1, "default": 1},
             "min_interval_requests": {
                 "type": "integer", "minimum": 1, "default": MIN_P95_REQUESTS,
-                "description": "judge an interval only once this many requests completed in it (default 20: "
-                               "the fewest whose p95 is not simply the slowest request)"},
+                "description": "judge a step only once every class has this many completed requests in it "
+                               "(default 20: the fewest whose p95 is not simply the slowest request)"},
         },
     }
 
@@ -69,7 +79,11 @@ class QoSAutoscaler(Autoscaler):
         self.users = initial_users
         self._cooldown_until = -math.inf
         self._holds = 0
-        self._best_within_sla: int | None = None
+        self.steps: list[Step] = []
+        self._step = self._new_step(0.0)
+
+    def _new_step(self, started_s: float) -> JudgedStep:
+        return JudgedStep(self.users, started_s, min_requests=self.min_interval_requests, max_step_s=math.inf)
 
     @classmethod
     def band(cls, options: dict[str, Any]) -> tuple[float, float]:
@@ -86,24 +100,23 @@ class QoSAutoscaler(Autoscaler):
             raise SpecError(f"{path}.low: {low:g} is above high ({high:g}); the autoscaler adds users below low, "
                             "removes them above high and holds between them")
 
-    @staticmethod
-    def saturation(sample: TelemetrySample) -> float | None:
-        ratios = [sample.service_p95_s[q] / sample.sla_p95_s[q]
-                  for q in sample.service_p95_s if q in sample.sla_p95_s and sample.sla_p95_s[q] > 0]
-        return max(ratios) if ratios else None
-
     def decide(self, sample: TelemetrySample) -> Decision:
-        saturation = self.saturation(sample)
-        if saturation is None:
-            return Decision(self.users, "hold", None, reason="no completed requests this interval")
+        self._step.add(sample)
         if sample.t_s < self._cooldown_until:
-            return Decision(self.users, "cooldown", saturation, reason="cooling down after a scale-down")
-        if sample.requests < self.min_interval_requests:
-            return Decision(self.users, "hold", saturation,
-                            reason=f"not judged: {sample.requests} requests < {self.min_interval_requests} "
-                                   "for a p95 that is not just the slowest one")
-        if saturation <= self.high:
-            self._best_within_sla = max(self._best_within_sla or 0, self.users)
+            return Decision(self.users, "cooldown", None, reason="cooling down after a scale-down")
+        short = self._step.shortfall()
+        if short is not None:
+            return Decision(self.users, "hold", None, reason=f"not judged: {short} for a p95 that is not just "
+                                                             "the slowest one")
+        step = self._step.judge()
+        self.steps.append(step)
+        decision = (Decision(self.users, "hold", None, reason=f"not judged: {step.reason}")
+                    if step.saturation is None else self._band(sample, step.saturation))
+        self._step = self._new_step(sample.t_s)  # at the users just decided
+        return decision
+
+    def _band(self, sample: TelemetrySample, saturation: float) -> Decision:
+        """The seed's band rule on a judged step's saturation."""
         if saturation < self.low and self.users < self.max_users:
             self._holds = 0
             self.users = min(self.max_users, max(self.users + 1, math.ceil(self.users * (1 + self.step_up))))
@@ -117,11 +130,11 @@ class QoSAutoscaler(Autoscaler):
         self._holds += 1
         if self._holds >= self.stable_intervals:
             return Decision(self.users, "stabilized", saturation, converged=True,
-                            reason=f"held {self._holds} intervals inside the SLA band")
+                            reason=f"held {self._holds} judged steps inside the SLA band")
         return Decision(self.users, "hold", saturation, reason=f"saturation {saturation:.2f} in band")
 
     def summary(self) -> dict[str, Any]:
-        return {"final_users": self.users, "max_users_within_sla": self._best_within_sla}
+        return {**judged_summary(self.steps), "final_users": self.users}
 
 
 #: The seed samples every 5 s; a capacity stage shorter than that measures noise, not the storage.

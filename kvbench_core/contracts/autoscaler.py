@@ -35,6 +35,14 @@ class TelemetrySample:
     sla_p95_s: dict[str, float]  # per QoS class target
     sla_p99_s: dict[str, float]
     storage_p95_s: float
+    #: Per QoS class, the service-latency histogram of this interval's requests that were issued at the
+    #: current load (``LatencyHistogram``: ``count``, ``quantile``, ``merge``, ``points``, ``to_dict``), so a
+    #: judged step merges its intervals' bucket counts instead of taking the worst of their p95s.
+    service_histograms: dict[str, Any] = field(default_factory=dict)
+    #: Seconds those requests spent per part: ``queue``, and ``"<tier> <op> device"`` / ``"... host"``.
+    service_split_s: dict[str, float] = field(default_factory=dict)
+    #: Per tier, ``read``/``write`` bytes per second over the interval (the time series' tier bytes).
+    tier_bytes_per_s: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def throughput_tokens_per_s(self) -> float:

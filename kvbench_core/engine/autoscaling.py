@@ -11,11 +11,13 @@ from typing import Any
 
 from kvbench_core.contracts.autoscaler import Decision, TelemetrySample
 from kvbench_core.contracts.workload import QoSClass
+from kvbench_core.engine.load_requests import LoadRequests
 
 
 def telemetry_sample(series: list[dict[str, Any]], *, t_s: float, interval_s: float, users: int,
-                     qos: dict[str, QoSClass]) -> TelemetrySample:
-    """The sample for a decision at ``t_s`` seconds into the window, from the points of the last interval."""
+                     qos: dict[str, QoSClass], load: LoadRequests | None = None) -> TelemetrySample:
+    """The sample for a decision at ``t_s`` seconds into the window, from the points of the last interval;
+    ``load`` adds the per-class histograms of the requests issued at the current load (and empties it)."""
     window = [p for p in series if p["t_s"] >= t_s - interval_s]
     span = sum(p["interval_s"] for p in window)
 
@@ -23,6 +25,7 @@ def telemetry_sample(series: list[dict[str, Any]], *, t_s: float, interval_s: fl
         return sum(p[count] for p in window) / span if span > 0 else 0.0
 
     last = window[-1] if window else {}
+    histograms, split = load.take() if load is not None else ({}, {})
     return TelemetrySample(
         t_s=t_s, users=users, requests=sum(p["requests"] for p in window),
         generated_tokens_per_s=rate("generated_tokens"), context_tokens_per_s=rate("context_tokens"),
@@ -33,7 +36,15 @@ def telemetry_sample(series: list[dict[str, Any]], *, t_s: float, interval_s: fl
         sla_p95_s={q: c.p95_target_s for q, c in qos.items()},
         sla_p99_s={q: c.p99_target_s for q, c in qos.items()},
         storage_p95_s=(last.get("storage_p95_ms") or 0.0) / 1000.0,
+        service_histograms=histograms, service_split_s=split, tier_bytes_per_s=_tier_rates(window, span),
     )
+
+
+def _tier_rates(window: list[dict[str, Any]], span: float) -> dict[str, dict[str, float]]:
+    """Per tier, read and write bytes over the points' summed length (counts summed, divided once)."""
+    names = sorted({name for p in window for name in p.get("tiers") or {}})
+    return {name: {op: sum((p.get("tiers") or {}).get(name, {}).get(f"{op}_bytes") or 0 for p in window)
+                   / span if span > 0 else 0.0 for op in ("read", "write")} for name in names}
 
 
 def trajectory_entry(t_s: float, users_before: int, sample: TelemetrySample, decision: Decision) -> dict[str, Any]:

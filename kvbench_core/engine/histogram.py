@@ -94,11 +94,25 @@ class LatencyHistogram:
         for index in sorted(self.buckets):
             seen += self.buckets[index]
             if rank < seen:
-                # Midpoint of the bucket in the relative sense: 2*g^i/(g+1).
-                gamma = math.exp(self._gamma_log)
-                value = 2 * gamma**index / (gamma + 1)
-                return min(max(value, self.min), self.max)
+                return self._value(index)
         return self.max  # a document whose bucket counts fall short of its count
+
+    def bootstrap_quantile(self, q: float, replicates: int, rng: np.random.Generator) -> np.ndarray:
+        """``replicates`` readings of quantile ``q`` from the counted samples drawn again with replacement (a
+        bootstrap over requests: multinomial bucket counts), each by the nearest rank ``quantile`` uses, so the
+        spread is what another run's sampling of the same distribution could read (capacity/interval.py)."""
+        if self.count == 0:
+            return np.full(replicates, np.nan)
+        indexes = sorted(self.buckets)
+        values = np.array([0.0] * bool(self.zeros) + [self._value(i) for i in indexes])
+        counts = np.array([self.zeros] * bool(self.zeros) + [self.buckets[i] for i in indexes], dtype=float)
+        draws = rng.multinomial(self.count, counts / counts.sum(), size=replicates).cumsum(axis=1)
+        return values[(draws > nearest_rank(q, self.count)).argmax(axis=1)]
+
+    def _value(self, index: int) -> float:
+        """A bucket's value: its midpoint in the relative sense, 2*g^i/(g+1), within the samples' range."""
+        gamma = math.exp(self._gamma_log)
+        return min(max(2 * gamma**index / (gamma + 1), self.min), self.max)
 
     @property
     def mean(self) -> float | None:

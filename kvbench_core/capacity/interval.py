@@ -1,0 +1,163 @@
+"""The answer from the judged steps, and its confidence interval from the steps' own requests.
+
+**The answer.**  Steps are taken in order of load (steps at the same load merged: their histograms add).
+The first load whose worst class is over its SLA (or was not judged) ends the curve; the answer is where
+the saturation (worst class's service p95 / its SLA p95) crosses 1.0, interpolated linearly between that
+step and the step below it, rounded down to whole users.  Once the bisection has narrowed the bracket to
+one user this is exactly the highest load judged within; with a wider bracket (the budget ran out) it is
+between the two steps that bracket it.  No step over the SLA: the answer is the highest load measured,
+marked ``at_least``.
+
+**The interval.**  A percentile bootstrap over requests: each replicate redraws every step's requests
+with replacement (per class, from its merged histogram: ``LatencyHistogram.bootstrap_quantile``), reads
+the p95s again and computes the answer again by the same rule; the interval is the replicates' 2.5th and
+97.5th percentiles.  It says how far the answer could move from sampling the same requests again; a
+machine that drifts between runs moves it further, which is why docs/autoscaling.md records a repeat.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kvbench_core.capacity.step import NOT_JUDGED, OVER, WITHIN, ClassFigures, Step
+
+REPLICATES = 1000
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The highest load within every class's SLA, its interval, and what limited it."""
+
+    load: int | None  # None: no step was judged
+    ci_low: int | None
+    ci_high: int | None
+    at_least: bool  # no step was over: the answer is the highest load measured, the true one may be higher
+    limited_by: str | None  # "responsive: service p95 97 ms of 100 ms, mostly nvme read device time"
+    steps: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"max_users_within_sla": self.load, "ci95": [self.ci_low, self.ci_high], "at_least": self.at_least,
+                "limited_by": self.limited_by, "judged_steps": self.steps, "confidence": CONFIDENCE,
+                "method": f"percentile bootstrap over requests, {REPLICATES} replicates"}
+
+    def line(self, noun: str = "users") -> str:
+        """``max users within SLA: 48 (95 % CI 44-52), limited by responsive: ...``."""
+        if self.load is None:
+            return f"max {noun} within SLA: not found (no step had enough requests to judge)"
+        bound = "at least " if self.at_least else ""
+        ci = f" (95 % CI {self.ci_low}-{self.ci_high})" if self.ci_low is not None else ""
+        limit = f", limited by {self.limited_by}" if self.limited_by else ""
+        return f"max {noun} within SLA: {bound}{self.load}{ci}{limit}"
+
+
+def answer(steps: list[Step], *, seed: int = 0, replicates: int = REPLICATES) -> Answer:
+    """The answer and its bootstrap interval from the judged steps (in any order)."""
+    curve = merged_by_load(steps)
+    if not curve:
+        return Answer(None, None, None, False, None, 0)
+    loads = np.array([s.load for s in curve], dtype=float)
+    observed = np.array([[_saturation(s)] for s in curve]).T  # one "replicate": the measured p95s
+    point, at_least = _crossing(loads, observed)
+    rng = np.random.default_rng(seed)
+    draws = np.stack([_resampled_saturation(s, replicates, rng) for s in curve], axis=1)
+    spread, _ = _crossing(loads, draws)
+    tail = (1 - CONFIDENCE) / 2 * 100
+    low, high = np.percentile(spread, [tail, 100 - tail], method="inverted_cdf")
+    load = int(point[0])
+    return Answer(load, int(low), int(high), bool(at_least[0]), _limit(curve, load), len(curve))
+
+
+def merged_by_load(steps: list[Step]) -> list[Step]:
+    """One step per load, ascending; steps judged at the same load are read as one (histograms added)."""
+    by_load: dict[float, list[Step]] = {}
+    for step in steps:
+        by_load.setdefault(step.load, []).append(step)
+    return [_merge(group) for _, group in sorted(by_load.items())]
+
+
+def _merge(group: list[Step]) -> Step:
+    if len(group) == 1:
+        return group[0]
+    judged = [s for s in group if s.verdict != NOT_JUDGED] or group
+    histograms: dict[str, Any] = {}
+    for step in judged:
+        for name, histogram in step.histograms.items():
+            if name in histograms:
+                histograms[name].merge(histogram)
+            else:
+                histograms[name] = copy.deepcopy(histogram)
+    worst = max(judged, key=lambda s: -math.inf if s.saturation is None else s.saturation)
+    classes = _reread(worst, histograms)
+    verdict = worst.verdict if worst.verdict == NOT_JUDGED else (
+        OVER if any(c.saturation > 1.0 for c in classes.values()) else WITHIN)
+    return Step(**{**vars(worst), "histograms": histograms, "classes": classes, "verdict": verdict})
+
+
+def _reread(step: Step, histograms: dict[str, Any]) -> dict[str, Any]:
+    """The classes' figures read again from merged histograms (same SLA, more requests)."""
+    out = {}
+    for name, figures in step.classes.items():
+        histogram = histograms.get(name)
+        if histogram is None or not histogram.count:
+            out[name] = figures
+            continue
+        p95, p99, sla = histogram.quantile(0.95) * 1000.0, histogram.quantile(0.99) * 1000.0, figures.sla_p95_ms
+        out[name] = ClassFigures(histogram.count, p95, p99, sla, p95 / sla if sla > 0 else 0.0)
+    return out
+
+
+def _saturation(step: Step) -> float:
+    """Not judged reads as over: a load whose p95 was not measured is not known to be within."""
+    return math.inf if step.verdict == NOT_JUDGED or step.saturation is None else step.saturation
+
+
+def _resampled_saturation(step: Step, replicates: int, rng: np.random.Generator) -> np.ndarray:
+    """The step's worst class's p95 / SLA in each bootstrap replicate."""
+    if step.verdict == NOT_JUDGED or not step.classes:
+        return np.full(replicates, np.inf)
+    ratios = [step.histograms[name].bootstrap_quantile(0.95, replicates, rng) * 1000.0 / figures.sla_p95_ms
+              for name, figures in step.classes.items() if name in step.histograms and figures.sla_p95_ms > 0]
+    return np.max(np.stack(ratios), axis=0) if ratios else np.full(replicates, np.inf)
+
+
+def _crossing(loads: np.ndarray, saturation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per replicate (rows of ``saturation``, one column per load ascending): the load where saturation
+    first crosses 1.0, interpolated from the step below it (load 0 at saturation 0), rounded down; and
+    whether no step crossed (the answer is then the highest load, a lower bound)."""
+    over = saturation > 1.0
+    crossed = over.any(axis=1)
+    first = np.where(crossed, over.argmax(axis=1), len(loads) - 1)
+    rows = np.arange(saturation.shape[0])
+    below_load = np.where(first > 0, loads[np.maximum(first - 1, 0)], 0.0)
+    below_sat = np.where(first > 0, saturation[rows, np.maximum(first - 1, 0)], 0.0)
+    hi_load, hi_sat = loads[first], saturation[rows, first]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        fraction = np.where(np.isfinite(hi_sat), (1.0 - below_sat) / (hi_sat - below_sat), 0.0)
+    crossing = below_load + np.clip(fraction, 0.0, 1.0) * (hi_load - below_load)
+    # Never the failing load itself: the answer is below the first load over the SLA.
+    crossing = np.where(crossed, np.minimum(np.floor(crossing), hi_load - 1), hi_load)
+    return np.maximum(crossing, 0.0), ~crossed
+
+
+def _limit(curve: list[Step], load: int) -> str | None:
+    """The class that limited the answer, from the highest step at or below it (else the first step)."""
+    below = [s for s in curve if s.load <= load and s.verdict != NOT_JUDGED] or [s for s in curve if s.classes]
+    if not below:
+        return None
+    step = below[-1]
+    name = step.limiting
+    if name is None:
+        return None
+    figures = step.classes[name]
+    part = f", mostly {_words(step.dominant)}" if step.dominant else ""
+    return f"{name}: service p95 {figures.service_p95_ms:,.0f} ms of {figures.sla_p95_ms:,.0f} ms{part}"
+
+
+def _words(part: str | None) -> str:
+    return "queue wait for a worker" if part == "queue" else f"{part} time"

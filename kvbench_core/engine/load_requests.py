@@ -1,0 +1,49 @@
+"""The requests an autoscaler decision judges: those issued at the current load since the last decision.
+
+A judged step (kvbench_core/capacity/step.py) needs the step's own requests: their service latencies
+as one histogram per QoS class (merged bucket counts, never the worst of the 1 s points' p95s) and where
+their time went.  A request issued before the load last changed was issued at another load, so it is left
+out even when it finishes inside the step.  The scheduler thread alone books here (``Runner._finish``),
+so nothing is locked.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from kvbench_core.engine.histogram import LatencyHistogram
+from kvbench_core.engine.workers import Finished
+
+
+class LoadRequests:
+    """Per-class service histograms and the time split of the requests issued since ``since``."""
+
+    def __init__(self, since: float) -> None:
+        self.since = since
+        self._reset()
+
+    def _reset(self) -> None:
+        self.service: dict[str, LatencyHistogram] = defaultdict(LatencyHistogram)
+        self.split_s: dict[str, float] = defaultdict(float)
+
+    def load_changed(self, now: float) -> None:
+        """The user count changed at ``now``: requests issued before it belong to the old load."""
+        self.since = now
+
+    def add(self, done: Finished) -> None:
+        """A request that completed inside the measured window."""
+        if done.enqueued < self.since or done.outcome is None:
+            return
+        self.service[done.request.qos].add(done.served - done.enqueued)
+        self.split_s["queue"] += done.started - done.enqueued
+        for record in done.outcome.tally.ops:
+            if record.timing.transferred:
+                device = min(record.timing.device, record.timing.total)
+                self.split_s[f"{record.tier} {record.op} device"] += device
+                self.split_s[f"{record.tier} {record.op} host"] += record.timing.total - device
+
+    def take(self) -> tuple[dict[str, LatencyHistogram], dict[str, float]]:
+        """What was booked since the last decision; the next decision starts empty."""
+        taken = dict(self.service), dict(self.split_s)
+        self._reset()
+        return taken
