@@ -156,3 +156,61 @@ def test_a_result_whose_invariants_failed_is_a_warning() -> None:
                        "items": []}
     assert caveats([base, other], ["a", "b"]) == [
         "b: 1 invariant(s) violated (written_bytes: written bytes = stored + demoted (...)): its figures do not add up"]
+
+
+def _nvme_run(name: str, *, options: dict[str, Any] | None = None, describe: dict[str, Any] | None = None,
+              codec: str = "none", **fields: Any) -> dict[str, Any]:
+    """A result with a DRAM and an nvme tier as a real one records them: the spec's options as written,
+    what the tier ran with in ``metrics.tiers.nvme.describe``, the codec, and the QoS targets."""
+    doc = _with_spec(_run(name), **fields)
+    doc["spec"]["resolved"]["cache"]["tiers"] = [
+        {"name": "dram", "backend": "cpu", "capacity": 1 << 30, "options": {}},
+        {"name": "nvme", "backend": "nvme", "capacity": 8 << 30,
+         "options": {"path": f"/mnt/{name}", **(options or {})}}]
+    doc["metrics"]["tiers"] = {"dram": {"describe": {"backend": "cpu"}, "codec": {"name": "none", "options": {}}},
+                               "nvme": {"describe": {"backend": "nvme", "engine": "psync", "queue_depth": 1,
+                                                     "transfer_size": 1 << 20, "direct": False, **(describe or {})},
+                                        "codec": {"name": codec, "options": {}}}}
+    doc["metrics"]["qos"] = {"batch": {"sla_p95_ms": 1000.0, "sla_p99_ms": 5000.0, "priority": 1}}
+    return doc
+
+
+def test_the_runs_dtype_is_compared_not_the_spec_as_written() -> None:
+    from kvbench_core.reports.compare import caveats
+
+    base, other = _nvme_run("a", model__dtype=None), _nvme_run("b")  # 'a' left dtype to the model's default
+    base["model"], other["model"] = {"name": "tiny-1b", "dtype": "bf16"}, {"name": "tiny-1b", "dtype": "bf16"}
+    assert caveats([base, other], ["a", "b"]) == []
+    other["model"]["dtype"] = "fp8"
+    assert caveats([base, other], ["a", "b"]) == ["b: model.dtype 'fp8' vs the baseline's 'bf16': other entry sizes"]
+
+
+@pytest.mark.parametrize(("option", "ran"), [("engine", "io_uring"), ("queue_depth", 32),
+                                              ("transfer_size", 4 << 20), ("direct", True)])
+def test_a_tier_option_that_changes_the_access_path_is_a_warning(option: str, ran: Any) -> None:
+    from kvbench_core.reports.compare import caveats
+
+    base, other = _nvme_run("a"), _nvme_run("b", options={option: ran}, describe={option: ran})
+    [note] = caveats([base, other], ["a", "b"])  # the tiers' paths differ too: where data lives is not warned on
+    assert note.startswith(f"b: cache.tiers.nvme.options.{option} {ran!r} vs the baseline's ")
+    assert "access path" in note
+
+
+def test_a_default_the_spec_left_out_is_compared_with_one_written_out() -> None:
+    from kvbench_core.reports.compare import caveats
+
+    base, other = _nvme_run("a"), _nvme_run("b", options={"fsync": False})  # nvme's default fsync is True
+    [note] = caveats([base, other], ["a", "b"])
+    assert note.startswith("b: cache.tiers.nvme.options.fsync False vs the baseline's True")
+    assert caveats([_nvme_run("a"), _nvme_run("b", options={"fsync": True})], ["a", "b"]) == []
+
+
+def test_codec_payload_and_qos_targets_are_warnings() -> None:
+    from kvbench_core.reports.compare import caveats
+
+    base = _nvme_run("a", payload="random")
+    other = _nvme_run("b", codec="zstd", payload="synthetic_kv")
+    other["metrics"]["qos"]["batch"]["sla_p95_ms"] = 200.0
+    notes = caveats([base, other], ["a", "b"])
+    assert [n.split(" ")[1] for n in notes] == ["payload", "qos.batch.sla_p95_ms", "cache.tiers.nvme.codec"]
+    assert "b: cache.tiers.nvme.codec 'zstd' vs the baseline's 'none'" in notes[2]

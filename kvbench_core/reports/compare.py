@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvbench_core.reports.compare_specs import differences
 from kvbench_core.reports.metrics import Figure, FigureValue, figure_values
 
 
@@ -75,46 +76,16 @@ def rows_as_json(rows: list[Row], labels: list[str]) -> list[dict[str, Any]]:
     return out
 
 
-#: Resolved-spec fields whose difference changes what a ratio between two results means, and why.
-#: Tier backends and their options are not listed: which device or service is behind a tier is what a
-#: comparison usually compares.
-MEANING_FIELDS: tuple[tuple[str, str], ...] = (
-    ("duration", "totals (requests, bytes, decode GB) cover another length of time"),
-    ("requests", "totals cover another number of requests"),
-    ("warmup", "the measured window starts on a differently warmed cache"),
-    ("clients", "another number of client processes share the storage"),
-    ("workload.users", "another offered load: throughput and latency move with it"),
-    ("workload.users_scope", "users count per client in one, across clients in the other"),
-    ("workload.max_inflight", "another cap on requests in flight"),
-    ("workload.source", "another request stream"),
-    ("workload.mode", "another mix of prefill writes and decode reads"),
-    ("workload.generation", "another generation pacing: end-to-end latency and wall-clock throughput differ"),
-    ("workload.decode_batch", "another number of decode reads per request"),
-    ("model.name", "other entry sizes"),
-    ("model.dtype", "other entry sizes"),
-    ("model.tp", "other per-rank entry sizes"),
-    ("cache.promotion", "another cache policy: hit rates and read tiers differ"),
-    ("autoscaler.name", "users change during one of the runs"),
-    ("verify", "verification adds host work to every read"),
-)
-
-
-def _field(spec: dict[str, Any], path: str) -> Any:
-    node: Any = spec
-    for part in path.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node
-
-
 def _tier_chain(spec: dict[str, Any]) -> list[tuple[str, Any]]:
     return [(t.get("name"), t.get("capacity")) for t in (spec.get("cache") or {}).get("tiers") or []]
 
 
 def spec_differences(base: dict[str, Any], other: dict[str, Any]) -> list[str]:
-    """Every difference between two resolved specs that changes the meaning of a ratio between their
-    results, each as ``field: other vs baseline's value (why)``."""
-    notes = [f"{path} {_field(other, path)!r} vs the baseline's {_field(base, path)!r}: {why}"
-             for path, why in MEANING_FIELDS if _field(base, path) != _field(other, path)]
+    """Every difference between what two results' runs used that changes the meaning of a ratio between
+    them (``compare_specs.differences``: the resolved spec completed from the result), each as ``field:
+    other vs baseline's value (why)``, and a different chain of tiers."""
+    notes = differences(base, other)
+    base, other = base["spec"]["resolved"], other["spec"]["resolved"]
     if _tier_chain(base) != _tier_chain(other):
         shown = ", ".join(f"{name} {capacity}" for name, capacity in _tier_chain(other))
         notes.append(f"cache tiers (name, capacity) {shown} vs the baseline's "
@@ -145,6 +116,6 @@ def caveats(results: list[dict[str, Any]], labels: list[str]) -> list[str]:
                          "do not add up")
         spec = (result.get("spec") or {}).get("resolved")
         if result is not results[0] and isinstance(spec, dict) and isinstance(base_spec, dict):
-            notes += [f"{label}: {note}" for note in spec_differences(base_spec, spec)
+            notes += [f"{label}: {note}" for note in spec_differences(results[0], result)
                       if not note.startswith("model.name ")]  # the model line above says it with entry sizes
     return notes
