@@ -114,7 +114,7 @@ def test_check_options_may_be_yaml_or_a_file(tmp_path, capsys: pytest.CaptureFix
 @pytest.mark.parametrize(("argv", "message"), [
     (["--conformance", "nosuch"], "unknown backend 'nosuch'; installed:"),
     (["--conformance", "cpu", "--options", "[1, 2]"], "--options: expected a mapping"),
-    (["--conformance", "cpu", "--options", "{a: [}"], "--options: not valid JSON or YAML"),
+    (["--conformance", "cpu", "--options", "{a: [}"], "--options:1:6: not valid JSON or YAML"),
 ])
 def test_check_usage_errors_are_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plugins", *argv]) == 2
@@ -133,8 +133,8 @@ def test_check_usage_errors_are_one_line(argv: list[str], message: str, capsys: 
     (["--conformance", "nvme", "--options", "{bogus: 1}"], 2, "--options.bogus: unknown field (allowed: "),
     (["--conformance", "nvmee"], 2, "--conformance: unknown backend 'nvmee'; installed: "),
     (["--conformance", "cpu", "--options", "{a: [}"], 2,
-     "--options: not valid JSON or YAML (line 1, column 6): expected the node content, but found '}'"),
-    (["--conformance", "cpu", "--options", "{a: 1, a: 2}"], 2, "--options: not valid JSON or YAML (line 1, column 8): "
+     "--options:1:6: not valid JSON or YAML: expected the node content, but found '}'"),
+    (["--conformance", "cpu", "--options", "{a: 1, a: 2}"], 2, "--options:1:8: not valid JSON or YAML: "
                                                                "duplicate key 'a'"),  # as strict as a spec
 ])
 def test_conformance_errors_are_one_line_naming_the_flag_and_create_nothing(

@@ -19,15 +19,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from kvbench_core.cli.renamed import RenamedFlag
 from kvbench_core.contracts.backend import BackendContext, StorageBackend
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.contracts.plugins import installed_plugins, lookup
 from kvbench_core.contracts.validation import schema_errors
 from kvbench_core.spec.loader import check_tier_directory
-from kvbench_core.spec.reading import parse_json_or_yaml, yaml_problem
+from kvbench_core.spec.reading import parse_or_refuse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -69,14 +67,7 @@ def parse_options(text: str, source: str = "--options") -> dict[str, Any]:
             text, source = path.read_text(), str(path)
         except (OSError, UnicodeDecodeError) as error:
             raise SpecError(f"{source}: cannot read {path}: {getattr(error, 'strerror', None) or error}") from None
-    try:
-        options = parse_json_or_yaml(text)
-    except yaml.YAMLError as error:
-        mark, problem = yaml_problem(error)
-        where = f" (line {mark[0]}, column {mark[1]})" if mark else ""
-        raise SpecError(f"{source}: not valid JSON or YAML{where}: {problem}") from None
-    except RecursionError:
-        raise SpecError(f"{source}: values nested too deeply to parse") from None
+    options = parse_or_refuse(text, source, "not valid JSON or YAML")
     if options is None:
         return {}
     if not isinstance(options, dict):

@@ -100,12 +100,19 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _c
 _FastStrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def yaml_problem(error: yaml.YAMLError) -> tuple[tuple[int, int] | None, str]:
-    """``((line, column) or None, what is wrong)`` of a YAML error, for a one-line message (PyYAML's own
-    spans four lines with a caret drawing)."""
-    mark = getattr(error, "problem_mark", None)
-    return ((mark.line + 1, mark.column + 1) if mark else None,
-            getattr(error, "problem", None) or str(error).splitlines()[0])
+def parse_or_refuse(text: str, source: str, what: str) -> Any:
+    """``parse_json_or_yaml``, with a text that cannot be parsed refused in one line: ``source:line:column:
+    what: the problem`` (PyYAML's own message spans four lines with a caret drawing).  Spec files and a
+    command line's inline options alike: one format for one mistake."""
+    try:
+        return parse_json_or_yaml(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise SpecError(f"{source}{where}: {what}: {problem}") from None
+    except RecursionError:
+        raise SpecError(f"{source}: {what}: values nested too deeply to parse") from None
 
 
 def read_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -124,14 +131,7 @@ def _read_spec(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str | None
         raise InputFileError(f"{file}: not a text file (byte {error.start} is not UTF-8); a run spec is YAML") from None
     except OSError as error:
         raise InputFileError(f"{file}: cannot read spec: {error.strerror}") from None
-    try:
-        data = parse_json_or_yaml(text)
-    except yaml.YAMLError as error:
-        mark, problem = yaml_problem(error)
-        where = f":{mark[0]}:{mark[1]}" if mark else ""
-        raise SpecError(f"{file}{where}: malformed YAML: {problem}") from None
-    except RecursionError:
-        raise SpecError(f"{file}: malformed spec: values nested too deeply to parse") from None
+    data = parse_or_refuse(text, str(file), "malformed YAML")
     if data is None:
         raise SpecError(f"{file}: the spec is empty; a run spec is a YAML mapping (see specs/quickstart.yaml)")
     if isinstance(data, dict) and "kvbench_result" in data:
