@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from kvbench_core.contracts.backend import DISCARD, BackendContext
+from kvbench_core.contracts.payload import PAYLOAD_KINDS, NoisePool
 from kvbench_core.contracts.plugins import registry
 from kvbench_core.engine.factory import create_backend
-from kvbench_core.engine.payload import PAYLOAD_KINDS, NoisePool
 from kvbench_core.spec.codec_choices import codec_choice
 
 CHUNK = 1 << 20

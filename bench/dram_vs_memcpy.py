@@ -27,7 +27,7 @@ import numpy as np
 
 from kvbench_core.builtins.memory import BLOCK, CPUMemoryBackend
 from kvbench_core.contracts.backend import DISCARD, BackendContext
-from kvbench_core.engine.payload import NoisePool
+from kvbench_core.contracts.payload import NoisePool
 
 
 def memcpy_seconds(entries: list[list[np.ndarray]], destination: np.ndarray) -> float:

@@ -27,7 +27,7 @@ from kvbench_nixl.backend import NixlBackend
 from kvbench_nvme.backend import NVMeBackend
 
 from kvbench_core.contracts.backend import DISCARD, BackendContext, IOTiming, StorageBackend
-from kvbench_core.engine.payload import NoisePool
+from kvbench_core.contracts.payload import NoisePool
 
 
 def make(kind: str, directory: str, args: argparse.Namespace) -> StorageBackend:

@@ -29,8 +29,8 @@ from pathlib import Path
 from kvbench_nvme.backend import NVMeBackend
 
 from kvbench_core.contracts.backend import DISCARD, BackendContext
+from kvbench_core.contracts.payload import NoisePool
 from kvbench_core.contracts.units import parse_size
-from kvbench_core.engine.payload import NoisePool
 from kvbench_core.filetiers.fsinfo import block_device_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -78,8 +78,8 @@ from typing import Any
 from kvbench_nvme.backend import NVMeBackend
 
 from kvbench_core.contracts.backend import DISCARD, BackendContext, IOTiming
+from kvbench_core.contracts.payload import NoisePool
 from kvbench_core.contracts.units import format_bytes, parse_size
-from kvbench_core.engine.payload import NoisePool
 from kvbench_core.filetiers.fsinfo import block_device_of, describe_location
 
 GIB = float(1 << 30)

@@ -38,8 +38,8 @@ from typing import Any
 from kvbench_nvme.backend import NVMeBackend
 
 from kvbench_core.contracts.backend import BackendContext
+from kvbench_core.contracts.payload import NoisePool
 from kvbench_core.contracts.units import parse_size
-from kvbench_core.engine.payload import NoisePool
 
 GIB = float(1 << 30)
 

@@ -18,10 +18,10 @@ from testkit import sigint_reaches_children
 
 from kvbench_core.builtins.memory import CPUMemoryBackend
 from kvbench_core.contracts.backend import BackendContext
+from kvbench_core.contracts.payload import NoisePool
 from kvbench_core.contracts.workload import DEFAULT_QOS
 from kvbench_core.engine.cache_types import Tier
 from kvbench_core.engine.executor import RequestExecutor
-from kvbench_core.engine.payload import NoisePool
 from kvbench_core.engine.runner import Runner, RunState
 from kvbench_core.engine.telemetry import Telemetry
 from kvbench_core.engine.waterfall import MultiTierCache

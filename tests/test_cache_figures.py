@@ -11,10 +11,10 @@ from conftest import memory_executor, small_spec
 
 from kvbench_core.builtins.memory import CPUMemoryBackend
 from kvbench_core.contracts.backend import BackendContext
+from kvbench_core.contracts.payload import NoisePool
 from kvbench_core.contracts.workload import DEFAULT_QOS, Phase, Request
 from kvbench_core.engine.cache_figures import cache_state_at_open, reuse_rate
 from kvbench_core.engine.cache_types import EvictionPolicy, Tier
-from kvbench_core.engine.payload import NoisePool
 from kvbench_core.engine.telemetry import Telemetry
 from kvbench_core.engine.waterfall import MultiTierCache
 

@@ -187,8 +187,8 @@ def test_every_segments_io_log_line_carries_its_entrys_trace_id(tmp_path: Path) 
 
 def test_a_replays_io_log_joins_every_segment_to_its_manifest_entry(tmp_path: Path) -> None:
     """The replay's one-pass log: the codec stage sets its ``owner_of``, so the manifest's trace id is used."""
+    from kvbench_core.contracts.payload import NoisePool
     from kvbench_core.engine.iolog import IOLog
-    from kvbench_core.engine.payload import NoisePool
     from kvbench_core.kvio.replay import _OnePassLog
 
     with IOLog(str(tmp_path / "io.jsonl"), {"obj": 77}) as log:

@@ -24,10 +24,10 @@ from kvbench_core.contracts.backend import BackendContext, StorageBackend
 from kvbench_core.contracts.codec import Codec
 from kvbench_core.contracts.conformance import BackendConformance
 from kvbench_core.contracts.errors import MissingDependency, SpecError
+from kvbench_core.contracts.payload import PAYLOAD_KINDS, ChecksumSink, NoisePool, VerifySink
 from kvbench_core.contracts.plugins import hookimpl, registry
 from kvbench_core.engine.cache_types import TierSource
 from kvbench_core.engine.factory import create_backend
-from kvbench_core.engine.payload import PAYLOAD_KINDS, ChecksumSink, NoisePool, VerifySink
 from kvbench_core.spec.codec_choices import codec_choice
 
 pytest.importorskip("cramjam", reason="the codecs extra is not installed (pip install 'kvbench-core[codecs]')")

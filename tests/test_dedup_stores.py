@@ -10,9 +10,9 @@ from typing import Any
 
 from kvbench_core.builtins.memory import CPUMemoryBackend
 from kvbench_core.contracts.backend import BackendContext, ByteSource, IOTiming
+from kvbench_core.contracts.payload import NoisePool
 from kvbench_core.engine.cache_types import Tier
 from kvbench_core.engine.opstats import OpStats
-from kvbench_core.engine.payload import NoisePool
 from kvbench_core.engine.telemetry import Telemetry
 from kvbench_core.engine.waterfall import MultiTierCache
 from kvbench_core.results.checks import _stored_entries, _written

@@ -8,8 +8,8 @@ from __future__ import annotations
 from kvbench_core.builtins.memory import CPUMemoryBackend
 from kvbench_core.contracts.backend import BackendContext, ByteSink, IOTiming
 from kvbench_core.contracts.errors import EntryGone
+from kvbench_core.contracts.payload import NoisePool
 from kvbench_core.engine.cache_types import Tier
-from kvbench_core.engine.payload import NoisePool
 from kvbench_core.engine.telemetry import Telemetry
 from kvbench_core.engine.waterfall import MultiTierCache
 

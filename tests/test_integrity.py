@@ -2,7 +2,7 @@
 costs what it costs in its own figure, and no tier combination loses or changes a byte.
 
 What stands in for a stored checksum: an entry's bytes are a pure function of
-its key and offset (``kvbench_core.engine.payload``: a seeded noise pool plus an
+its key and offset (``kvbench_core.contracts.payload``: a seeded noise pool plus an
 ``(entry id, block index)`` stamp in every 512-byte block), so a verified read
 regenerates exactly what must come back and compares every byte, which no
 checksum collision can fool and no header has to carry.
@@ -27,11 +27,11 @@ from testkit import registered
 from tiny_spec import run_cli
 
 from kvbench_core.contracts.backend import BackendContext, ByteSource, IOTiming
+from kvbench_core.contracts.payload import NoisePool, VerifySink
 from kvbench_core.contracts.plugins import hookimpl
 from kvbench_core.contracts.workload import DEFAULT_QOS, Read, Request
 from kvbench_core.engine.cache_types import Tier
 from kvbench_core.engine.executor import RequestExecutor
-from kvbench_core.engine.payload import NoisePool, VerifySink
 from kvbench_core.engine.telemetry import Telemetry
 from kvbench_core.engine.waterfall import MultiTierCache
 

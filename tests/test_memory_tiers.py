@@ -16,7 +16,7 @@ from kvbench_core.builtins.dram_buffers import last_level_cache_bytes
 from kvbench_core.builtins.memory import BLOCK, CPUMemoryBackend, GPUMemoryBackend
 from kvbench_core.contracts.backend import DISCARD, BackendContext
 from kvbench_core.contracts.buffers import fill_pieces
-from kvbench_core.engine.payload import NoisePool
+from kvbench_core.contracts.payload import NoisePool
 from kvbench_core.engine.setup import build_tiers
 from kvbench_core.spec.loader import load_plan
 

@@ -9,7 +9,7 @@ import zlib
 import numpy as np
 import pytest
 
-from kvbench_core.engine.payload import BLOCK, ChecksumSink, NoisePool, VerifySink, entry_id_for
+from kvbench_core.contracts.payload import BLOCK, ChecksumSink, NoisePool, VerifySink, entry_id_for
 
 POOL = NoisePool(seed=9, pool_bytes=1 << 20, max_piece=1 << 20)
 
@@ -108,7 +108,7 @@ def test_the_checksum_sink_does_not_depend_on_piece_order() -> None:
 def test_every_block_carries_its_stamp_words_on_both_sides_of_the_precomputed_range() -> None:
     """The stamps of an entry's first MIXED_BLOCKS_BYTES come from a table computed once, later ones are
     mixed per piece: a piece across that boundary carries stamp_words(entry, block) in every block."""
-    from kvbench_core.engine.payload import MIXED_BLOCKS_BYTES, STAMP_BYTES, stamp_words
+    from kvbench_core.contracts.payload import MIXED_BLOCKS_BYTES, STAMP_BYTES, stamp_words
 
     start = MIXED_BLOCKS_BYTES - 8 * BLOCK - 100
     got = render(POOL, "boundary", 20 * BLOCK, start=start)

@@ -8,7 +8,7 @@ import zlib
 import numpy as np
 import pytest
 
-from kvbench_core.engine.payload import (
+from kvbench_core.contracts.payload import (
     BLOCK,
     HEAD_DIM,
     STAMP_BYTES,
@@ -83,7 +83,7 @@ def test_the_stamp_is_a_bijection_of_entry_and_block() -> None:
     assert len(seen) == 64 * 64
     assert len({mix64(v) for v in range(100_000)}) == 100_000
     noise = entry(NoisePool(seed=3, pool_bytes=1 << 20, max_piece=1 << 20), "s", 2 * BLOCK)
-    from kvbench_core.engine.payload import entry_id_for
+    from kvbench_core.contracts.payload import entry_id_for
 
     words = noise.reshape(2, BLOCK)[:, :STAMP_BYTES].view("<u8")
     assert [tuple(map(int, w)) for w in words] == [stamp_words(entry_id_for("s"), b) for b in (0, 1)]

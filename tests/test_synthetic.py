@@ -17,6 +17,7 @@ from kvbench_core.builtins.memory import CPUMemoryBackend
 from kvbench_core.builtins.synthetic import DEFAULT_PROFILES, SYSTEM_PROMPTS, SyntheticSource
 from kvbench_core.contracts.backend import BackendContext, ByteSource, IOTiming
 from kvbench_core.contracts.errors import SpecError
+from kvbench_core.contracts.payload import NoisePool
 from kvbench_core.contracts.workload import (
     DEFAULT_QOS,
     Phase,
@@ -26,7 +27,6 @@ from kvbench_core.contracts.workload import (
     derive_phase,
 )
 from kvbench_core.engine.cache_types import Tier
-from kvbench_core.engine.payload import NoisePool
 from kvbench_core.engine.precondition import precondition_bottom_tier
 from kvbench_core.spec.loader import validate
 

@@ -16,9 +16,9 @@ from conftest import HAS_NVME, HAS_TORCH, small_spec
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, IOTiming, StorageBackend
 from kvbench_core.contracts.errors import StorageError
+from kvbench_core.contracts.payload import NoisePool, VerifySink
 from kvbench_core.engine.cache_types import EvictionPolicy, Tier
 from kvbench_core.engine.factory import create_backend
-from kvbench_core.engine.payload import NoisePool, VerifySink
 from kvbench_core.engine.telemetry import Telemetry
 from kvbench_core.engine.waterfall import MultiTierCache
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvbench_core.contracts.backend import DISCARD, ByteSink
+from kvbench_core.contracts.payload import NoisePool, VerifySink
 from kvbench_core.contracts.workload import Phase, Request, Write, decode_read_count, derive_phase
 from kvbench_core.engine.iolog import CURRENT_REQUEST
-from kvbench_core.engine.payload import NoisePool, VerifySink
 from kvbench_core.engine.telemetry import RequestTally, Telemetry
 from kvbench_core.engine.waterfall import MultiTierCache
 

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from types import TracebackType
 
 from kvbench_core.contracts.errors import InputFileError
-from kvbench_core.engine.payload import entry_id_for
+from kvbench_core.contracts.payload import entry_id_for
 
 TRACE_ID_BITS = 32
 BUFFER_BYTES = 1 << 20

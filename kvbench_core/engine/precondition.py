@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kvbench_core.contracts.errors import SpecError, StorageError
+from kvbench_core.contracts.payload import NoisePool
 from kvbench_core.engine.cache_types import Tier
-from kvbench_core.engine.payload import NoisePool
 from kvbench_core.engine.tier_ops import describe_error
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from kvbench_core.contracts.autoscaler import Autoscaler
 from kvbench_core.contracts.errors import StorageError, UserError
+from kvbench_core.contracts.payload import NoisePool
 from kvbench_core.contracts.plugins import get_plugin_manager
 from kvbench_core.contracts.workload import WorkloadSource
 from kvbench_core.engine import setup
@@ -26,7 +27,6 @@ from kvbench_core.engine.cache_types import EvictionPolicy
 from kvbench_core.engine.cancel import CancelToken, CommandRecorder
 from kvbench_core.engine.dryrun import tier_fit_warnings
 from kvbench_core.engine.executor import RequestExecutor
-from kvbench_core.engine.payload import NoisePool
 from kvbench_core.engine.precondition import precondition_bottom_tier
 from kvbench_core.engine.run_state import RunState, run_view
 from kvbench_core.engine.scheduler import EventHeap

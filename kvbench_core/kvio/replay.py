@@ -26,11 +26,11 @@ import yaml
 
 from kvbench_core.contracts.backend import DISCARD, BackendContext, IOTiming, StorageBackend
 from kvbench_core.contracts.errors import InputFileError, SpecError, StorageError
+from kvbench_core.contracts.payload import POOL_BYTES, NoisePool
 from kvbench_core.contracts.plugins import lookup
 from kvbench_core.engine.factory import create_backend
 from kvbench_core.engine.histogram import LatencyHistogram
 from kvbench_core.engine.iolog import IOLog
-from kvbench_core.engine.payload import POOL_BYTES, NoisePool
 from kvbench_core.kvio.commands import OPS
 from kvbench_core.kvio.diskcheck import DiskWindow
 from kvbench_core.kvio.manifest import KVObject, Manifest

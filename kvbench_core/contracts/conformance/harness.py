@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvbench_core.contracts.backend import BackendContext, StorageBackend
-from kvbench_core.engine.payload import NoisePool
+from kvbench_core.contracts.payload import NoisePool
 
 _POOL_BYTES = 1 << 20  # small pool: start-up stays fast, the stamps still make every block unique
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from kvbench_core.contracts.backend import ByteSource, IOTiming, StorageBackend
 from kvbench_core.contracts.conformance.harness import BackendHarness
-from kvbench_core.engine.payload import NoisePool, VerifySink
+from kvbench_core.contracts.payload import NoisePool, VerifySink
 
 #: Slack allowed on ``host + device <= total``, relative to the total: the three come from separate clock
 #: reads, so their sum may overshoot by a hair, never by a whole layer.  Relative, because an absolute

@@ -16,7 +16,7 @@ from kvbench_core.contracts.backend import BackendContext, StorageBackend
 from kvbench_core.contracts.conformance.checks import CHECKS
 from kvbench_core.contracts.conformance.harness import BackendHarness, CheckSkipped
 from kvbench_core.contracts.conformance.lifecycle import remaining_files
-from kvbench_core.engine.payload import NoisePool, VerifySink
+from kvbench_core.contracts.payload import NoisePool, VerifySink
 
 
 def _substitute(value: Any, tmp_path: Path) -> Any:

@@ -55,8 +55,8 @@ from typing import Any, ClassVar
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, DiscardSink, IOTiming, check_key
 from kvbench_core.contracts.errors import BackendUnavailable
+from kvbench_core.contracts.payload import EntryPayload
 from kvbench_core.contracts.validation import with_defaults
-from kvbench_core.engine.payload import EntryPayload
 from kvbench_core.filetiers.directory import TierDirectory
 from kvbench_core.filetiers.entry_files import EntryFilesBackend
 from kvbench_core.filetiers.fsinfo import describe_location

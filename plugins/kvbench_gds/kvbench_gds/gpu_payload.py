@@ -4,7 +4,7 @@ In a real engine KV tensors are born in GPU memory; with ``payload_origin: gpu``
 the gds tier renders an entry's bytes on the GPU instead of filling a host
 buffer and copying it over, so the write path is GPU → cuFile → NVMe with no
 host bytes at all (the seed's "GPU-native mode").  The bytes are exactly those
-``kvbench_core.engine.payload.NoisePool.render`` produces for the same entry and
+``kvbench_core.contracts.payload.NoisePool.render`` produces for the same entry and
 offset, so a verified read compares them with the host-side generator and
 dedup-resistance is unchanged: one copy of the pool's bytes plus a strided
 ``(entry_id, block_index)`` stamp every 512 bytes, mixed with splitmix64's
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvbench_core.engine.payload import _MIX_1, _MIX_2, _MIX_ADD, BLOCK, NoisePool, stamp_words
+from kvbench_core.contracts.payload import BLOCK, MIX_1, MIX_2, MIX_ADD, NoisePool, stamp_words
 
 _STAMP_BYTES = 16  # two little-endian 64-bit words
 
@@ -37,9 +37,9 @@ def _xor_shift_right(values: Any, shift: int, scratch: Any) -> None:
 
 
 def mix64_tensor(values: Any, scratch: Any) -> None:
-    """``kvbench_core.engine.payload.mix64`` on an int64 tensor in place (same bits as the uint64 result)."""
-    values.add_(_signed(_MIX_ADD))
-    for shift, multiplier in ((30, _MIX_1), (27, _MIX_2)):
+    """``kvbench_core.contracts.payload.mix64`` on an int64 tensor in place (same bits as the uint64 result)."""
+    values.add_(_signed(MIX_ADD))
+    for shift, multiplier in ((30, MIX_1), (27, MIX_2)):
         _xor_shift_right(values, shift, scratch)
         values.mul_(_signed(multiplier))
     _xor_shift_right(values, 31, scratch)

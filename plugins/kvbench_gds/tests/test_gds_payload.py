@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from gds_fakes import HAS_TORCH
 
-from kvbench_core.engine.payload import NoisePool, entry_id_for
+from kvbench_core.contracts.payload import NoisePool, entry_id_for
 
 pytestmark = pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed")
 

@@ -59,7 +59,7 @@ def probe(tier: StorageBackend, key: str, failure: str) -> None:
     """One 4 KiB write and read back through the tier, the way entries go, so a path NIXL cannot use
     (read-only directory, an S3 endpoint the SDK cannot talk to) fails here, clearly; ``failure``
     opens the message."""
-    from kvbench_core.engine.payload import NoisePool
+    from kvbench_core.contracts.payload import NoisePool
 
     pool = NoisePool(seed=1, pool_bytes=ALIGN, max_piece=ALIGN)
     try:

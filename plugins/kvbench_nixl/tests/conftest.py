@@ -12,7 +12,7 @@ from kvbench_nixl.backend import NixlBackend
 from s3_servers import MotoServer
 
 from kvbench_core.contracts.conformance import backend_fixtures
-from kvbench_core.engine.payload import NoisePool
+from kvbench_core.contracts.payload import NoisePool
 
 #: Fake AWS credentials for every test, and the session's moto server (shared with the other S3 tier's tests).
 aws_environment = s3_servers.aws_environment

@@ -9,7 +9,7 @@ import pytest
 from nixl_helpers import OpenBackend, needs_nixl
 
 from kvbench_core.contracts.backend import DISCARD
-from kvbench_core.engine.payload import NoisePool
+from kvbench_core.contracts.payload import NoisePool
 
 
 def _cuda() -> bool:

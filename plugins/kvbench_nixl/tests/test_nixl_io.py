@@ -12,8 +12,8 @@ from kvbench_nixl.library import Agent
 from nixl_helpers import OpenBackend, bucket_keys, needs_nixl
 
 from kvbench_core.contracts.backend import DISCARD
+from kvbench_core.contracts.payload import NoisePool
 from kvbench_core.engine.iolog import IOLog
-from kvbench_core.engine.payload import NoisePool
 
 pytestmark = needs_nixl
 KIB64 = 64 << 10

@@ -12,7 +12,7 @@ from kvbench_nvme.backend import NVMeBackend
 
 from kvbench_core.contracts.backend import BackendContext
 from kvbench_core.contracts.errors import BackendUnavailable
-from kvbench_core.engine.payload import NoisePool, VerifySink
+from kvbench_core.contracts.payload import NoisePool, VerifySink
 
 SMALL_TRANSFER = 64 << 10  # small pieces make multi-piece entries cheap
 

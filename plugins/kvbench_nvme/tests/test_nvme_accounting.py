@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from kvbench_core.contracts.backend import DISCARD
-from kvbench_core.engine.payload import NoisePool
+from kvbench_core.contracts.payload import NoisePool
 from kvbench_core.filetiers.diskstats import DiskStats, process_io
 
 ENTRY = 64 << 20

@@ -13,7 +13,7 @@ from kvbench_nvme.psync import FILL_AHEAD
 from kvbench_nvme.uring import unavailable_reason
 
 from kvbench_core.contracts.backend import DISCARD
-from kvbench_core.engine.payload import NoisePool
+from kvbench_core.contracts.payload import NoisePool
 
 TS = 64 << 10
 SIZES = [1, 511, 4095, 4096, 4097, TS - 1, TS, TS + 1, 3 * TS + 17, 5 * TS]

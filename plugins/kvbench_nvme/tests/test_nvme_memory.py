@@ -15,7 +15,7 @@ ENTRY = 256 << 20
 SCRIPT = """
 import json, resource, sys
 from kvbench_core.contracts.backend import BackendContext
-from kvbench_core.engine.payload import NoisePool, ChecksumSink
+from kvbench_core.contracts.payload import NoisePool, ChecksumSink
 from kvbench_nvme.backend import NVMeBackend
 
 pool = NoisePool(seed=3, pool_bytes=16 << 20, max_piece=4 << 20)

@@ -15,7 +15,7 @@ from kvbench_nvme.backend import NVMeBackend
 
 from kvbench_core.contracts.backend import BackendContext
 from kvbench_core.contracts.errors import BackendUnavailable, Cancelled
-from kvbench_core.engine.payload import NoisePool
+from kvbench_core.contracts.payload import NoisePool
 from kvbench_core.filetiers.directory import MARKER
 
 
@@ -188,7 +188,7 @@ KILLED_RUN = """
 import os, signal, sys
 from kvbench_nvme.backend import NVMeBackend
 from kvbench_core.contracts.backend import BackendContext
-from kvbench_core.engine.payload import NoisePool
+from kvbench_core.contracts.payload import NoisePool
 backend = NVMeBackend({"path": sys.argv[1], "fsync": False}, BackendContext(tier_name="nvme0", run_id="dead1"))
 backend.open()
 pool = NoisePool(1, pool_bytes=1 << 20)

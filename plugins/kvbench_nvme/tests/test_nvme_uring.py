@@ -19,7 +19,7 @@ from kvbench_nvme.uring_engine import UringEngine
 from kvbench_core.contracts.backend import DISCARD
 from kvbench_core.contracts.conformance import FileTierConformance
 from kvbench_core.contracts.errors import BackendUnavailable
-from kvbench_core.engine.payload import NoisePool
+from kvbench_core.contracts.payload import NoisePool
 
 UNAVAILABLE = uring.unavailable_reason()
 pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"io_uring unavailable here: {UNAVAILABLE}")

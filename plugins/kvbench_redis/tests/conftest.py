@@ -19,7 +19,7 @@ from kvbench_redis.backend import RedisBackend
 from redis_servers import REDIS_CLI, RedisCluster, RedisServer, free_port, require_redis, start_redis
 
 from kvbench_core.contracts.conformance import backend_fixtures
-from kvbench_core.engine.payload import NoisePool
+from kvbench_core.contracts.payload import NoisePool
 
 
 @pytest.fixture(scope="session")

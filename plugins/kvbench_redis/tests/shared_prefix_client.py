@@ -18,7 +18,7 @@ import numpy as np
 from kvbench_redis.backend import RedisBackend
 
 from kvbench_core.contracts.backend import DISCARD, BackendContext
-from kvbench_core.engine.payload import NoisePool, VerifySink
+from kvbench_core.contracts.payload import NoisePool, VerifySink
 
 
 def main(role: str, port: str, namespace: str, key: str, size: str) -> None:

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from redis_servers import RedisServer
 
+from kvbench_core.contracts.payload import NoisePool, VerifySink
 from kvbench_core.engine.cache_types import Tier
-from kvbench_core.engine.payload import NoisePool, VerifySink
 from kvbench_core.engine.telemetry import Telemetry
 from kvbench_core.engine.waterfall import MultiTierCache
 

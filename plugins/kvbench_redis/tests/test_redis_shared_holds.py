@@ -15,7 +15,7 @@ from redis_servers import RedisServer
 
 from kvbench_core.contracts.backend import DISCARD
 from kvbench_core.contracts.errors import BackendUnavailable
-from kvbench_core.engine.payload import NoisePool
+from kvbench_core.contracts.payload import NoisePool
 
 pytestmark = pytest.mark.redis
 

@@ -13,7 +13,7 @@ from kvbench_s3.backend import S3Backend
 from s3_servers import MotoServer, require_moto, start_moto
 
 from kvbench_core.contracts.conformance import backend_fixtures
-from kvbench_core.engine.payload import NoisePool
+from kvbench_core.contracts.payload import NoisePool
 
 #: Fake AWS credentials for every test, and the session's moto server (shared with the other S3 tier's tests).
 aws_environment = s3_servers.aws_environment

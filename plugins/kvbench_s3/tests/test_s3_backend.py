@@ -19,9 +19,9 @@ from s3_servers import MotoServer, free_port
 from kvbench_core.contracts.backend import DISCARD, BackendContext, StorageBackend
 from kvbench_core.contracts.conformance import BackendConformance
 from kvbench_core.contracts.errors import BackendUnavailable, SpecError
+from kvbench_core.contracts.payload import NoisePool
 from kvbench_core.contracts.plugins import registry
 from kvbench_core.engine.factory import create_backend
-from kvbench_core.engine.payload import NoisePool
 
 pytestmark = pytest.mark.s3
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from kvbench_core.engine.payload import NoisePool
+from kvbench_core.contracts.payload import NoisePool
 
 pytestmark = [pytest.mark.s3, pytest.mark.slow]
 

@@ -19,7 +19,7 @@ from s3_servers import free_port
 
 from kvbench_core.contracts.backend import DISCARD, BackendContext
 from kvbench_core.contracts.errors import BackendUnavailable
-from kvbench_core.engine.payload import NoisePool
+from kvbench_core.contracts.payload import NoisePool
 
 pytestmark = pytest.mark.s3
 

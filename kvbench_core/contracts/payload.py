@@ -12,6 +12,9 @@ counter stamp gave a byte-plane codec 2.4 % to find in "incompressible" data).  
 plus a strided stamp into the caller's reused buffer.  The same function
 regenerates the expected bytes for ``verify``.
 
+The format is part of the plugin contract (``kvbench_core.contracts``): a tier that fills or checks payloads
+itself, on a GPU say, renders exactly these bytes, and the conformance suite writes them.
+
 What the pool holds is the run's declared payload kind (``payload:`` in the
 spec).  ``random`` (the default, as MLPerf requires) is incompressible noise.
 ``synthetic_kv`` is BF16 values drawn from an activation-like model (below and
@@ -33,23 +36,25 @@ BLOCK = 512
 STAMP_BYTES = 16  # two little-endian uint64 at the start of each block, see the module docstring
 STAMP_DTYPE = np.dtype("V16")  # one stamp as raw bytes: a whole stamp is one strided 16-byte store
 MIXED_BLOCKS_BYTES = 64 << 20  # the stamp's mix64(block) is precomputed for an entry's first 64 MiB
-_MIX_ADD, _MIX_1, _MIX_2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+#: splitmix64's finaliser constants: public because a tier that renders payloads on its own device (the
+#: gds tier's GPU payload) must produce the same bits.
+MIX_ADD, MIX_1, MIX_2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 _MASK64 = (1 << 64) - 1
 
 
 def mix64(value: int) -> int:
     """splitmix64's finaliser on one integer: a bijection of 64-bit values that looks random."""
-    z = (value + _MIX_ADD) & _MASK64
-    z = ((z ^ (z >> 30)) * _MIX_1) & _MASK64
-    z = ((z ^ (z >> 27)) * _MIX_2) & _MASK64
+    z = (value + MIX_ADD) & _MASK64
+    z = ((z ^ (z >> 30)) * MIX_1) & _MASK64
+    z = ((z ^ (z >> 27)) * MIX_2) & _MASK64
     return z ^ (z >> 31)
 
 
 def mix64_array(values: np.ndarray, scratch: np.ndarray) -> None:
     """``mix64`` on a uint64 array in place (``scratch`` is as long), with no temporary arrays."""
     with np.errstate(over="ignore"):
-        np.add(values, np.uint64(_MIX_ADD), out=values)
-        for shift, multiplier in ((30, _MIX_1), (27, _MIX_2)):
+        np.add(values, np.uint64(MIX_ADD), out=values)
+        for shift, multiplier in ((30, MIX_1), (27, MIX_2)):
             np.right_shift(values, np.uint64(shift), out=scratch)
             np.bitwise_xor(values, scratch, out=values)
             np.multiply(values, np.uint64(multiplier), out=values)
