@@ -36,10 +36,10 @@ from typing import Any
 import numpy as np
 
 from kvbench_core.codecs.stage import codec_class
+from kvbench_core.contracts.percentiles import sample_percentiles
 from kvbench_core.contracts.units import format_bytes
 from kvbench_core.contracts.workload import Phase, decode_read_count, derive_phase
 from kvbench_core.engine.factory import require_backend
-from kvbench_core.engine.histogram import sample_percentiles
 from kvbench_core.engine.setup import build_source
 from kvbench_core.spec.bounds import admits
 from kvbench_core.spec.plan import RunPlan, thaw

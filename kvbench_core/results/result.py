@@ -22,10 +22,10 @@ import numpy as np
 
 from kvbench_core import __version__
 from kvbench_core.codecs.figures import tensor_declaration
+from kvbench_core.contracts.percentiles import sample_percentiles
 from kvbench_core.contracts.plugins import plugin_versions
 from kvbench_core.contracts.redact import environment_secrets, redact
 from kvbench_core.engine.cache_figures import reuse_rate
-from kvbench_core.engine.histogram import sample_percentiles
 from kvbench_core.engine.opstats import measured_queue_depth
 from kvbench_core.engine.runner import RunState
 from kvbench_core.results.checks import run_checks

@@ -16,7 +16,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvbench_core.results.environment import mount_of
+from kvbench_core.filetiers.fsinfo import mount_of
 
 SYS_DEV_BLOCK = "/sys/dev/block"
 MINOR_BITS = 20  # the kernel's dev_t: MKDEV(major, minor) = major << 20 | minor
@@ -59,15 +59,15 @@ def _filesystem_device(path: str) -> str:
     device = os.stat(path).st_dev
     if os.major(device) != 0:
         return f"{os.major(device)}:{os.minor(device)}"
-    mount = mount_of(path) or {}
-    source = mount.get("source", "")
+    mount = mount_of(path)
+    source = mount.source if mount else ""
     try:
         node = os.stat(source) if source.startswith("/dev/") else None
     except OSError:
         node = None
     if node is not None and stat.S_ISBLK(node.st_mode):
         return f"{os.major(node.st_rdev)}:{os.minor(node.st_rdev)}"
-    raise DeviceNotTraceable(f"{path} is on {mount.get('fs_type', 'a filesystem')} "
+    raise DeviceNotTraceable(f"{path} is on {mount.fstype if mount else 'a filesystem'} "
                              f"({source or 'no source'}), which has no block device")
 
 

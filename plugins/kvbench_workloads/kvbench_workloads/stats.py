@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from kvbench_core.contracts.percentiles import sample_percentiles
 from kvbench_core.contracts.workload import Request
-from kvbench_core.engine.histogram import sample_percentiles
 from kvbench_workloads.rows import LoadReport
 
 
