@@ -1,5 +1,7 @@
 """Codec throughput and ratio per payload kind, measured in one run on one core.
 
+Needs: the codecs extra: pip install -e '.[codecs]' (cramjam).
+
 For each payload kind (``random``, ``synthetic_kv``) and each built-in codec at a few levels, encode and
 decode ``--megabytes`` of payload in the stage's 1 MiB chunks on one thread, into reused buffers (as the
 codec stage does), then run the same bytes through the stage itself (``CodecTier`` over a ``cpu`` tier)
@@ -10,6 +12,11 @@ docs/PERFORMANCE.md ("Codecs").  Rates are logical (uncompressed) bytes per seco
 """
 
 from __future__ import annotations
+
+from needs import need  # bench/needs.py: the line above, checked before the imports that need it
+
+need("the codecs extra: pip install -e '.[codecs]' (cramjam)",
+     modules=("cramjam",))
 
 import argparse
 import json

@@ -1,5 +1,7 @@
 """The DRAM tier's read bandwidth beside plain memcpy, measured in one run on this machine.
 
+Needs: kvbench-core alone: pip install -e ..
+
 A read from the ``cpu`` tier copies every 4 MiB block of the entry into a reused destination buffer (the
 stand-in for the buffer the KV is restored into).  Its bandwidth must therefore be at most memcpy's: a
 figure above it would mean the tier hands out views instead of moving bytes.  This script measures, in
@@ -17,6 +19,11 @@ numbers in docs/PERFORMANCE.md.
 """
 
 from __future__ import annotations
+
+from needs import need  # bench/needs.py: the line above, checked before the imports that need it
+
+need("kvbench-core alone: pip install -e .",
+     modules=("kvbench_core",))
 
 import argparse
 import json

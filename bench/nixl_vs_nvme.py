@@ -1,5 +1,7 @@
 """The nixl tier (NIXL's POSIX plugin) beside the nvme tier on the same files, sizes and concurrency.
 
+Needs: the nvme and nixl plugins with NIXL: pip install -e plugins/kvbench_nvme -e 'plugins/kvbench_nixl[nixl]'.
+
 Both tiers write their entry files into one directory on one filesystem, with the same transfer size,
 queue depth, ``fsync`` after each write and page-cache drop before each read; ``threads`` threads each
 write and then read back their own entries, as ``concurrency`` operations of the cache would.  Repeats
@@ -15,6 +17,11 @@ Keep it short on a shared machine: the defaults move 2 x 2 x 8 x 16 MiB per tier
 """
 
 from __future__ import annotations
+
+from needs import need  # bench/needs.py: the line above, checked before the imports that need it
+
+need("the nvme and nixl plugins with NIXL: pip install -e plugins/kvbench_nvme -e 'plugins/kvbench_nixl[nixl]'",
+     modules=("kvbench_nvme", "kvbench_nixl", "nixl_cu12|nixl_cu13|nixl"))
 
 import argparse
 import json

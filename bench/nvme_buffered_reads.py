@@ -1,5 +1,7 @@
 """Buffered reads of one and the same file by fio's psync job and by kvbench's nvme tier, alternately.
 
+Needs: the nvme plugin and fio: pip install -e plugins/kvbench_nvme; apt-get install fio.
+
 ``bench/nvme_vs_fio.py`` gives each tool its own files.  When kvbench's buffered
 reads came out 1.4–2.7× fio's there, the question was whether the tools read
 differently or their files were in different places (the host's cache of a
@@ -15,6 +17,11 @@ is visible.  The device's ``read_ahead_kb`` and ``max_sectors_kb`` are printed.
 """
 
 from __future__ import annotations
+
+from needs import need  # bench/needs.py: the line above, checked before the imports that need it
+
+need("the nvme plugin and fio: pip install -e plugins/kvbench_nvme; apt-get install fio",
+     modules=("kvbench_nvme",), programs=("fio",))
 
 import argparse
 import json

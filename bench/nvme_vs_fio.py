@@ -1,5 +1,7 @@
 """kvbench's nvme tier against fio on the same filesystem, entry sizes and concurrency, side by side.
 
+Needs: the nvme plugin and fio: pip install -e plugins/kvbench_nvme; apt-get install fio.
+
 For each mode (``buffered``: page cache + fsync on write, page cache dropped
 before read; ``direct``: O_DIRECT + fsync) and each queue depth, every repeat
 runs each tool's write, then each tool's read (which tool goes first rotates
@@ -60,6 +62,11 @@ per-operation total.
 """
 
 from __future__ import annotations
+
+from needs import need  # bench/needs.py: the line above, checked before the imports that need it
+
+need("the nvme plugin and fio: pip install -e plugins/kvbench_nvme; apt-get install fio",
+     modules=("kvbench_nvme",), programs=("fio",))
 
 import argparse
 import json

@@ -1,5 +1,7 @@
 """Where the nvme tier's O_DIRECT write CPU goes: payload rendering vs the I/O path, per engine and queue depth.
 
+Needs: the nvme plugin and fio: pip install -e plugins/kvbench_nvme; apt-get install fio.
+
 CPU per GiB is split by subtraction in one process, each phase measured with
 ``RUSAGE_SELF`` (every thread; user and system separately):
 
@@ -23,6 +25,11 @@ start-up, and py-spy's sampling itself slowed the writes by a third.
 """
 
 from __future__ import annotations
+
+from needs import need  # bench/needs.py: the line above, checked before the imports that need it
+
+need("the nvme plugin and fio: pip install -e plugins/kvbench_nvme; apt-get install fio",
+     modules=("kvbench_nvme",), programs=("fio",))
 
 import argparse
 import mmap

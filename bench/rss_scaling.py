@@ -1,5 +1,7 @@
 """Peak RSS of a run vs user count, on the seed's storage-baseline shape.
 
+Needs: the nvme plugin (it runs specs/storage-baseline.yaml): pip install -e plugins/kvbench_nvme.
+
 llama3.1-8b (128 KiB/token), coding profile (contexts up to 25K tokens ≈ 3 GiB entries), max_inflight 4,
 one file tier.  Entries are streamed in transfer-size pieces, so peak RSS must stay far below one entry
 and must not grow with the user count.  Prints one line per user count and a JSON summary; record the
@@ -9,6 +11,11 @@ numbers in docs/PERFORMANCE.md.
 """
 
 from __future__ import annotations
+
+from needs import need  # bench/needs.py: the line above, checked before the imports that need it
+
+need("the nvme plugin (it runs specs/storage-baseline.yaml): pip install -e plugins/kvbench_nvme",
+     modules=("kvbench_nvme",))
 
 import argparse
 import json

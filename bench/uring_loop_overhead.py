@@ -1,5 +1,7 @@
 """Python's own cost per command in the io_uring engine's loop: this tree's engines against a git revision's.
 
+Needs: the nvme plugin and git (the baseline is read from git): pip install -e plugins/kvbench_nvme.
+
 Both versions of the ``kvbench_nvme`` package (the working tree's and ``--baseline``'s, read from git; its
 ``engines`` module names the engines, which live in several modules since the split) move
 the same entries through buffered io_uring on a tmpfs file (``/dev/shm`` by default), where no device
@@ -13,6 +15,11 @@ both alike; the medians of the per-command process CPU time and wall time, and t
 """
 
 from __future__ import annotations
+
+from needs import need  # bench/needs.py: the line above, checked before the imports that need it
+
+need("the nvme plugin and git (the baseline is read from git): pip install -e plugins/kvbench_nvme",
+     modules=("kvbench_nvme",), programs=("git",))
 
 import argparse
 import importlib.abc
