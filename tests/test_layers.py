@@ -81,3 +81,11 @@ def test_a_plugin_imports_only_the_contracts_and_the_file_tier_kit() -> None:
 def test_the_floor_map_names_every_room() -> None:
     rooms = {path.name for path in CORE.iterdir() if path.is_dir() and (path / "__init__.py").exists()}
     assert rooms - {"schemas"} == set(FLOOR)
+
+
+def test_every_name_the_contracts_publish_resolves_to_one_thing() -> None:
+    import kvbench_core.contracts as contracts
+
+    assert len(set(contracts.__all__)) == len(contracts.__all__)
+    for name in contracts.__all__:
+        assert getattr(contracts, name) is not None, name
