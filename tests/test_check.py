@@ -13,10 +13,12 @@ import pytest
 
 from kvbench_core.cli import main
 from kvbench_core.engine.histogram import LatencyHistogram
+from kvbench_core.engine.records import DeviceStats
 from kvbench_core.engine.telemetry import OpStats
 from kvbench_core.reports.aggregate import summarize_trials
 from kvbench_core.reports.rules import RULESETS, check
 from kvbench_core.results.checks import attention_lines, run_checks
+from kvbench_core.results.document import ResultDocument
 from kvbench_core.results.metrics import Metrics, TierMetrics, headline
 from kvbench_core.spec.loader import spec_sha256
 
@@ -46,6 +48,12 @@ def _op(nbytes: int, *device_ms: float) -> OpStats:
                    first_start=1.0, last_end=300.0)
 
 
+def _window_device(nbytes: int, commands: int) -> dict[str, DeviceStats]:
+    """A tier op's device phases when every command completed inside the window."""
+    return {"warmup": DeviceStats(), "window": DeviceStats(nbytes, commands, first_start=1.0, last_end=300.0),
+            "drain": DeviceStats()}
+
+
 def _spec(cpu_capacity: int) -> dict[str, Any]:
     """The seed's Option 1 (cpu 0) or Option 2 (cpu 4 GiB) spec as a session would record it."""
     tiers = [{"name": "nvme", "backend": "nvme", "capacity": 100 * GIB}]
@@ -68,7 +76,9 @@ def _trial(number: int, cpu_capacity: int) -> dict[str, Any]:
     write_bytes = 400 * GIB
     completed = 5000 + number
     tier = TierMetrics("nvme", 100 * GIB, False, {}, _op(read_bytes, 890.0 + number, 892.0),
-                       _op(write_bytes, 156.0), reads_served=5000)
+                       _op(write_bytes, 156.0), reads_served=5000,
+                       device={"read": _window_device(read_bytes, 2), "write": _window_device(write_bytes, 1)},
+                       moved={"read": read_bytes, "write": write_bytes})
     e2e = _repeated_ms(3000.0 + number, completed)
     metrics = Metrics(
         measured_s=301.2, started_at=1.0, ended_at=302.2, monotonic_start=0.0,
@@ -120,7 +130,7 @@ def _submission(directory: Path, cpu_capacity: int = 0, *, trials: int = 5, tria
 
 
 def _failed(result: dict[str, Any], directory: Path) -> dict[str, str]:
-    return {o.rule: o.reason for o in check(result, "mlperf-v3", directory) if not o.passed}
+    return {o.rule: o.reason for o in check(ResultDocument.unchecked(result), "mlperf-v3", directory) if not o.passed}
 
 
 @pytest.mark.parametrize("cpu", [0, 4 * GIB, 4 * 10**9])
@@ -229,7 +239,7 @@ def test_a_missing_trial_file_fails(tmp_path: Path) -> None:
 
 def test_a_single_trial_is_not_a_submission() -> None:
     doc = _trial(1, 0)
-    failed = {o.rule: o.reason for o in check(doc, "mlperf-v3") if not o.passed}
+    failed = {o.rule: o.reason for o in check(ResultDocument.unchecked(doc), "mlperf-v3") if not o.passed}
     assert set(failed) == {"3-5 trials", "median reported"}
     assert "-summary.json" in failed["3-5 trials"]
 
@@ -324,8 +334,9 @@ def test_a_real_run_checks_every_invariant_and_they_hold(tmp_path: Path) -> None
 
     tier = {"name": "disk", "backend": "nvme", "capacity": "64MiB",
             "options": {"path": str(tmp_path / "cache"), "fsync": False}}
-    code, out, err = run_cli(tmp_path, history_spec([tier], output={"directory": str(tmp_path / "out"),
-                                                                    "progress": "off"}))
+    # 40 requests: a p95 needs 20 completed for the run to be completed (results/status.py)
+    code, out, err = run_cli(tmp_path, history_spec([tier], requests=40,
+                                                    output={"directory": str(tmp_path / "out"), "progress": "off"}))
     assert code == 0, err
     result = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
     names = {item["name"].split(".")[0].rstrip(":") for item in result["checks"]["items"]}

@@ -1,39 +1,32 @@
 """Submission rules a result is checked against (``kvbench check RESULT --rules NAME``).
 
-``mlperf-v3`` is the seed's §6 submission checklist (mlperf-kv-cache-v3-spec.txt,
-"Critical Parameters" and "Submission Checklist").  A summary's numbers are
-never trusted: each trial's result file is read from beside the summary, its
-sha256 verified against the one the session recorded, its spec hash
-recomputed, its headline re-derived from its own sections and its invariants
-re-checked; the rules judge those facts, and the summary's headline must be
-the median of the re-derived figures.  Each rule says pass or fail with the
-reason in one line a submitter can act on.
+Every rule set starts with ``INVARIANTS``: the document is what kvbench
+wrote (format, schema, spec hash), every figure re-derives from its raw
+material (results/rederive.py), a summary's figures from its trial files,
+its status from the status rules (results/status.py), its invariants hold.
+``mlperf-v3`` adds the seed's §6 submission checklist (mlperf-kv-cache-v3-spec.txt,
+"Critical Parameters" and "Submission Checklist").  The rules judge the
+evidence reports/evidence.py reads and verifies, never a summary's own
+numbers.  Each rule says pass or fail with the reason in one line a
+submitter can act on.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kvbench_core.contracts.units import format_bytes
 from kvbench_core.reports.aggregate import trial_statistics
+from kvbench_core.reports.evidence import Evidence, gather, rederived_headline
 from kvbench_core.reports.metrics import HEADLINE, measured_figures
 from kvbench_core.results.checks import run_checks
-from kvbench_core.results.metrics import headline
-from kvbench_core.results.rederive import (
-    IncompleteResult,
-    document_problems,
-    figure_checks,
-    figure_count,
-    listed,
-    rederived_metrics,
-)
-from kvbench_core.spec.loader import spec_sha256
+from kvbench_core.results.document import ResultDocument
+from kvbench_core.results.document import problems as document_problems
+from kvbench_core.results.rederive import IncompleteResult, figure_checks, figure_count, listed, rederived_metrics
 
 GIB = 1 << 30
 MIN_DURATION_S = 300.0
@@ -55,72 +48,7 @@ class RuleOutcome:
     reason: str
 
 
-@dataclass
-class Evidence:
-    """What the rules judge: the checked document, and every trial as read and verified from its file
-    (a single run is its own only trial).  ``problems`` are trial files that could not be trusted."""
-
-    result: dict[str, Any]
-    trials: list[dict[str, Any]] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def summary(self) -> bool:
-        return bool(self.result.get("trials"))
-
-    def specs(self) -> list[dict[str, Any]]:
-        """The resolved spec of every trial (of the document itself when no trial could be read)."""
-        return [t["spec"]["resolved"] for t in self.trials] or [self.result["spec"]["resolved"]]
-
-
 Rule = Callable[[Evidence], RuleOutcome]
-
-
-def _file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def gather(result: dict[str, Any], directory: str | Path | None) -> Evidence:
-    """Read and verify the trial files a summary names (``directory``: where the summary lives)."""
-    evidence = Evidence(result)
-    if not evidence.summary:
-        evidence.trials = [result]
-        return evidence
-    summary_hash = result["spec"].get("sha256")
-    for run in result["trials"]["runs"]:
-        label = f"trial {run['trial']} ({run['file']})"
-        path = Path(directory or ".") / Path(run["file"]).name
-        if not path.is_file():
-            evidence.problems.append(f"{label}: file not found next to the summary")
-            continue
-        recorded = run.get("sha256")
-        if not recorded:
-            evidence.problems.append(f"{label}: the summary records no sha256 for it")
-            continue
-        if _file_sha256(path) != recorded:
-            evidence.problems.append(f"{label}: sha256 differs from the summary's record (the file was edited)")
-            continue
-        trial = json.loads(path.read_text())
-        if spec_sha256(trial["spec"]["as_written"]) != trial["spec"].get("sha256"):
-            evidence.problems.append(f"{label}: its spec does not hash to its recorded spec sha256")
-            continue
-        if trial["spec"]["sha256"] != summary_hash:
-            evidence.problems.append(f"{label}: ran another spec than the summary's")
-            continue
-        evidence.trials.append(trial)
-    return evidence
-
-
-def rederived_headline(trial: dict[str, Any]) -> dict[str, Any]:
-    """The trial's headline recomputed from its own sections by the run's formulas (never read back)."""
-    metrics = trial.get("metrics") or {}
-    if "window" not in metrics:
-        return {}
-    return headline(metrics, trial["model"]["bytes_per_token_all_ranks"])
-
-
-def _completed(evidence: Evidence) -> list[dict[str, Any]]:
-    return [t for t in evidence.trials if t["run"]["status"] == "completed" and (t.get("metrics") or {})]
 
 
 def trial_files_verified(evidence: Evidence) -> RuleOutcome:
@@ -141,7 +69,7 @@ def seed_42(evidence: Evidence) -> RuleOutcome:
 
 
 def model_submitted(evidence: Evidence) -> RuleOutcome:
-    names = sorted({str((t.get("model") or {}).get("name")) for t in evidence.trials or [evidence.result]})
+    names = sorted({str((t.model or {}).get("name")) for t in evidence.trials or [evidence.result]})
     bad = [n for n in names if n not in SUBMISSION_MODELS]
     return RuleOutcome("model", not bad, f"model {', '.join(names)}" + (
         f"; the rules run {' or '.join(SUBMISSION_MODELS)}" if bad else ""))
@@ -181,8 +109,8 @@ def duration_300s(evidence: Evidence) -> RuleOutcome:
         shown = ", ".join(str(d) for d in durations)
         return RuleOutcome("duration >= 300 s", False, f"duration is {shown} s; the rules require >= 300 s "
                            "(steady state)")
-    short = [(t["run"]["trial"], t["metrics"]["window"]["measured_s"]) for t in _completed(evidence)
-             if t["metrics"]["window"]["measured_s"] < MIN_DURATION_S]
+    short = [(t.run.trial, t.metrics["window"]["measured_s"]) for t in evidence.completed()
+             if t.metrics["window"]["measured_s"] < MIN_DURATION_S]
     if short:
         listed = ", ".join(f"trial {n}: {s:.0f} s" for n, s in short)
         return RuleOutcome("duration >= 300 s", False, f"measured window shorter than 300 s ({listed})")
@@ -194,17 +122,17 @@ def trial_count(evidence: Evidence) -> RuleOutcome:
     if not evidence.summary:
         return RuleOutcome("3-5 trials", False, "this is a single run; run with trials: 3-5 and check the "
                            "-summary.json")
-    count = len(_completed(evidence))
+    count = len(evidence.completed())
     ok = low <= count <= high
-    return RuleOutcome("3-5 trials", ok, f"{count} completed trials read ({evidence.result['trials']['requested']} "
+    return RuleOutcome("3-5 trials", ok, f"{count} completed trials read ({evidence.trials_section.requested} "
                        "requested)" + ("" if ok else f"; the rules require {low}-{high}"))
 
 
 def _headline_differences(evidence: Evidence) -> list[str]:
     """Each headline figure of the summary that is not the median of that figure re-derived from the
     completed trials' files."""
-    derived = [rederived_headline(t) for t in _completed(evidence)]
-    stated = evidence.result["metrics"].get("headline") or {}
+    derived = [rederived_headline(t) for t in evidence.completed()]
+    stated = evidence.result.headline
     wrong = []
     for figure in HEADLINE:
         values = [d[figure.key] for d in derived if d.get(figure.key) is not None]
@@ -218,12 +146,12 @@ def _statistics_differences(evidence: Evidence) -> list[str]:
     """Each figure statistic of the summary's ``trials.metrics`` (median, min, max, cv, the values) that
     differs from the statistic over the completed trials' re-derived figures."""
     per_trial = []
-    for trial in _completed(evidence):
+    for trial in evidence.completed():
         try:
-            per_trial.append(measured_figures({"metrics": rederived_metrics(trial) or {}}))
+            per_trial.append(measured_figures({"metrics": rederived_metrics(trial.to_json()) or {}}))
         except IncompleteResult:
             per_trial.append({})  # named by the figures rule
-    stated = evidence.result["trials"].get("metrics") or {}
+    stated = evidence.trials_section.metrics
     keys = dict.fromkeys([*stated, *(key for figures in per_trial for key in figures)])
     wrong = []
     for key in keys:
@@ -239,7 +167,7 @@ def median_reported(evidence: Evidence) -> RuleOutcome:
     if not evidence.summary:
         return RuleOutcome("median reported", False, "no trials summary: a single run has no median")
     wrong = _headline_differences(evidence)
-    ok = bool(_completed(evidence)) and not wrong and evidence.result["trials"]["statistic"] == "median"
+    ok = bool(evidence.completed()) and not wrong and evidence.trials_section.statistic == "median"
     return RuleOutcome("median reported", ok, "headline = median of the re-derived trial figures" if ok
                        else "; ".join(wrong) or "no completed trial to take a median of")
 
@@ -252,18 +180,30 @@ def summary_rederived(evidence: Evidence) -> RuleOutcome:
     wrong = _headline_differences(evidence) + _statistics_differences(evidence)
     if wrong:
         return RuleOutcome(name, False, listed(wrong))
-    return RuleOutcome(name, True, f"headline and statistics = those of the {len(_completed(evidence))} completed "
+    return RuleOutcome(name, True, f"headline and statistics = those of the {len(evidence.completed())} completed "
                                    "trials' re-derived figures")
 
 
 def document_valid(evidence: Evidence) -> RuleOutcome:
     """The format version, the published schema and the spec's sha256, of the document and each trial."""
-    docs = [("", evidence.result)]
-    if evidence.summary:
-        docs += [(f"trial {t['run']['trial']}: ", t) for t in evidence.trials]
-    bad = [who + problem for who, doc in docs for problem in document_problems(doc)]
+    docs = [evidence.result, *(evidence.trials if evidence.summary else ())]
+    bad = [(evidence.label(doc) if doc is not evidence.result else "") + problem
+           for doc in docs for problem in document_problems(doc.to_json())]
     return RuleOutcome("format, schema and spec hash", not bad, listed(bad) or
                        "result format, result.schema.json and the spec's sha256 verified")
+
+
+def status_rederived(evidence: Evidence) -> RuleOutcome:
+    """The recorded status is the one the status rules (results/status.py) give the document's own counts
+    and re-checked invariants; a summary's, the one they give its trial files' statuses."""
+    name = "status re-derived"
+    runs = [t.run.to_json() for t in evidence.trials] if evidence.summary and not evidence.problems else None
+    decided = evidence.result.rederived_verdict(runs)
+    recorded = evidence.result.run.status
+    if recorded != decided.status:
+        return RuleOutcome(name, False, f"run.status is {recorded!r}; the rules give {decided.status!r} "
+                                        f"({decided.rule}: {decided.reason})")
+    return RuleOutcome(name, True, f"{recorded} ({decided.rule}: {decided.reason})")
 
 
 def figures_rederived(evidence: Evidence) -> RuleOutcome:
@@ -272,9 +212,9 @@ def figures_rederived(evidence: Evidence) -> RuleOutcome:
     name = "figures re-derived"
     bad, count = [], 0
     for trial in evidence.trials:
-        who = f"trial {trial['run']['trial']}: " if evidence.summary else ""
-        bad += [who + check.line() for check in figure_checks(trial)]
-        count += figure_count(trial)
+        data = trial.to_json()
+        bad += [evidence.label(trial) + check.line() for check in figure_checks(data)]
+        count += figure_count(data)
     if bad:
         return RuleOutcome(name, False, listed(bad))
     if not count:
@@ -283,29 +223,29 @@ def figures_rederived(evidence: Evidence) -> RuleOutcome:
 
 
 def trials_completed(evidence: Evidence) -> RuleOutcome:
-    runs = evidence.result["trials"]["runs"] if evidence.summary else [evidence.result["run"]]
-    bad = [f"trial {r['trial']}: {r['status']} ({r['stop_reason']})" for r in runs if r["status"] != "completed"]
-    bad += [f"trial {t['run']['trial']}: {t['run']['status']} in its file" for t in evidence.trials
-            if t["run"]["status"] != "completed"]
+    runs = evidence.trials_section.runs if evidence.summary else [evidence.result.run]
+    bad = [f"trial {r.trial}: {r.status} ({r.stop_reason})" for r in runs if r.status != "completed"]
+    bad += [f"trial {t.run.trial}: {t.run.status} in its file" for t in evidence.trials
+            if t.run.status != "completed"]
     return RuleOutcome("every trial completed", not bad, "; ".join(dict.fromkeys(bad)) or "all completed")
 
 
 def no_failed_writes(evidence: Evidence) -> RuleOutcome:
     bad = []
-    for trial in _completed(evidence):
-        metrics = trial["metrics"]
+    for trial in evidence.completed():
+        metrics = trial.metrics
         errors = sum(t["write"]["errors"] for t in metrics["tiers"].values())
         failed = metrics["requests"]["failed"]
         no_room = metrics["requests"].get("write_failed", 0)  # KV no tier could store
         if errors or failed or no_room:
-            bad.append(f"trial {trial['run']['trial']}: {errors} failed writes, {failed} failed requests, "
+            bad.append(f"trial {trial.run.trial}: {errors} failed writes, {failed} failed requests, "
                        f"{no_room} requests whose KV found no room")
     return RuleOutcome("no failed writes", not bad, "; ".join(bad) or "every write and request succeeded")
 
 
 def invariants_hold(evidence: Evidence) -> RuleOutcome:
-    checked = [(t, run_checks(t)) for t in evidence.trials]
-    bad = [f"trial {t['run']['trial']}: {line}" for t, checks in checked for line in checks["violations"]]
+    checked = [(t, run_checks(t.to_json())) for t in evidence.trials]
+    bad = [f"trial {t.run.trial}: {line}" for t, checks in checked for line in checks["violations"]]
     count = sum(len(checks["items"]) for _, checks in checked)
     if not bad and not count:  # a run that failed or was stopped before its window opened has none to check
         return RuleOutcome("invariants", True, "no measured window: no invariant applies (nothing was measured)")
@@ -327,7 +267,7 @@ def cpu_setting_metrics(evidence: Evidence) -> RuleOutcome:
     if len(settings) > 1:
         return RuleOutcome(name, False, "the trials ran different cpu tier capacities")
     setting = settings.pop()
-    derived = [rederived_headline(t) for t in _completed(evidence)] or [{}]
+    derived = [rederived_headline(t) for t in evidence.completed()] or [{}]
     missing = sorted({key for head in derived for key in CPU_SETTING_METRICS[setting] if head.get(key) is None})
     required = ", ".join(CPU_SETTING_METRICS[setting])
     if missing:
@@ -336,16 +276,16 @@ def cpu_setting_metrics(evidence: Evidence) -> RuleOutcome:
 
 
 def not_traced(evidence: Evidence) -> RuleOutcome:
-    runs = evidence.result["trials"]["runs"] if evidence.summary else []
-    traced = sorted({str(r["trial"]) for r in [*runs, *(t["run"] for t in evidence.trials)] if r.get("traced")})
-    if traced or evidence.result["run"].get("traced"):
+    runs = [*(evidence.trials_section.runs if evidence.summary else ()), *(t.run for t in evidence.trials)]
+    traced = sorted({str(r.trial) for r in runs if r.traced})
+    if traced or evidence.result.run.traced:
         return RuleOutcome("not traced", False, f"block tracing was on (trial {', '.join(traced) or '?'}); "
                            "traced runs are diagnostic, not scorable")
     return RuleOutcome("not traced", True, "no block tracing")
 
 
 def system_documented(evidence: Evidence) -> RuleOutcome:
-    environments = [t.get("environment") or {} for t in evidence.trials] or [evidence.result.get("environment") or {}]
+    environments = [t.environment for t in evidence.trials] or [evidence.result.environment]
     missing = sorted({label for env in environments
                       for label, key in (("CPU model", "cpu_model"), ("RAM size", "ram_bytes"), ("OS", "os"))
                       if not env.get(key)})
@@ -356,7 +296,7 @@ def system_documented(evidence: Evidence) -> RuleOutcome:
 
 #: What every rule set checks first: the document is what kvbench wrote, and every figure in it re-derives.
 INVARIANTS: tuple[Rule, ...] = (trial_files_verified, document_valid, figures_rederived, summary_rederived,
-                                invariants_hold)
+                                invariants_hold, status_rederived)
 RULESETS: dict[str, tuple[Rule, ...]] = {
     "invariants": INVARIANTS,
     "mlperf-v3": (*INVARIANTS, seed_42, model_submitted, gpu_tier_off, generation_none, mode_mixed, autoscaler_off,
@@ -365,7 +305,7 @@ RULESETS: dict[str, tuple[Rule, ...]] = {
 }
 
 
-def check(result: dict[str, Any], ruleset: str, directory: str | Path | None = None) -> list[RuleOutcome]:
+def check(result: ResultDocument, ruleset: str, directory: str | Path | None = None) -> list[RuleOutcome]:
     """Every rule of ``ruleset`` on ``result``; a summary's trial files are read from ``directory``."""
     evidence = gather(result, directory)
     return [rule(evidence) for rule in RULESETS[ruleset]]

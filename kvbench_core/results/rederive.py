@@ -16,8 +16,8 @@ together by the invariants (``results/checks.py``): two independent tallies
 of the same completions must agree, so editing one count breaks one of them.
 
 Besides the figures, a result's integrity is its format version, the
-published schema and its spec's sha256; ``document_problems`` says what is
-wrong with those.  docs/results.md ("kvbench check") lists what is checked.
+published schema and its spec's sha256 (``results/document.problems``).
+docs/results.md ("Checking: kvbench check") lists what is checked.
 """
 
 from __future__ import annotations
@@ -29,9 +29,6 @@ from typing import Any
 
 from kvbench_core.results.checks import SERIES_ROUNDING_S, Check
 from kvbench_core.results.metrics import GB, Metrics
-from kvbench_core.results.result import RESULT_FORMAT
-from kvbench_core.results.schema import schema_violations
-from kvbench_core.spec.loader import spec_sha256
 from kvbench_core.spec.plan import qos_classes
 
 #: Relative slack between a stated float and its re-derivation (the same formula on the same numbers; JSON
@@ -170,20 +167,6 @@ def _series_rates(series: list[dict[str, Any]]) -> Iterator[Check]:
             if not count / high * (1 - REL_TOL) <= stated <= count / low * (1 + REL_TOL):
                 yield Check(f"timeseries[{index}].{where}{name}_per_s", False,
                             round(count / max(interval, 1e-9), 6), stated, f"not the interval's {name} / interval_s")
-
-
-def document_problems(result: dict[str, Any]) -> list[str]:
-    """What makes ``result`` not a document this kvbench wrote: an unknown format version, a place the
-    published schema rejects, a spec that does not hash to its recorded sha256."""
-    version = result.get("kvbench_result")
-    if version != RESULT_FORMAT:
-        return [f"kvbench_result is {version!r}: this kvbench reads result format {RESULT_FORMAT}"]
-    problems = [f"schema: {line}" for line in schema_violations(result)[:LISTED]]
-    spec = result.get("spec")
-    if isinstance(spec, dict) and isinstance(spec.get("as_written"), dict) \
-            and spec_sha256(spec["as_written"]) != spec.get("sha256"):
-        problems.append("spec.as_written does not hash to spec.sha256 (the spec was edited after the run)")
-    return problems
 
 
 def listed(lines: list[str]) -> str:

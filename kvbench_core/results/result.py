@@ -29,15 +29,13 @@ from kvbench_core.engine.cache_figures import reuse_rate
 from kvbench_core.engine.opstats import measured_queue_depth
 from kvbench_core.engine.runner import RunState
 from kvbench_core.results.checks import run_checks
+from kvbench_core.results.document import RESULT_FORMAT
 from kvbench_core.results.environment import detect_environment
 from kvbench_core.results.metrics import Metrics
 from kvbench_core.results.schema import VALIDATE_ENV, assert_conforms
 from kvbench_core.spec.declaration import contradictions, detected_system, merge_declaration
 from kvbench_core.spec.jsonfile import temp_beside
 from kvbench_core.spec.loader import spec_sha256
-
-#: The result format; bumped whenever the schema (kvbench_core/schemas/result.schema.json) changes.
-RESULT_FORMAT = 2
 
 
 def _stats(values: list[int]) -> dict[str, float | int | None]:
