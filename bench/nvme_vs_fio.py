@@ -44,7 +44,18 @@ hidden either: every sample records the block device's request count and
 bytes (``/proc/diskstats`` deltas, which other processes on the same disk
 disturb) next to its bandwidth.
 
-Bandwidth is bytes moved over the longest entry's time (open to close, fsync
+Entries per stream ``E`` (``--entries-per-stream``, KV-sized entries: 32 x 32 MiB is the
+issue-32 shape): each kvbench stream writes (reads) its ``E`` entries one after
+the other, each durable (fsync) before the next starts; fio ``nrfiles=E``,
+``filesize`` = the entry size, ``file_service_type=sequential`` (one file after
+the other, as a stream of entries) and, for writes, ``openfiles=1
+fsync_on_close=1``: every file fsynced at its close, before the next is
+opened, which is the durability each kvbench entry has when its ``write``
+returns (fio's default, ``end_fsync`` with every file open, promises
+durability only at the end of the job).  With ``E=1`` the job is the one-file
+job above.
+
+Bandwidth is bytes moved over the longest stream's time (open to close, fsync
 included), as fio's group bandwidth is ``io_bytes`` over the longest job's
 ``runtime``; neither counts the skew between the streams' starts.
 
@@ -137,6 +148,8 @@ def cpu_seconds(who: int = resource.RUSAGE_SELF) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+#: fio options of a stream of entries (``--entries-per-stream``), left out of the fixed-cost job
+STREAM_OPTIONS = ("--nrfiles=", "--filesize=", "--file_service_type=", "--openfiles=", "--fsync_on_close=")
 #: fio's fixed CPU cost per (command without size) : start-up, file set-up, tear-down
 _FIO_FIXED: dict[tuple[str, ...], float] = {}
 
@@ -150,7 +163,8 @@ def fio_fixed_cpu(command: list[str], directory: str, transfer: int) -> float:
         writes = "--rw=write" in command
         scratch = f"{directory}-fixed" if writes else directory
         small = [f"--size={transfer}" if part.startswith("--size=") else
-                 f"--directory={scratch}" if part.startswith("--directory=") else part for part in command]
+                 f"--directory={scratch}" if part.startswith("--directory=") else part for part in command
+                 if not part.startswith(STREAM_OPTIONS)]  # the fixed cost of a one-file job
         costs = []
         for _ in range(3):
             if writes:
@@ -193,13 +207,18 @@ class DeviceRequests:
 
 def fio_command(directory: str, op: str, mode: str, args: argparse.Namespace, queue_depth: int,
                 engine: str) -> list[str]:
+    entries = args.entries_per_stream
     command = [
         "fio", "--refill_buffers=1", "--randrepeat=0", "--name=kv", f"--directory={directory}",
-        f"--size={args.entry_bytes}", f"--bs={args.transfer_bytes}",
+        f"--size={args.entry_bytes * entries}", f"--bs={args.transfer_bytes}",
         f"--numjobs={args.concurrency}", "--group_reporting", "--output-format=json", "--fallocate=none",
         f"--rw={op}", f"--direct={int(mode == 'direct')}", f"--ioengine={engine}", f"--iodepth={queue_depth}",
     ]
-    command.append("--end_fsync=1" if op == "write" else "--invalidate=1")
+    if entries > 1:  # a stream of entries, each durable before the next (module doc)
+        command += [f"--nrfiles={entries}", f"--filesize={args.entry_bytes}", "--file_service_type=sequential"]
+        command += ["--openfiles=1", "--fsync_on_close=1"] if op == "write" else ["--invalidate=1"]
+    else:
+        command.append("--end_fsync=1" if op == "write" else "--invalidate=1")
     if args.fio_hugetlbfs:
         command.append(f"--mem=mmaphuge:{os.path.join(args.fio_hugetlbfs, 'kvbench-fio-buffers')}")
     return command
@@ -226,27 +245,29 @@ def run_fio(directory: str, op: str, mode: str, args: argparse.Namespace, queue_
 def run_kvbench(backend: NVMeBackend, workers: ThreadPoolExecutor, pool: NoisePool, op: str,
                 args: argparse.Namespace, repeat: int, device: DeviceRequests) -> Sample:
     barrier = threading.Barrier(args.concurrency)
-    keys = [f"r{repeat}-entry{index}" for index in range(args.concurrency)]  # new keys: new data every repeat
+    streams = [[f"r{repeat}-s{index}-entry{entry}" for entry in range(args.entries_per_stream)]
+               for index in range(args.concurrency)]  # new keys: new data every repeat
 
-    def one(key: str) -> tuple[float, float, IOTiming]:
+    def stream(keys: list[str]) -> tuple[float, float, list[IOTiming]]:
         barrier.wait()
         start = time.perf_counter()
         if op == "write":
-            timing = backend.write(key, pool.payload(key, args.entry_bytes))
+            timings = [backend.write(key, pool.payload(key, args.entry_bytes)) for key in keys]
         else:
-            timing = backend.read(key, args.entry_bytes, DISCARD)
-        return start, time.perf_counter(), timing
+            timings = [backend.read(key, args.entry_bytes, DISCARD) for key in keys]
+        return start, time.perf_counter(), timings
 
     before, cpu_before = device.snapshot(), cpu_seconds()
-    results = list(workers.map(one, keys))
+    results = list(workers.map(stream, streams))
     cpu = cpu_seconds() - cpu_before
     requests, nbytes = device.delta(before, device.snapshot(), op)
     if op == "read":
-        for key in keys:  # the next repeat writes fresh files (untimed)
-            backend.delete(key)
+        for keys in streams:  # the next repeat writes fresh files (untimed)
+            for key in keys:
+                backend.delete(key)
     # fio's group bandwidth is io_bytes / the longest job's runtime (not first start to last end): same here
     wall = max(end - start for start, end, _ in results)
-    timings = [timing for _, _, timing in results]
+    timings = [timing for _, _, stream_timings in results for timing in stream_timings]
     moved = sum(timing.nbytes for timing in timings)
     total = sum(timing.total for timing in timings)
     return Sample(bandwidth=moved / wall, cpu_per_gib=cpu / (moved / GIB), device_requests=requests,
@@ -371,7 +392,9 @@ def main() -> None:
     parser.add_argument("--entry-size", default="256MiB",
                         help="bytes per entry: llama3.1-8b is 131072 B/token, so 256MiB = 2048 tokens")
     parser.add_argument("--transfer-size", default="1MiB", help="bytes per pread/pwrite (fio bs)")
-    parser.add_argument("--concurrency", type=int, default=2, help="entries in flight (fio numjobs)")
+    parser.add_argument("--concurrency", type=int, default=2, help="streams, one entry in flight each (fio numjobs)")
+    parser.add_argument("--entries-per-stream", type=int, default=1,
+                        help="entries each stream moves one after the other (fio nrfiles, one file at a time)")
     parser.add_argument("--queue-depths", default="1,4", help="comma-separated queue depths per entry")
     parser.add_argument("--modes", default="buffered,direct", help="buffered and/or direct")
     parser.add_argument("--repeats", type=int, default=3)
@@ -387,7 +410,8 @@ def main() -> None:
     os.makedirs(args.dir, exist_ok=True)
     about = machine(args.dir)
     print(json.dumps(about, indent=1))
-    print(f"entry {format_bytes(args.entry_bytes)}, transfer {args.transfer_size}, concurrency {args.concurrency}, "
+    print(f"entry {format_bytes(args.entry_bytes)} x {args.entries_per_stream} per stream, "
+          f"transfer {args.transfer_size}, concurrency {args.concurrency}, "
           f"{args.repeats} repeats (median)")
     pool = NoisePool(seed=1, max_piece=max(args.transfer_bytes, 1 << 20))
     cells: list[Cell] = []

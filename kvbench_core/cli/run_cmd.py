@@ -106,8 +106,8 @@ def summarize(result: dict[str, Any]) -> str:
         for name, tier in metrics["tiers"].items():
             read, write = tier["read"], tier["write"]
             lines.append(
-                f"  {name:<10} read {read['bytes'] / 1e9:8.3f} GB @ {_bw(read)}  "
-                f"write {write['bytes'] / 1e9:8.3f} GB @ {_bw(write)}  "
+                f"  {name:<10} read {_moved(read) / 1e9:8.3f} GB @ {_bw(read)}  "
+                f"write {_moved(write) / 1e9:8.3f} GB @ {_bw(write)}  "
                 f"read p95 {_fmt(read['latency_ms']['total']['p95'])} ms "
                 f"(device {_fmt(read['latency_ms']['device']['p95'])})  "
                 f"write p95 {_fmt(write['latency_ms']['total']['p95'])} ms "
@@ -262,6 +262,12 @@ def summarize_trials(summary: dict[str, Any]) -> str:
             lines.append(f"  {stats['label']:<28} median {_fmt(stats['median'])} {stats['unit']}  "
                          f"[{_fmt(stats['min'])} .. {_fmt(stats['max'])}]  CV {cv}")
     return "\n".join(lines)
+
+
+def _moved(op: dict[str, Any]) -> int:
+    """The bytes the tier's device moved in the window, booked by time (docs/metrics.md); an older result's
+    operation bytes."""
+    return ((op.get("device") or {}).get("window") or {}).get("bytes", op["bytes"])
 
 
 def _bw(op: dict[str, Any]) -> str:

@@ -57,16 +57,41 @@ class StorageError(UserError):
         super().__init__(f"tier '{tier}': {op} of '{key}' failed: {cause}")
 
 
-class StorageErrorsCounted(UserError):
-    """``on_error: count`` let the run go on past failed storage operations; the exit code still says so."""
-
-    exit_code = 4
-
-
 class IntegrityError(UserError):
-    """A verified read returned bytes different from what was written."""
+    """A verified read returned bytes different from what was written (status ``failed``, rule ``integrity``)."""
 
     exit_code = 5
+
+
+class RunDegraded(UserError):
+    """The run measured to its end but requests failed or found no room (status ``degraded``): the exit code
+    says so unless ``--exit-zero`` / ``output.exit_zero`` asked for 0 (kvbench_core/results/status.py)."""
+
+    exit_code = 6
+
+
+class StorageErrorsCounted(RunDegraded):
+    """``on_error: count`` let the run go on past failed storage operations: degraded, and the line names the
+    first error."""
+
+
+class RunInconclusive(UserError):
+    """Too few requests completed for the percentiles the result reports (status ``inconclusive``)."""
+
+    exit_code = 7
+
+
+class InvariantViolated(UserError):
+    """One of the result's invariants does not hold: its figures disagree (status ``failed``, rule
+    ``invariant``)."""
+
+    exit_code = 8
+
+
+#: The signals that stop a run as SIGTERM does (a partial result, the cleanup, one line): Ctrl-C, kill, a
+#: closed terminal or a dropped ssh session (SIGHUP), and Ctrl-\ (SIGQUIT, which first prints where every
+#: thread is, as a long fio job's users expect).  Before, SIGHUP and SIGQUIT killed kvbench outright.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
 class Interrupted(UserError):

@@ -59,7 +59,10 @@ class RunState:
     bytes_per_token: int = 0
     source: WorkloadSource | None = None
     telemetry: Telemetry | None = None
-    status: str = "running"  # completed | degraded | interrupted | failed
+    #: How the run's stop labelled it: ``failed`` (an error), ``interrupted`` (a signal), or ``ended`` once it ran
+    #: to its end; the result builder then sets the run's status (completed, degraded, ...), which is decided
+    #: from the result's own counts and checks (results/status.py).
+    status: str = "running"
     stop_reason: str = ""
     error: UserError | None = None
     measure_start_wall: float | None = None

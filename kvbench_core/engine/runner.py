@@ -242,7 +242,7 @@ class Runner:
         telemetry = self.state.telemetry
         assert telemetry is not None
         if done.kind == "cancelled":
-            telemetry.record_request_cancelled()
+            telemetry.record_request_cancelled(done.enqueued)
             return
         if done.request.write is not None and done.request.write.tokens:  # a tier no entry fits: Runner.run
             size = done.request.write.tokens * self.state.bytes_per_token

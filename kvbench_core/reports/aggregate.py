@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kvbench_core.reports.metrics import HEADLINE, measured_figures
+from kvbench_core.results.status import trials_verdict
 
 
 def trial_statistics(values: list[float | None]) -> dict[str, Any]:
@@ -46,13 +47,7 @@ def summarize_trials(results: list[dict[str, Any]], paths: list[Path], *, sessio
                    **trial_statistics([m[key].value if key in m else None for m in per_trial])}
              for key, figure in figures.items()}
     first = results[0]
-    statuses = [r["run"]["status"] for r in results]
-    if "failed" in statuses:
-        status = "failed"
-    elif "interrupted" in statuses or len(results) < requested:
-        status = "interrupted"
-    else:
-        status = "completed"
+    verdict = trials_verdict([r["run"] for r in results], requested)  # the worst trial's (results/status.py)
     head_keys = [f.key for f in HEADLINE]
     # Every headline name, None when no trial measured it: a session whose trials all failed still writes a
     # summary the schema accepts (it refused one that named no headline figure at all).
@@ -62,7 +57,8 @@ def summarize_trials(results: list[dict[str, Any]], paths: list[Path], *, sessio
         "kvbench_result": first["kvbench_result"],
         "kvbench_version": first["kvbench_version"],
         "plugins": first["plugins"],
-        "run": {"id": session_id, "name": first["run"]["name"], "kind": "trials-summary", "status": status,
+        "run": {"id": session_id, "name": first["run"]["name"], "kind": "trials-summary", "status": verdict.status,
+                "status_rule": verdict.rule, "status_reason": verdict.reason,
                 "stop_reason": f"{len(counted)} of {requested} trials completed; headline = median",
                 "error": next((r["run"]["error"] for r in results if r["run"]["error"]), None),
                 "trial": None, "client_index": None, "started_at": first["run"]["started_at"],
@@ -77,6 +73,7 @@ def summarize_trials(results: list[dict[str, Any]], paths: list[Path], *, sessio
             "requested": requested, "count": len(counted), "statistic": "median",
             "runs": [{"trial": r["run"]["trial"], "id": r["run"]["id"], "file": path.name,
                       "status": r["run"]["status"], "stop_reason": r["run"]["stop_reason"],
+                      "status_reason": r["run"].get("status_reason"),
                       "measured_s": (r["metrics"].get("window") or {}).get("measured_s") if r["metrics"] else None,
                       "traced": r["run"]["traced"], "sha256": file_sha256(path),
                       "checks_passed": (r.get("checks") or {}).get("passed", True)}

@@ -64,14 +64,16 @@ def _check(name: str, expected: float | int, observed: float | int | None, detai
 
 
 def _tier_bytes(metrics: dict[str, Any], series: list[dict[str, Any]]) -> Iterator[Check]:
-    """Per tier and op, the bytes of the tier's operation stats = the sum of the bytes its commands moved in
-    each interval of the time series (two tallies of the same completions; the series covers the window)."""
+    """Per tier and op, the bytes the tier's device moved in the window = the sum of the bytes its commands
+    moved in each interval of the time series (both booked by time; the series covers the window).  A result
+    from before the by-time booking compares its operation stats' device bytes."""
     if not series or not all("tiers" in p for p in series):
         return
     for name, tier in metrics["tiers"].items():
         for op in ("read", "write"):
             counted = sum((p["tiers"].get(name) or {}).get(f"{op}_bytes", 0) for p in series)
-            moved = tier[op].get("physical_bytes", tier[op]["bytes"])  # the device's bytes (a codec's output)
+            device = (tier[op].get("device") or {}).get("window")
+            moved = device["bytes"] if device else tier[op].get("physical_bytes", tier[op]["bytes"])
             yield _check(f"tier_bytes.{name}.{op}", moved, counted,
                          f"{name} {op} bytes = sum of the time series' {name} {op} bytes")
     if all("generated_tokens" in p for p in series):
@@ -127,6 +129,28 @@ def _command_bytes(metrics: dict[str, Any]) -> Iterator[Check]:
             else:
                 yield _check(f"command_bytes.{name}.{op}", moved, commands,
                              f"{name} {op} bytes = the sum of its commands' bytes")
+
+
+def bytes_by_time(metrics: dict[str, Any]) -> Iterator[Check]:
+    """Per tier and op, what its device moved before the window (set-up, warm-up), in it and after it (the
+    drain), each command booked in the phase it completed in, = every byte the tier's commands reported
+    moving (its recorder's count, kept before any booking): no byte is lost or counted twice whatever its
+    request did (cancelled, failed, begun in warm-up).  And the drain's bytes are the drain phase's."""
+    drained = dict.fromkeys(("read", "write"), 0)
+    for name, tier in metrics["tiers"].items():
+        for op in ("read", "write"):
+            device = tier[op].get("device")
+            if not device:  # a result from before the by-time booking
+                return
+            phases = sum(device[phase]["bytes"] for phase in ("warmup", "window", "drain"))
+            drained[op] += device["drain"]["bytes"]
+            yield _check(f"bytes_by_time.{name}.{op}", device["moved_bytes"], phases,
+                         f"{name} {op} bytes before + in + after the window = every byte its commands moved")
+    drain = metrics.get("drain") or {}
+    for op in ("read", "write"):
+        if f"{op}_bytes" in drain:
+            yield _check(f"drain_bytes.{op}", drained[op], drain[f"{op}_bytes"],
+                         f"the drain's {op} bytes = the tiers' {op} bytes after the window closed")
 
 
 def _reads(metrics: dict[str, Any]) -> Iterator[Check]:
@@ -224,7 +248,7 @@ def run_checks(result: dict[str, Any]) -> dict[str, Any]:
         return {"passed": True, "violations": [], "items": []}
     series = result.get("timeseries") or []
     found = [*_tier_bytes(metrics, series), *_requests(metrics, series), *_logical_bytes(metrics),
-             *_command_bytes(metrics), *_reads(metrics), *_decode_bytes(result, metrics),
+             *_command_bytes(metrics), *bytes_by_time(metrics), *_reads(metrics), *_decode_bytes(result, metrics),
              *_written(metrics), *_stored_entries(metrics), *_throughput(metrics), *_window(result, metrics, series)]
     violations = [c.line() for c in found if not c.passed]
     return {"passed": not violations, "violations": violations,

@@ -27,6 +27,7 @@ from kvbench_core.results.checks import run_checks
 from kvbench_core.results.merge_declaration import merge_declarations
 from kvbench_core.results.metrics import Metrics, sum_dicts
 from kvbench_core.results.result import rerun_section, spec_section
+from kvbench_core.results.status import decide_result, recorded_stop, stamp
 from kvbench_core.spec.declaration import contradictions
 from kvbench_core.spec.plan import qos_classes
 
@@ -51,7 +52,7 @@ class ClientReport:
 
     @property
     def failed(self) -> bool:
-        return self.result is None or self.result["run"]["status"] == "failed"
+        return self.result is None or recorded_stop(self.result["run"]) == "failed"  # an error stopped it
 
     def describe_failure(self, label: str) -> str:
         """``client 1 (pid 4242 on host) was killed by SIGKILL``: who, and how it ended."""
@@ -75,10 +76,10 @@ def merge_results(clients: list[ClientReport], *, mode: str, label: str, run_id:
     metrics = Metrics.merge([Metrics.from_json(r["metrics"], bytes_per_token=per_token, qos=qos)
                              for r in measured]).to_json() if measured else {}
     failures = [c.describe_failure(label) for c in clients if c.failed]
-    statuses = {c.result["run"]["status"] for c in reported}
-    # The worst any client reports: a run whose clients' KV writes failed is degraded as a whole.
-    status = "failed" if failures else next((worst for worst in ("failed", "interrupted", "degraded")
-                                             if worst in statuses), "completed")
+    # A client's failure fails the run, a client's interruption interrupts it; else the merged counts decide
+    # (results/status.py), with every client's own violated invariants beside the merged result's.
+    stopped = "failed" if failures else next(("interrupted" for c in reported
+                                              if recorded_stop(c.result["run"]) == "interrupted"), None)
     reasons = sorted({c.result["run"]["stop_reason"] for c in reported if c.result["run"]["stop_reason"]})
     users = [c.users for c in clients]
     merged_workload = _merge_workload([c.result["workload"] for c in reported], base["workload"]["source"])
@@ -95,7 +96,7 @@ def merge_results(clients: list[ClientReport], *, mode: str, label: str, run_id:
         "kvbench_result": base["kvbench_result"],
         "kvbench_version": base["kvbench_version"],
         "plugins": base["plugins"],
-        "run": {"id": run_id, "name": spec.get("name"), "status": status,
+        "run": {"id": run_id, "name": spec.get("name"), "status": stopped or "ended",
                 "stop_reason": "; ".join(failures) if failures else "; ".join(reasons),
                 "error": "; ".join(failures) if failures else None,
                 "trial": trial, "client_index": None, "started_at": started_at, "finished_at": time.time(),
@@ -130,6 +131,9 @@ def merge_results(clients: list[ClientReport], *, mode: str, label: str, run_id:
         "clients": [_client_section(c, label) for c in clients],
     }
     merged["checks"] = run_checks(merged)
+    own = [f"{label} {c.index}: {line}" for c in reported
+           for line in (c.result.get("checks") or {}).get("violations") or []]
+    stamp(merged["run"], decide_result(merged, stopped, own))
     return merged
 
 

@@ -33,6 +33,7 @@ from kvbench_core.results.document import RESULT_FORMAT
 from kvbench_core.results.environment import detect_environment
 from kvbench_core.results.metrics import Metrics
 from kvbench_core.results.schema import VALIDATE_ENV, assert_conforms
+from kvbench_core.results.status import decide_result, stamp
 from kvbench_core.spec.declaration import contradictions, detected_system, merge_declaration
 from kvbench_core.spec.jsonfile import temp_beside
 from kvbench_core.spec.loader import spec_sha256
@@ -177,6 +178,9 @@ def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,
         "errors": redact(telemetry.errors, secrets) if telemetry else [],
     }
     result["checks"] = run_checks(result)
+    verdict = decide_result(result, state.status if state.status in ("failed", "interrupted") else None)
+    stamp(result["run"], verdict)
+    state.status = verdict.status  # the run's status, decided (results/status.py)
     return result
 
 

@@ -148,6 +148,7 @@ class OutputPlan:
     keep_files: bool
     progress: str
     io_log: str | None
+    exit_zero: bool = False  # a degraded or inconclusive run exits 0 (results/status.py, EXIT_ZERO_ALLOWS)
 
 
 @dataclass(frozen=True)
@@ -247,7 +248,8 @@ def plan_run(resolved: Mapping[str, Any]) -> RunPlan:
                           drain_timeout_s=resolved.get("drain_timeout"), request_limit=resolved.get("requests")),
         output=OutputPlan(directory=output["directory"], formats=tuple(output["formats"]),
                           interval_s=float(output["interval"]), keep_files=bool(output["keep_files"]),
-                          progress=output["progress"], io_log=output.get("io_log")),
+                          progress=output["progress"], io_log=output.get("io_log"),
+                          exit_zero=bool(output.get("exit_zero"))),
         payload=resolved["payload"], verify=bool(resolved["verify"]), on_error=resolved["on_error"],
         precondition=freeze(resolved["precondition"]) if resolved.get("precondition") else None,
         clients=int(resolved["clients"]), clients_total=int(resolved["clients"]),

@@ -54,7 +54,7 @@ DEFAULTS: dict[str, Any] = {
     "autoscaler": None,
     "precondition": None,
     "output": {"directory": "results", "formats": ["json"], "keep_files": False, "progress": "auto",
-               "interval": 1.0},
+               "interval": 1.0, "exit_zero": False},
     "declaration": {},
 }
 
@@ -210,6 +210,9 @@ def core_schema() -> dict[str, Any]:
                     "interval": {"type": "number", "minimum": MIN_INTERVAL_S, "maximum": 3600,
                                  "description": "seconds between timeseries samples (10 ms to 1 h)"},
                     "io_log": {"type": "string", "description": "write every device command as JSONL here"},
+                    "exit_zero": {"type": "boolean",
+                                  "description": "exit 0 for a degraded or inconclusive run (as --exit-zero); "
+                                                 "failed and interrupted runs keep their codes"},
                 },
             },
             "declaration": declaration_schema(),
