@@ -248,7 +248,7 @@ def test_a_run_asking_for_io_uring_where_it_is_missing_exits_3_with_one_line(tmp
             "options": {"path": str(tmp_path / "tier"), "engine": "io_uring"}}
     spec = history_spec([tier], output={"directory": str(tmp_path / "out"), "progress": "off"})
     code, _stdout, stderr = run_cli(tmp_path, spec)
-    assert code == 3  # BackendUnavailable: the tier cannot be used here (docs/plugins.md)
+    assert code == 3  # BackendUnavailable: the tier cannot be used here (docs/backend-contract.md)
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and "engine: io_uring is unavailable here" in lines[0] and "seccomp" in lines[0], stderr
     assert not (tmp_path / "tier").exists()
