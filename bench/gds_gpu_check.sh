@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Needs: an NVIDIA GPU with its driver (nvidia-smi), python3 and pip access to the registry: it installs kvbench, the nvme and gds tiers, kvikio and torch into VENV.
 # One prepared check of the gds tier on a GPU host (kvbench has not run it on a GPU yet).
 #
 #   bash bench/gds_gpu_check.sh                 # from the repository root
@@ -15,6 +16,9 @@
 # number of failed steps.  Budget: about 5-8 minutes on an H100/H200 with a local NVMe.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+for program in nvidia-smi python3; do
+    command -v "$program" >/dev/null || { echo "gds_gpu_check.sh: needs an NVIDIA GPU with its driver (nvidia-smi), python3 and pip access to the registry (missing: $program on PATH)" >&2; exit 2; }
+done
 OUT=${OUT:-bench/out-gds-$(date +%Y%m%d-%H%M%S)}
 DIR=${KVBENCH_GDS_DIR:-/mnt/nvme/kvbench-gds-check}
 VENV=${VENV:-.venv-gds}

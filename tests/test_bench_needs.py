@@ -46,3 +46,11 @@ def test_a_missing_module_or_program_stops_the_script_with_its_line(tmp_path: Pa
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == ("probe.py: needs the frobnicator extra: pip install frob (missing: no_such_module_kvb, "
                            "no-such-program-kvb on PATH)\n")
+
+
+@pytest.mark.parametrize("script", sorted(BENCH.glob("*.sh")), ids=lambda path: path.name)
+def test_a_bench_shell_script_says_what_it_needs_on_its_second_line_and_stops_with_it(script: Path) -> None:
+    lines = script.read_text().splitlines()
+    assert lines[1].startswith("# Needs: ")
+    said = lines[1].removeprefix("# Needs: ").split(":")[0]
+    assert f"needs {said}" in script.read_text().split("\n", 2)[2]  # the refusal repeats the line
