@@ -35,6 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("-q", "--quiet", action="store_true", help="no live progress (the summary still prints)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="print the run plan before running and every tier's latency percentiles after")
+    parser.add_argument("--exit-zero", action="store_true",
+                        help="exit 0 when the run ends degraded or inconclusive (as output.exit_zero: true); a "
+                             "failed or interrupted run keeps its exit code (docs/results.md)")
     parser.add_argument("--dry-run", action="store_true",
                         help="validate, resolve and print the run plan (entry sizes, tier capacities in entries, "
                              "offered bytes/s) without touching any storage")
@@ -56,7 +59,7 @@ def handle(args: argparse.Namespace) -> int:
         print(render_plan(plan.spec, dry_run_estimate(plan, clients), dry_run=args.dry_run))
         if args.dry_run:
             return 0
-    outcome = run_session(as_written, plan, quiet=args.quiet)
+    outcome = run_session(as_written, plan, quiet=args.quiet, exit_zero=args.exit_zero)
     if not outcome.writer:  # an MPI rank other than 0: rank 0 reports for everyone
         return outcome.exit_code
     for result, path in zip(outcome.results, outcome.paths, strict=True):
@@ -69,7 +72,9 @@ def handle(args: argparse.Namespace) -> int:
         print(f"summary: {outcome.summary_path}")
     for path in outcome.reports:
         print(f"report: {path}")
-    if outcome.error is not None:
+    if outcome.exit_zero:  # asked for: the status still says what happened, as a warning
+        print(f"kvbench: warning: {outcome.error} (exit 0: --exit-zero / output.exit_zero)", file=sys.stderr)
+    elif outcome.error is not None:
         print(outcome.error.line(), file=sys.stderr)
     return outcome.exit_code
 
@@ -82,7 +87,8 @@ def summarize(result: dict[str, Any]) -> str:
     # A run that failed before its window opened has no figures to show, and its cause is the error line
     # printed after the summary: say only that (a block of zeros and the cause twice read as a result).
     figures = bool((metrics.get("window") or {}).get("measured_s")) or not run.get("error")
-    reason = run["stop_reason"] if figures else "before the measured window opened"
+    # The rule that decided the status, in words (results/status.py); a result from before the rules: its stop.
+    reason = (run.get("status_reason") or run["stop_reason"]) if figures else "before the measured window opened"
     lines = [f"{run['name'] or 'run'} [{run['status']}] {reason}", *attention_lines(result)]
     scale = result.get("scale_out")
     if scale:
@@ -254,7 +260,8 @@ def summarize_trials(summary: dict[str, Any]) -> str:
     """The trials summary: the headline figures' median, range and CV."""
     trials = summary["trials"]
     lines = [f"{summary['run']['name'] or 'run'} trials summary [{summary['run']['status']}]: "
-             f"{trials['count']} of {trials['requested']} trials counted; headline = median"]
+             f"{summary['run'].get('status_reason') or 'status of its trials'}; {trials['count']} of "
+             f"{trials['requested']} trials counted; headline = median"]
     for key in summary["metrics"]["headline"]:
         stats = trials["metrics"].get(key)
         if stats and stats["median"] is not None:

@@ -241,6 +241,15 @@ def _window(result: dict[str, Any], metrics: dict[str, Any], series: list[dict[s
                      "series' intervals", SERIES_ROUNDING_S * len(series) + 1e-6)
 
 
+def _integrity(metrics: dict[str, Any]) -> Iterator[Check]:
+    """A verified read returned the bytes written: a result whose reads came back corrupted is not one whose
+    figures hold, whatever else adds up (status ``failed``, rule ``integrity``: results/status.py)."""
+    verify = metrics.get("verify") or {}
+    if verify.get("enabled") or verify.get("integrity_errors"):
+        yield _check("verify_integrity", 0, int(verify.get("integrity_errors", 0)),
+                     "verified reads that returned bytes different from what was written")
+
+
 def run_checks(result: dict[str, Any]) -> dict[str, Any]:
     """The ``checks`` section of ``result``: every applicable invariant, and the violated ones as lines."""
     metrics = result.get("metrics") or {}
@@ -249,7 +258,8 @@ def run_checks(result: dict[str, Any]) -> dict[str, Any]:
     series = result.get("timeseries") or []
     found = [*_tier_bytes(metrics, series), *_requests(metrics, series), *_logical_bytes(metrics),
              *_command_bytes(metrics), *bytes_by_time(metrics), *_reads(metrics), *_decode_bytes(result, metrics),
-             *_written(metrics), *_stored_entries(metrics), *_throughput(metrics), *_window(result, metrics, series)]
+             *_written(metrics), *_stored_entries(metrics), *_throughput(metrics), *_window(result, metrics, series),
+             *_integrity(metrics)]
     violations = [c.line() for c in found if not c.passed]
     return {"passed": not violations, "violations": violations,
             "items": [{**asdict(c), "expected": _json_number(c.expected), "observed": _json_number(c.observed)}

@@ -22,6 +22,7 @@ from kvbench_core.engine.runner import new_run_id
 from kvbench_core.reports import require_formats, write_reports
 from kvbench_core.reports.aggregate import summarize_trials
 from kvbench_core.results.result import write_result
+from kvbench_core.results.status import Verdict, allows_exit_zero, verdict_of, worst
 from kvbench_core.results.trial import InProcess, Launcher, stop_on_signals
 from kvbench_core.spec.plan import RunPlan
 
@@ -37,6 +38,7 @@ class SessionOutcome:
     error: UserError | None = None
     writer: bool = True  # false on MPI ranks other than 0: they print and write nothing
     save_error: UserError | None = None  # a result that had to go to the temp directory
+    exit_zero: bool = False  # a degraded/inconclusive status exits 0: --exit-zero or output.exit_zero asked
 
 
 def launcher_for(plan: RunPlan) -> Launcher:
@@ -63,8 +65,11 @@ def result_path(plan: RunPlan, session_id: str, suffix: str = "") -> Path:
     return directory / f"{plan.spec.get('name') or 'run'}-{session_id}{suffix}.json"
 
 
-def run_session(as_written: dict[str, Any], plan: RunPlan, *, quiet: bool = False) -> SessionOutcome:
-    """Run every trial of ``plan``; each trial writes its own result, even when it fails or is stopped."""
+def run_session(as_written: dict[str, Any], plan: RunPlan, *, quiet: bool = False,
+                exit_zero: bool = False) -> SessionOutcome:
+    """Run every trial of ``plan``; each trial writes its own result, even when it fails or is stopped.  The
+    exit code is the status's (results/status.py); ``exit_zero`` (or ``output.exit_zero``) makes a degraded
+    or inconclusive session exit 0."""
     formats = list(plan.output.formats)
     require_formats(formats)  # a missing reports extra fails now, not after a 300 s run
     launcher = launcher_for(plan)
@@ -106,16 +111,32 @@ def run_session(as_written: dict[str, Any], plan: RunPlan, *, quiet: bool = Fals
             outcome.reports += write_reports(outcome.summary, outcome.summary_path, formats)
     if received:
         outcome.error = Interrupted(received[0])
-    if plan.verify and not outcome.error:
-        errors = sum(r["metrics"].get("verify", {}).get("integrity_errors", 0) for r in outcome.results if r["metrics"])
-        if errors:
-            outcome.error = IntegrityError(f"{errors} verified reads returned bytes different from what was written")
-    if not outcome.error:  # the run went on past storage errors; the exit code must not say "all fine"
-        outcome.error = counted_storage_errors(outcome.results, plan.on_error)
+    verdict = verdict_of(outcome.summary["run"]) if outcome.summary else worst(verdict_of(r["run"])
+                                                                             for r in outcome.results)
+    said = None
+    if not outcome.error and verdict is not None:  # the run ended, but may not be "completed": the code says so
+        outcome.error = said = status_error(verdict, outcome.results, plan.on_error)
     if not outcome.error:
         outcome.error = outcome.save_error
     outcome.exit_code = outcome.error.exit_code if outcome.error else 0
+    if said is not None and verdict is not None and allows_exit_zero(verdict.status) \
+            and (exit_zero or plan.output.exit_zero):
+        outcome.exit_zero, outcome.exit_code = True, 0
     return outcome
+
+
+def status_error(verdict: Verdict, results: list[dict[str, Any]], on_error: str = "count") -> UserError | None:
+    """The error that says a session's status (its summary's, else its worst result's: results/status.py)
+    when it is not ``completed``, in the words of the rule that decided it."""
+    if verdict.status == "completed":
+        return None
+    if verdict.rule == "integrity":
+        errors = sum((r.get("metrics") or {}).get("verify", {}).get("integrity_errors", 0) for r in results)
+        return IntegrityError(f"{errors} verified reads returned bytes different from what was written")
+    counted = counted_storage_errors(results, on_error) if verdict.rule == "failed_requests" else None
+    # An ``error`` or ``interrupted`` verdict without the error that stopped it (a rank that was told to stop):
+    # still not a success.
+    return counted or verdict.error() or UserError(f"the run ended {verdict.status}: {verdict.reason}")
 
 
 def refused_input(result: dict[str, Any], error: UserError | None) -> bool:
