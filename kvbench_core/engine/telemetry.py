@@ -338,6 +338,10 @@ class Telemetry:
         with self._lock:
             if len(self.integrity_errors) < 100:
                 self.integrity_errors.append({"tier": tier, "key": key, "first_bad_offset": offset})
+            if len(self.errors) < 100:  # listed with the run's other errors: the result must not say "errors: []"
+                self.errors.append({"tier": tier, "op": "verify", "key": key,
+                                    "error": f"read back bytes different from what was written (first bad "
+                                             f"offset {offset})"})
             self.counters["integrity_errors"] += 1
 
     # -- intervals ---------------------------------------------------------------------------------
