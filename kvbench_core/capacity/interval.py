@@ -46,6 +46,13 @@ class Answer:
                 "limited_by": self.limited_by, "judged_steps": self.steps, "confidence": CONFIDENCE,
                 "method": f"percentile bootstrap over requests, {REPLICATES} replicates"}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Answer:
+        """The answer as ``as_dict`` recorded it (an autoscaler summary in a result)."""
+        low, high = data.get("ci95") or (None, None)
+        return cls(data.get("max_users_within_sla"), low, high, bool(data.get("at_least")), data.get("limited_by"),
+                   int(data.get("judged_steps") or 0))
+
     def line(self, noun: str = "users") -> str:
         """``max users within SLA: 48 (95 % CI 44-52), limited by responsive: ...``."""
         if self.load is None:

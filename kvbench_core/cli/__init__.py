@@ -45,6 +45,7 @@ from kvbench_core.contracts.plugins import get_plugin_manager  # noqa: E402
 #: Command modules under kvbench_core.cli, in the order ``--help`` lists them.
 COMMAND_MODULES = [
     "run_cmd",
+    "capacity_cmd",
     "report_cmd",
     "compare_cmd",
     "export_cmd",

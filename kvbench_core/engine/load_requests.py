@@ -3,12 +3,16 @@
 A judged step (kvbench_core/capacity/step.py) needs the step's own requests: their service latencies
 as one histogram per QoS class (merged bucket counts, never the worst of the 1 s points' p95s) and where
 their time went.  A request issued before the load last changed was issued at another load, so it is left
-out even when it finishes inside the step.  The scheduler thread alone books here (``Runner._finish``),
-so nothing is locked.
+out even when it finishes inside the step; so is one issued while such a request was still outstanding,
+because it queued behind the old load's work (after a step down from 6 users to 5 the first requests wait
+for 6, and a 20-request step's p95 is one of them).  The step's requests are those issued once the old
+load's last request had finished.  The scheduler thread alone books here (``Runner._submit``,
+``Runner._finish``), so nothing is locked.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 from kvbench_core.engine.histogram import LatencyHistogram
@@ -18,8 +22,11 @@ from kvbench_core.engine.workers import Finished
 class LoadRequests:
     """Per-class service histograms and the time split of the requests issued since ``since``."""
 
-    def __init__(self, since: float) -> None:
-        self.since = since
+    def __init__(self, since: float, outstanding: int = 0) -> None:
+        self.since = since  # requests enqueued before this are the old load's, or queued behind it
+        self._outstanding = outstanding  # issued, not finished yet (warm-up's included)
+        self._old = 0  # of those, issued before the load last changed
+        self._changed_at = since
         self._reset()
 
     def _reset(self) -> None:
@@ -27,8 +34,20 @@ class LoadRequests:
         self.split_s: dict[str, float] = defaultdict(float)
 
     def load_changed(self, now: float) -> None:
-        """The user count changed at ``now``: requests issued before it belong to the old load."""
-        self.since = now
+        """The user count changed at ``now``: requests issued from here count once the old ones finished."""
+        self._changed_at, self._old = now, self._outstanding
+        self.since = math.inf if self._old else now
+
+    def issued(self) -> None:
+        self._outstanding += 1
+
+    def finished(self, done: Finished) -> None:
+        """Any request that ended (completed, failed or cancelled): the old load's last one settles the step."""
+        self._outstanding = max(0, self._outstanding - 1)
+        if self._old and done.enqueued < self._changed_at:
+            self._old -= 1
+            if self._old == 0:
+                self.since = done.served
 
     def add(self, done: Finished) -> None:
         """A request that completed inside the measured window."""

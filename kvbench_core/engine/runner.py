@@ -27,6 +27,7 @@ from kvbench_core.engine.cache_types import EvictionPolicy
 from kvbench_core.engine.cancel import CancelToken, CommandRecorder
 from kvbench_core.engine.dryrun import tier_fit_warnings
 from kvbench_core.engine.executor import RequestExecutor
+from kvbench_core.engine.load_requests import LoadRequests
 from kvbench_core.engine.precondition import precondition_bottom_tier
 from kvbench_core.engine.run_state import RunState, run_view
 from kvbench_core.engine.scheduler import EventHeap
@@ -160,6 +161,7 @@ class Runner:
         self._interval = self.plan.output.interval_s
         self._next_tick = window.started_at + self._interval
         self._next_scale: float | None = None
+        self._load: LoadRequests | None = None  # the requests an autoscaler decision judges
         pool.start()
         try:  # whatever ends the loop (an exception too), the window closes and the workers stop
             while True:
@@ -214,12 +216,16 @@ class Runner:
         self._next_tick = now + self._interval  # intervals of the measured window start with it
         state.measure_start, state.measure_start_wall = now, time.time()
         self._next_scale = now + self.autoscaler.interval_s if self.autoscaler else None
+        self._load = LoadRequests(now, self.pool.waiting + self.pool.inflight + self._events.pending("finished")) \
+            if self.autoscaler else None
         return True
 
     def _submit(self, request: Any, now: float) -> None:
         if self.window.is_open:
             self.state.requests_issued += 1
             self.arrivals.stats.issued += 1
+        if self._load is not None:
+            self._load.issued()
         self.pool.submit(request, now)
 
     def _storage_error(self, error: StorageError) -> None:
@@ -241,6 +247,8 @@ class Runner:
         """Book a request that ended, in the window it belongs to (see ``Telemetry.bucket``)."""
         telemetry = self.state.telemetry
         assert telemetry is not None
+        if self._load is not None:
+            self._load.finished(done)
         if done.kind == "cancelled":
             telemetry.record_request_cancelled(done.enqueued)
             return
@@ -265,6 +273,8 @@ class Runner:
                                      done.started - done.enqueued, done.outcome.storage_s, request.context_tokens,
                                      request.generate_tokens, done.outcome.decode_tokens_read, where=where)
             if where == "window":
+                if self._load is not None:
+                    self._load.add(done)
                 samples = self.state.workload_samples
                 samples["context"].append(request.context_tokens)
                 samples["generate"].append(request.generate_tokens)
@@ -297,9 +307,12 @@ class Runner:
         """One autoscaler decision, recorded in the trajectory; the user pool follows it."""
         assert self.autoscaler is not None and self.state.telemetry is not None
         sample = telemetry_sample(self.state.telemetry.series, t_s=self.window.elapsed(now),
-                                  interval_s=self.autoscaler.interval_s, users=len(self.users), qos=self.qos)
+                                  interval_s=self.autoscaler.interval_s, users=len(self.users), qos=self.qos,
+                                  load=self._load)
         decision = self.autoscaler.decide(sample)
         self.state.autoscaling.append(trajectory_entry(self.window.elapsed(now), len(self.users), sample, decision))
+        if self._load is not None and max(1, decision.users) != len(self.users):
+            self._load.load_changed(now)
         self.users.resize(decision.users)
         if decision.converged and self.plan.autoscaler is not None and self.plan.autoscaler.stop_when_converged:
             self.request_stop(f"autoscaler converged: {decision.reason}")

@@ -1,0 +1,153 @@
+"""``kvbench capacity SPEC``: the highest load at which every QoS class meets its SLA, with its 95 % CI.
+
+One run of the spec with the ``sla_search`` autoscaler (docs/autoscaling.md): users double while every
+judged step is within the SLA, then bisect; the run's measured window is the budget, less warm-up and the
+drain limit, so the search cannot outlast ``--budget``.  The plan is printed first (what the budget holds),
+then the answer, then the step table; ``--json`` prints one JSON document instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from kvbench_core.capacity.search import steps_needed
+from kvbench_core.contracts.errors import SpecError
+from kvbench_core.contracts.units import parse_duration
+from kvbench_core.reports.capacity import answer_line, capacity_of, curve_lines
+from kvbench_core.scaleout.session import run_session
+from kvbench_core.spec.loader import load_plan
+from kvbench_core.spec.plan import RunPlan, autoscaler_ceiling
+from kvbench_core.spec.rerun import OVERRIDE_FLAG
+
+DEFAULT_BUDGET = "10m"
+#: The drain may take this share of the budget (at most 30 s, at least 1 s): what is in flight at the end.
+DRAIN_SHARE = 0.05
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("capacity", help="search the most users every QoS class's SLA holds for")
+    parser.add_argument("spec", help="run spec YAML (its users are where the search starts)")
+    parser.add_argument("--budget", default=DEFAULT_BUDGET,
+                        help=f"the search's whole time: warm-up + steps + drain (default {DEFAULT_BUDGET})")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
+                        help="override a spec field, as kvbench run does")
+    parser.add_argument("--max-users", type=int, help="never more users than this (default 64 x the spec's, "
+                                                      "at least 1024)")
+    parser.add_argument("--step", default="5s", help="a step's shortest length, and how often it is looked at")
+    parser.add_argument("--max-step", default="60s", help="a step without its requests after this is over")
+    parser.add_argument("--min-requests", type=int, default=20,
+                        help="completed requests every class needs before a step is judged (default 20)")
+    parser.add_argument("--resolution", type=float, default=0.05,
+                        help="stop when the bracket is at most this share of its lower end (default 0.05)")
+    parser.add_argument("--output", help="shorthand for --set output.directory=DIR")
+    parser.add_argument("--json", action="store_true", help="print the answer and steps as JSON (no progress)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no live progress")
+    parser.add_argument(OVERRIDE_FLAG, dest="accept_edited", action="store_true", help=argparse.SUPPRESS)
+    parser.set_defaults(handler=handle)
+
+
+def _seconds(flag: str, text: str) -> float:
+    try:
+        return float(text) if text.replace(".", "", 1).isdigit() else parse_duration(text)
+    except ValueError as error:
+        raise SpecError(f"{flag} {text}: {error}") from None
+
+
+def handle(args: argparse.Namespace) -> int:
+    budget = _seconds("--budget", args.budget)
+    step_s, max_step_s = _seconds("--step", args.step), _seconds("--max-step", args.max_step)
+    overrides = list(args.overrides) + ([f"output.directory={args.output}"] if args.output else [])
+    # The budget sets the duration: the spec's own (or none, where it gives requests) is not the search's.
+    _, plan = load_plan(args.spec, [*overrides, f"duration={budget!r}"], accept_edited=args.accept_edited)
+    _refuse_what_cannot_search(plan)
+    replaced = None if plan.autoscaler is None else plan.autoscaler.choice.name
+    warmup = plan.window.warmup_s
+    drain = min(30.0, max(1.0, DRAIN_SHARE * budget))
+    search_s = budget - warmup - drain
+    if search_s < 2 * step_s:
+        raise SpecError(f"--budget {args.budget}: leaves {max(search_s, 0):g} s for the search after warm-up "
+                        f"{warmup:g} s and the drain limit {drain:g} s; it needs at least two steps of {step_s:g} s")
+    autoscaler = {"name": "sla_search", "stop_when_converged": True,
+                  "options": {"interval_s": step_s, "max_step_s": max_step_s, "min_requests": args.min_requests,
+                              "resolution": args.resolution}}
+    if args.max_users:
+        autoscaler["max_users"] = args.max_users
+    search = [f"autoscaler={json.dumps(autoscaler)}", f"duration={search_s!r}", f"drain_timeout={drain!r}"]
+    as_written, plan = load_plan(args.spec, overrides + search, accept_edited=args.accept_edited)
+    out = sys.stderr if args.json else sys.stdout
+    print("\n".join(plan_lines(plan, budget=budget, warmup=warmup, search_s=search_s, drain=drain,
+                               replaced=replaced)), file=out)
+    outcome = run_session(as_written, plan, quiet=args.quiet or args.json)
+    if not outcome.writer:
+        return outcome.exit_code
+    result = outcome.results[0] if outcome.results else None
+    path = str(outcome.paths[0]) if outcome.paths else None
+    if args.json:
+        print(json.dumps(json_answer(result, path, budget), indent=2))
+    else:
+        print(answer_line(result) if result and capacity_of(result) else "max users within SLA: no answer "
+              "(the run ended before its first step was judged)")
+        for line in curve_lines(result or {}):
+            print(f"  {line}")
+        if result is not None:
+            print(f"run [{result['run']['status']}] {result['run']['stop_reason']}")
+        if path:
+            print(f"result: {path}")
+        for report in outcome.reports:
+            print(f"report: {report}")
+    if outcome.error is not None:
+        print(outcome.error.line(), file=sys.stderr)
+    return outcome.exit_code
+
+
+def _refuse_what_cannot_search(plan: RunPlan) -> None:
+    """One line for a spec the search cannot honestly run: the reason names the field."""
+    if plan.clients > 1 or plan.trials > 1:
+        raise SpecError("capacity searches one client's users in one run: clients and trials must be 1 "
+                        f"(clients {plan.clients}, trials {plan.trials})")
+    if plan.window.request_limit is not None:
+        raise SpecError(f"requests: {plan.window.request_limit} would end the search after that many requests; "
+                        "remove it (the budget bounds the search)")
+    arrival = ((plan.workload.source.options.get("arrival") or {}) if plan.workload.source.name == "synthetic"
+               else {})
+    if arrival.get("process") == "poisson" or getattr(plan.workload.source.cls, "open_loop", False):
+        raise SpecError("workload: an open loop's load is its arrival rate, which kvbench capacity does not "
+                        "search yet (docs/autoscaling.md); use a closed loop (users)")
+
+
+def plan_lines(plan: RunPlan, *, budget: float, warmup: float, search_s: float, drain: float,
+               replaced: str | None) -> list[str]:
+    """What the search will do and what the budget holds, before anything runs."""
+    assert plan.autoscaler is not None
+    options = plan.autoscaler.choice.options
+    start, ceiling = plan.workload.users, autoscaler_ceiling(plan.autoscaler, plan.workload.users)
+    steps = steps_needed(start, ceiling, float(options["resolution"]))
+    shortest = steps * float(options["interval_s"])
+    fits = "fits" if shortest <= search_s else "does NOT fit: the answer may be a bracket"
+    sla = ", ".join(f"{name} {c.p95_target_s * 1000:,.0f} ms" for name, c in plan.qos.items())
+    lines = [f"capacity search: {plan.spec.get('name') or 'run'}, closed loop (users)",
+             f"  budget {budget:g} s = warm-up {warmup:g} s + search {search_s:g} s + drain limit {drain:g} s "
+             "(set-up, preload and clean-up come on top)",
+             f"  doubling from {start} users, then bisection to {float(options['resolution']):.0%} "
+             f"(at least 1 user), at most {ceiling} users",
+             f"  each step: at least {float(options['interval_s']):g} s and until every QoS class has "
+             f"{options['min_requests']} completed requests; over the SLA if not after "
+             f"{float(options['max_step_s']):g} s",
+             f"  at most {steps} steps: {shortest:g} s at the shortest step length, {fits}",
+             f"  SLA, service p95: {sla}"]
+    if replaced:
+        lines.append(f"  the spec's autoscaler ({replaced}) is replaced by the search")
+    return lines
+
+
+def json_answer(result: dict[str, Any] | None, path: str | None, budget: float) -> dict[str, Any]:
+    """The answer for scripts: the figures of the summary, the steps without their histograms."""
+    summary = (capacity_of(result) if result else None) or {}
+    keep = ("max_users_within_sla", "ci95", "at_least", "limited_by", "confidence", "method", "search_finished",
+            "bracket", "judged_steps")
+    return {**{key: summary.get(key) for key in keep}, "budget_s": budget,
+            "status": (result or {}).get("run", {}).get("status"), "result": path,
+            "steps": [{k: v for k, v in step.items() if k != "histograms"} for step in summary.get("steps") or []]}

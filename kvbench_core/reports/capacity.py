@@ -1,0 +1,129 @@
+"""The capacity curve a judged search measured, in every report: the answer line, the step table, the plot.
+
+A result whose autoscaler judged steps (``qos``, ``sla_search``: kvbench_core/capacity) carries them in
+``autoscaling.summary``: the answer (``max_users_within_sla``, ``ci95``, ``at_least``, ``limited_by``) and
+``steps``, one per judged load with its per-class service p95/p99 from the step's merged histograms,
+throughput, per-tier bandwidth and device share.  The summary, ``kvbench capacity``, the HTML report,
+the workbook and ``-capacity.png`` all read them from here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvbench_core.capacity.interval import Answer
+
+GB = 1e9
+
+
+def capacity_of(result: dict[str, Any]) -> dict[str, Any] | None:
+    """The judged search's summary, or None when the run's autoscaler judged no steps."""
+    summary = (result.get("autoscaling") or {}).get("summary") or {}
+    return summary if isinstance(summary.get("steps"), list) and "max_users_within_sla" in summary else None
+
+
+def answer_line(result: dict[str, Any]) -> str | None:
+    """``max users within SLA: 48 (95 % CI 44-52), limited by responsive: ...`` (and whether it finished)."""
+    summary = capacity_of(result)
+    if summary is None:
+        return None
+    line = Answer.from_dict(summary).line()
+    if summary.get("search_finished") is False:
+        line += f" [search not finished in the budget: {summary.get('bracket')}]"
+    return line
+
+
+def classes_of(steps: list[dict[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(name for step in steps for name in step.get("classes") or {}))
+
+
+def tiers_of(steps: list[dict[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(name for step in steps for name in step.get("tiers") or {}))
+
+
+def curve_table(result: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """Headers and one row per judged step, in the order judged: the curve load -> p95, throughput, bandwidth."""
+    steps = (capacity_of(result) or {}).get("steps") or []
+    classes, tiers = classes_of(steps), tiers_of(steps)
+    headers = ["users", "verdict", "requests", "seconds",
+               *(f"{q} p95 ms / SLA" for q in classes), "tok/s",
+               *(f"{t} {what}" for t in tiers for what in ("read GB/s", "write GB/s", "device share"))]
+    rows = []
+    for step in steps:
+        figures = step.get("classes") or {}
+        rows.append([step["load"], step["verdict"], step["requests"], step["duration_s"],
+                     *(_p95_of(figures.get(q)) for q in classes), step["generated_tokens_per_s"],
+                     *(value for t in tiers for value in _tier_cells((step.get("tiers") or {}).get(t)))])
+    return headers, rows
+
+
+def _p95_of(figures: dict[str, Any] | None) -> str:
+    if not figures:
+        return "-"
+    return f"{figures['service_p95_ms']:,.1f} / {figures['sla_p95_ms']:,.0f}"
+
+
+def _tier_cells(row: dict[str, Any] | None) -> list[Any]:
+    if not row:
+        return ["-", "-", "-"]
+    return [round(row["read_bytes_per_s"] / GB, 3), round(row["write_bytes_per_s"] / GB, 3),
+            f"{row['device_share']:.0%}"]
+
+
+def curve_lines(result: dict[str, Any]) -> list[str]:
+    """The step table as text, columns aligned (the terminal's and the HTML report's)."""
+    headers, rows = curve_table(result)
+    if not rows:
+        return []
+    cells = [headers, *([_text(v) for v in row] for row in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return ["  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)) for row in cells]
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.1f}" if abs(value) >= 10 else f"{value:.3g}"
+    return str(value)
+
+
+def curve_figure(result: dict[str, Any]) -> Any:
+    """``-capacity.png``: per class service p95 against users with its SLA as a dashed line (log scale), and
+    throughput and each tier's bandwidth against users; None when the result judged no steps."""
+    steps = sorted((capacity_of(result) or {}).get("steps") or [], key=lambda s: s["load"])
+    if not steps:
+        return None
+    from kvbench_core.reports.plots import _figure, _title
+
+    figure = _figure(2, 1, height_per_row=3.2)
+    latency, rates = figure.subplots(2, 1)
+    for index, name in enumerate(classes_of(steps)):
+        color = f"C{index}"
+        points = [(s["load"], s["classes"][name]) for s in steps if name in (s.get("classes") or {})]
+        latency.plot([load for load, _ in points], [f["service_p95_ms"] for _, f in points], "o-", color=color,
+                     label=f"{name} p95")
+        latency.axhline(points[0][1]["sla_p95_ms"], color=color, linestyle="--", linewidth=1,
+                        label=f"{name} SLA {points[0][1]['sla_p95_ms']:,.0f} ms")
+    found = capacity_of(result) or {}
+    if found.get("max_users_within_sla") is not None:
+        latency.axvline(found["max_users_within_sla"], color="0.4", linestyle=":", label="max users within SLA")
+    latency.set_yscale("log")
+    latency.set_xlabel("users")
+    latency.set_ylabel("service p95 (ms)")
+    latency.grid(alpha=0.3)
+    latency.legend(loc="upper left", fontsize="small")
+    latency.set_title(_title(result, "capacity curve"))
+    loads = [s["load"] for s in steps]
+    rates.plot(loads, [s["generated_tokens_per_s"] for s in steps], "o-", color="black", label="generated tok/s")
+    rates.set_ylabel("tokens/s")
+    rates.set_xlabel("users")
+    rates.grid(alpha=0.3)
+    bandwidth = rates.twinx()
+    for index, tier in enumerate(tiers_of(steps)):
+        for op, style in (("read", "-"), ("write", "--")):
+            bandwidth.plot(loads, [((s.get("tiers") or {}).get(tier) or {}).get(f"{op}_bytes_per_s", 0) / GB
+                                   for s in steps], style, color=f"C{index + 2}", label=f"{tier} {op} GB/s")
+    bandwidth.set_ylabel("GB/s")
+    handles = rates.get_legend_handles_labels()
+    extra = bandwidth.get_legend_handles_labels()
+    rates.legend(handles[0] + extra[0], handles[1] + extra[1], loc="upper left", fontsize="small")
+    return figure
