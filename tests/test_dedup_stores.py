@@ -265,6 +265,8 @@ def test_the_drain_section_keeps_its_stores_without_a_transfer() -> None:
     drain.tiers["shared"]["write"].add(IOTiming(0.002, 0.001, 0.001, SIZE), 1.0, 1.002)
     write = drain.to_dict()["tiers"]["shared"]["write"]
     assert (write["ops"], write["bytes"], write["dedup_stores"], write["dedup_bytes"]) == (1, SIZE, 1, SIZE)
+    assert drain.to_dict()["write_bytes"] == 0  # the drain's bytes are the device's, booked by time
+    drain.device["shared"]["write"].add(SIZE, 1, 1.0, 1.002)
     assert drain.to_dict()["write_bytes"] == SIZE  # moved bytes only
 
 

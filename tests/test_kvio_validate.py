@@ -366,7 +366,7 @@ def test_a_runs_command_recorder_forwards_the_request_and_alignment(tmp_path):
 
     from kvbench_core.engine.cancel import CommandRecorder
 
-    telemetry = SimpleNamespace(measuring=False, record_progress_bytes=lambda *args: None)
+    telemetry = SimpleNamespace(measuring=False, record_command_outside=lambda *args: None)
     with IOLog(str(tmp_path / "io.jsonl"), {"k": 7}) as log:
         CommandRecorder("nvme", telemetry, io_log=log).record("k", "read", 0, 23552, 0.0, 0.001, 24576, 4096)
     (line,) = (tmp_path / "io.jsonl").read_text().splitlines()

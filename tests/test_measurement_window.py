@@ -101,6 +101,9 @@ def test_duration_bounds_the_run_and_the_drain_is_cancelled_at_its_limit(slow_ti
     result = build_result(state, spec)
     drain = result["metrics"]["drain"]
     assert drain["cancelled_in_flight"] is True and drain["requests_cancelled"] >= 1
+    write = result["metrics"]["tiers"]["slow"]["write"]["device"]  # the cancelled partial work, by time
+    assert write["drain"]["cancelled_ops"] >= 1 and drain["cancelled_bytes"] == write["drain"]["cancelled_bytes"] > 0
+    assert write["window"]["bytes"] > 0  # the window's commands, though no request finished
     assert drain["limit_s"] == 0.3 and drain["seconds"] <= 0.3 + 0.3
     assert result["metrics"]["window"]["measured_s"] == pytest.approx(0.3, abs=0.1)
     assert state.status == "completed" and state.stop_reason == "duration reached"
@@ -183,7 +186,9 @@ def test_requests_that_finish_in_the_drain_are_reported_apart(slow_tier: None, t
     n = drain["requests_completed"]
     assert f"{n} request{'' if n == 1 else 's'} finished" in summarize(result)  # the summary says so
     window_bytes = sum(p["write_bytes"] for p in result["timeseries"])
-    assert window_bytes == result["metrics"]["tiers"]["slow"]["write"]["command_bytes"]  # the drain is not in it
+    device = result["metrics"]["tiers"]["slow"]["write"]["device"]
+    assert window_bytes == device["window"]["bytes"]  # by time: the drain's are not in it
+    assert drain["write_bytes"] == device["drain"]["bytes"] > 0
     assert result["workload"]["stats"]["requests_issued"] == (requests["completed"] + requests["failed"]
                                                               + requests["write_failed"] + requests["unfinished"])
 

@@ -51,17 +51,20 @@ def test_an_operation_that_started_in_warm_up_is_not_in_the_window() -> None:
 
 
 def test_an_intervals_p95_is_over_the_operations_it_books() -> None:
-    """An operation that began in warm-up (not in the window, its bytes not in the series) puts no latency in
-    the interval either: a point never shows a p95 beside 0 bytes for the tier (review R4)."""
+    """Bytes and latency are booked by time, together: an operation that began in warm-up and completed in
+    the window has its command's bytes and its latency in the interval it completed in; one that completed
+    before the window opened has neither, so a point never shows a p95 beside 0 bytes (review R4)."""
     clock = Clock()
     telemetry = Telemetry(list(DEFAULT_QOS), clock=clock)
     clock.now = 10.0
     telemetry.start_measuring()
-    telemetry.record_op("redis", "read", IOTiming(3.0, 0.0, 3.0, 4096), 8.0, 11.0, [(4096, 8.0, 11.0)])
+    telemetry.record_op("redis", "read", IOTiming(1.5, 0.0, 1.5, 4096), 8.0, 9.5, [(4096, 8.0, 9.5)])
+    telemetry.record_op("redis", "write", IOTiming(3.0, 0.0, 3.0, 4096), 8.0, 11.0, [(4096, 8.0, 11.0)])
     clock.now = 12.0
     telemetry.close_interval(1)
-    row = (telemetry.series[-1].get("tiers") or {}).get("redis") or {}
-    assert row.get("read_bytes", 0) == 0 and row.get("read_p95_ms") is None
+    row = telemetry.series[-1]["tiers"]["redis"]
+    assert row["read_bytes"] == 0 and row["read_p95_ms"] is None
+    assert row["write_bytes"] == 4096 and row["write_p95_ms"] == pytest.approx(3000.0, rel=0.02)
     telemetry.record_op("redis", "read", IOTiming(0.2, 0.0, 0.2, 4096), 12.1, 12.3, [(4096, 12.1, 12.3)])
     clock.now = 13.0
     telemetry.close_interval(1)

@@ -96,26 +96,31 @@ class CommandRecorder:
     The cache never runs two operations on one key of one tier at once, so commands are kept per key:
     the key of the entry whose operation issued them (``owner_of`` maps a backend's object key to it, where
     one entry is several objects, as a codec stage's segments are), so every command is taken with its
-    operation and nothing stays pending.  Outside the measured window they only feed the live progress line."""
+    operation and nothing stays pending.  Outside the measured window no operation will book them: they are
+    booked at once, by time (``Telemetry.record_command_outside``).  ``recorded`` counts every byte reported,
+    per op, before any booking: what the telemetry's phases must add up to."""
 
-    __slots__ = ("_lock", "_pending", "io_log", "owner_of", "telemetry", "tier", "token")
+    __slots__ = ("_lock", "_pending", "io_log", "owner_of", "recorded", "telemetry", "tier", "token")
 
     def __init__(self, tier: str, telemetry: Any, *, io_log: Any = None, token: CancelToken | None = None) -> None:
         self.tier, self.telemetry, self.io_log, self.token = tier, telemetry, io_log, token
         self._lock = threading.Lock()
         self._pending: dict[tuple[str, str], list[tuple[int, float, float]]] = {}
         self.owner_of: Callable[[str], str] | None = None
+        self.recorded: dict[str, int] = {"read": 0, "write": 0}
 
     def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float,
                requested: int | None = None, align: int | None = None) -> None:
         """One command: ``nbytes`` as the syscall returned; ``requested``/``align`` where the tier asked for an
         aligned length (an O_DIRECT tail), forwarded to the I/O log (docs/kvio.md, "the I/O log")."""
         owner = key if self.owner_of is None else self.owner_of(key)
-        if self.telemetry.measuring:
-            with self._lock:
+        held = self.telemetry.measuring  # read once: the command is held for its operation, or booked now
+        with self._lock:
+            self.recorded[op] = self.recorded.get(op, 0) + nbytes
+            if held:
                 self._pending.setdefault((owner, op), []).append((nbytes, start_s, end_s))
-        else:
-            self.telemetry.record_progress_bytes(self.tier, op, nbytes)
+        if not held:
+            self.telemetry.record_command_outside(self.tier, op, nbytes, start_s, end_s)
         if self.io_log is not None:
             self.io_log.record(key, op, offset, nbytes, start_s, end_s, requested, align, owner=owner,
                                tier=self.tier)

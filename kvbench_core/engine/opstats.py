@@ -89,12 +89,10 @@ class OpStats:
         self._span(other.first_start, other.last_end)
 
     def to_dict(self) -> dict[str, Any]:
-        window = (self.last_end - self.first_start) if self.ops and self.last_end is not None else 0.0
+        """The operations' figures; the bandwidth is the device's, by time (``TierMetrics.to_json``)."""
         return {
             "ops": self.ops, "bytes": self.bytes, "commands": self.commands, "errors": self.errors,
             "mean_entry_bytes": round(self.bytes / self.ops) if self.ops else None,
-            "active_window_s": round(window, 6),
-            "bandwidth_bytes_per_s": (self.bytes / window) if window > 0 else None,
             "latency_ms": {"total": self.total.summary(), "host": self.host.summary(),
                            "device": self.device.summary(), "codec": self.codec.summary()},
             "command_latency_ms": self.command.summary(percentiles=COMMAND_PERCENTILES),

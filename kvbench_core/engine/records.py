@@ -1,5 +1,6 @@
 """The records telemetry books: an operation with its device commands, a request's tally, the drain's
-figures, and the counts a time-series point carries (with the one definition of its rates)."""
+figures, the device's bytes by the phase in which each command completed, and the counts a time-series
+point carries (with the one definition of its rates)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ class RequestTally:
 
     A request's reads, hits, misses, writes and tier operations all land in the window the request
     started in (measured window, drain, or warm-up = nowhere), so a request that straddles the warm-up
-    boundary cannot count three hits against two reads, and the parts always add up.
+    boundary cannot count three hits against two reads, and the parts always add up.  The bytes its
+    commands moved are booked apart, by time, as they complete (``DeviceStats``).
     """
 
     counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
@@ -44,6 +46,64 @@ class RequestTally:
     demotions: list[tuple[str, int]] = field(default_factory=list)  # ("src->dst", bytes)
     evictions_deleted: int = 0
     promotions: int = 0
+
+
+#: The phases device bytes are booked in, by when each command completed (docs/metrics.md, "booking rules"):
+#: before the window opened (set-up, preload, warm-up), in the measured window, after it closed (the drain).
+PHASES = ("warmup", "window", "drain")
+
+
+@dataclass
+class DeviceStats:
+    """What one tier's device moved for one op (read or write) in one phase, booked when each command
+    completed, as fio and the block layer count: a request that straddles the window's open or close puts
+    each of its commands in the phase it completed in, so the window's bytes are the bytes the device moved
+    while it was open, whatever became of the request.  ``cancelled_*`` are operations stopped at the drain
+    limit: their completed commands are in ``bytes`` like any other, counted here too so the partial work
+    is visible.  ``first_start`` (clipped to the window's open) and ``last_end`` span the window's commands:
+    the bandwidth's active window."""
+
+    bytes: int = 0
+    commands: int = 0
+    cancelled_ops: int = 0
+    cancelled_bytes: int = 0
+    first_start: float | None = None
+    last_end: float | None = None
+
+    def add(self, nbytes: int, commands: int, start: float, end: float) -> None:
+        self.bytes += nbytes
+        self.commands += commands
+        self._span(start, end)
+
+    def _span(self, start: float | None, end: float | None) -> None:
+        if start is not None:
+            self.first_start = start if self.first_start is None else min(self.first_start, start)
+        if end is not None:
+            self.last_end = end if self.last_end is None else max(self.last_end, end)
+
+    def merge(self, other: DeviceStats) -> None:
+        self.bytes += other.bytes
+        self.commands += other.commands
+        self.cancelled_ops += other.cancelled_ops
+        self.cancelled_bytes += other.cancelled_bytes
+        self._span(other.first_start, other.last_end)
+
+    def active_s(self) -> float:
+        """First command start to last command end (0 when none)."""
+        return self.last_end - self.first_start if self.first_start is not None and self.last_end is not None else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bytes": self.bytes, "commands": self.commands, "cancelled_ops": self.cancelled_ops,
+                "cancelled_bytes": self.cancelled_bytes, "first_start": self.first_start, "last_end": self.last_end}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DeviceStats:
+        return cls(**{name: data.get(name) for name in ("first_start", "last_end")},
+                   **{name: data.get(name, 0) for name in ("bytes", "commands", "cancelled_ops", "cancelled_bytes")})
+
+
+def device_ops() -> dict[str, DeviceStats]:
+    return {"read": DeviceStats(), "write": DeviceStats()}
 
 
 #: The counts a time-series point carries; its rates are derived from them and its length alone.
@@ -61,7 +121,9 @@ def series_rates(counts: dict[str, float], span_s: float) -> dict[str, float]:
 
 @dataclass
 class DrainStats:
-    """What happened after the measured duration ended: requests that finished, bytes still moved."""
+    """What happened after the measured duration ended: requests that finished (``tiers``: their operations,
+    per request), and the bytes the devices moved after the close (``device``: the drain phase's
+    ``DeviceStats``, by time; ``read_bytes``/``write_bytes`` are theirs)."""
 
     seconds: float = 0.0
     requests: int = 0
@@ -72,22 +134,19 @@ class DrainStats:
     generated_tokens: int = 0
     end_to_end: LatencyHistogram = field(default_factory=LatencyHistogram)
     tiers: dict[str, dict[str, OpStats]] = field(default_factory=lambda: defaultdict(tier_ops))
+    device: dict[str, dict[str, DeviceStats]] = field(default_factory=lambda: defaultdict(device_ops))
 
     def to_dict(self) -> dict[str, Any]:
         return {"seconds": round(self.seconds, 6), "requests_completed": self.requests,
                 "requests_failed": self.requests_failed, "requests_write_failed": self.requests_write_failed,
                 "requests_cancelled": self.requests_cancelled, "context_tokens": self.context_tokens,
                 "generated_tokens": self.generated_tokens, "end_to_end_ms": self.end_to_end.summary(),
-                "read_bytes": sum(_moved(t["read"]) for t in self.tiers.values()),
-                "write_bytes": sum(_moved(t["write"]) for t in self.tiers.values()),
+                "read_bytes": sum(t["read"].bytes for t in self.device.values()),
+                "write_bytes": sum(t["write"].bytes for t in self.device.values()),
+                "cancelled_bytes": sum(s.cancelled_bytes for t in self.device.values() for s in t.values()),
                 "tiers": {name: {op: {"ops": s.ops, "bytes": s.bytes, "command_bytes": s.command_bytes,
                                       "dedup_stores": s.dedup_stores, "dedup_bytes": s.dedup_bytes}
                                  for op, s in ops.items()} for name, ops in self.tiers.items()}}
-
-
-def _moved(stats: OpStats) -> int:
-    """Bytes a tier moved in the drain: its device commands where it reports them, else its operations."""
-    return stats.command_bytes or stats.bytes
 
 
 def tier_ops() -> dict[str, OpStats]:

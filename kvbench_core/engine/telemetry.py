@@ -2,9 +2,13 @@
 
 L1 end-to-end (queue wait + storage + generation) per QoS class, L2 storage
 time per request, L3 per-tier operation time, L4 host vs device per tier.
-Everything lands in mergeable ``LatencyHistogram``s.  Bandwidth is computed
-over the window in which I/O really happened (first operation start to last
-completion, drain included), never over the nominal duration.
+Everything lands in mergeable ``LatencyHistogram``s.
+
+Two booking rules (docs/metrics.md, "booking rules"): request figures (latency, tokens, hits, each tier
+operation's count, bytes and latency) are booked per request, in the window the request started and
+ended in; device figures (the bytes and commands each device moved, the bandwidth, the time series'
+bytes) are booked by time, when each command completes, in the phase it completed in (``PHASES``:
+before the window, the window, the drain), as fio and the block layer count.
 """
 
 from __future__ import annotations
@@ -19,11 +23,14 @@ from kvbench_core.contracts.backend import IOTiming
 from kvbench_core.engine.histogram import LatencyHistogram
 from kvbench_core.engine.opstats import OpStats
 from kvbench_core.engine.records import (
+    PHASES,
     SERIES_COUNTS,
     Command,
+    DeviceStats,
     DrainStats,
     OpRecord,
     RequestTally,
+    device_ops,
     series_rates,
     tier_ops,
 )
@@ -34,11 +41,12 @@ __all__ = ["SERIES_COUNTS", "OpStats", "RequestTally", "Telemetry", "series_rate
 class Telemetry:
     """Thread-safe collector of the measured window and of the drain after it.
 
-    Nothing is recorded until ``start_measuring`` (warm-up is excluded).  ``close_window`` marks the end of
-    the measured ``duration``: what completes after it is the drain's, kept apart in ``drain``.  The rule
-    for everything with a start and an end (a request, a tier operation, a device command): it belongs to
-    the window it started in if it also ended there; started in the window and ended after it closed, it
-    is the drain's; started before the window opened, it is warm-up's and not counted at all.
+    Request figures are recorded from ``start_measuring`` (warm-up is excluded).  ``close_window`` marks
+    the end of the measured ``duration``: what completes after it is the drain's, kept apart in ``drain``.
+    The rule for a request and its tier operations: it belongs to the window it started in if it also
+    ended there; started in the window and ended after it closed, it is the drain's; started before the
+    window opened, it is warm-up's and not counted at all.  Device commands follow the other rule
+    (``phase``): each is booked in ``device[phase]`` by when it completed, whatever its request did.
     """
 
     def __init__(self, qos_classes: list[str], clock: Any = time.perf_counter) -> None:
@@ -47,6 +55,13 @@ class Telemetry:
         self._local = threading.local()
         self.qos_classes = qos_classes
         self.measuring = False
+        self.opened = False  # the window has opened (once): commands completing before it are warm-up's
+        #: Device bytes and commands by phase (``PHASES``), by tier, by op: not reset when the window opens.
+        self.device: dict[str, dict[str, dict[str, DeviceStats]]] = {p: defaultdict(device_ops) for p in PHASES}
+        #: Device bytes of operations a tier reported without commands, booked at their end, per tier and op:
+        #: with ``CommandRecorder.recorded`` (every command reported, before any booking) what the phases
+        #: must add up to.
+        self.uncommanded_bytes: dict[str, dict[str, int]] = defaultdict(lambda: {"read": 0, "write": 0})
         self.reset()
 
     def reset(self) -> None:
@@ -80,7 +95,7 @@ class Telemetry:
             self.window_start = self._clock()
             self.window_close: float | None = None  # the end of the measured duration; the drain follows
             self.window_end: float | None = None
-            self.drain = DrainStats()
+            self.drain = DrainStats(device=self.device["drain"])
             self.series: list[dict[str, Any]] = []
             self._interval_ends: list[float] = []  # each point's end, for booking into a closed point
             self._interval = self._new_interval(self.window_start)
@@ -94,7 +109,7 @@ class Telemetry:
 
     def start_measuring(self) -> None:
         self.reset()
-        self.measuring = True
+        self.measuring = self.opened = True
 
     def close_window(self) -> None:
         """The measured duration is over: from now on completions are the drain's."""
@@ -110,6 +125,13 @@ class Telemetry:
             self.drain.seconds = max(0.0, now - self.window_close)
             self.measuring = False
             self.window_end = now
+
+    def phase(self, end: float) -> str:
+        """The phase a device command that completed at ``end`` is booked in: ``"warmup"`` before the window
+        opened (set-up, preload, warm-up), ``"window"`` until it closed, ``"drain"`` after."""
+        if not self.opened or end < self.window_start:
+            return "warmup"
+        return "window" if self.window_close is None or end <= self.window_close else "drain"
 
     def bucket(self, start: float, end: float) -> str | None:
         """``"window"``, ``"drain"`` or None (warm-up, or not measuring) for something from start to end."""
@@ -208,10 +230,12 @@ class Telemetry:
             elif where is not None:
                 self.requests_write_failed += 1
 
-    def record_request_cancelled(self) -> None:
-        """In flight when the drain limit ran out: stopped at a command boundary."""
+    def record_request_cancelled(self, enqueued: float) -> None:
+        """In flight when the drain limit ran out: stopped at a command boundary.  Counted when it was
+        enqueued in the window, as a request that finished would have been (one begun in warm-up is not)."""
         with self._lock:
-            self.drain.requests_cancelled += 1
+            if self.measuring and enqueued >= self.window_start:
+                self.drain.requests_cancelled += 1
 
     # -- operations and commands ---------------------------------------------------------------------
     def record_op(self, tier: str, op: str, timing: IOTiming, start: float, end: float,
@@ -220,40 +244,66 @@ class Telemetry:
         reports none).  Inside a request it waits in the request's tally; outside (preload, cold
         demotion) it belongs to the window it started in."""
         record = OpRecord(tier, op, timing, start, end, commands or [])
-        if timing.transferred and not self.measuring:  # warm-up: the live line's p95 (reset at the window)
-            with self._lock:
-                self._interval["tiers"][tier][op][1].add(timing.total)
+        with self._lock:
+            self._book_device(record)
         tally = self._tally()
         if tally is not None:
             tally.ops.append(record)
             return
         self.book(RequestTally(ops=[record]), self.bucket(start, end))
 
-    def record_progress_bytes(self, tier: str, op: str, nbytes: int) -> None:
-        """Bytes a tier moved outside the measured window (warm-up), for the live progress line only
-        (``start_measuring`` resets the interval, so nothing of warm-up reaches the series)."""
-        if not self.measuring:
-            with self._lock:
+    def record_command_outside(self, tier: str, op: str, nbytes: int, start: float, end: float) -> None:
+        """A command a tier completed while nothing is measured (set-up, warm-up, after the window's end):
+        booked at once by time (no operation will take it), and before the window in the live line."""
+        with self._lock:
+            if not self.opened:
                 self._interval["tiers"][tier][op][0] += nbytes
+            self._book_command(tier, op, nbytes, 1, start, end)
+
+    def record_unfinished(self, tier: str, op: str, commands: list[Command], *, cancelled: bool) -> None:
+        """The commands of an operation that did not complete (cancelled at the drain limit, failed, its
+        entry gone): the device moved their bytes, booked by time; a cancelled one is counted, with them."""
+        with self._lock:
+            for nbytes, start, end in commands:
+                self._book_command(tier, op, nbytes, 1, start, end)
+            if cancelled:
+                stats = self.device[self.phase(commands[-1][2] if commands else self._clock())][tier][op]
+                stats.cancelled_ops += 1
+                stats.cancelled_bytes += sum(nbytes for nbytes, _, _ in commands)
+
+    def _book_device(self, record: OpRecord) -> None:
+        """An operation's device work by time (lock held): each command in the phase it completed in (and in
+        the series' interval), or for a tier that reports none the operation's device bytes at its end (a
+        codec's output); its latency in the interval it completed in, beside its bytes (warm-up's in the live
+        line's, reset when the window opens)."""
+        timing = record.timing
+        for nbytes, start, end in record.commands:
+            self._book_command(record.tier, record.op, nbytes, 1, start, end)
+        if not record.commands and timing.transferred:
+            physical = timing.nbytes if timing.physical_bytes is None else timing.physical_bytes
+            self.uncommanded_bytes[record.tier][record.op] += physical
+            self._book_command(record.tier, record.op, physical, timing.commands, record.start, record.end)
+        if timing.transferred and (not self.opened or (self.phase(record.end) == "window"
+                                                       and record.end >= self._interval["start"])):
+            self._interval["tiers"][record.tier][record.op][1].add(timing.total)
+
+    def _book_command(self, tier: str, op: str, nbytes: int, commands: int, start: float, end: float) -> None:
+        """``commands`` that moved ``nbytes`` and completed at ``end`` (lock held): in their phase, and in the
+        window's series point covering ``end``."""
+        phase = self.phase(end)
+        if phase == "window":
+            self.device[phase][tier][op].add(nbytes, commands, max(start, self.window_start), end)
+            self._book_bytes(tier, op, nbytes, end)
+        else:
+            self.device[phase][tier][op].add(nbytes, commands, start, end)
 
     def _book_op(self, record: OpRecord) -> None:
-        """A window's operation (lock held): its stats, its commands' latency, and its bytes in the
-        series, per device command in the interval in which the command completed (bandwidth, not
-        completions); a tier that reports no commands books the whole operation at its end."""
+        """A window's operation (lock held): its stats and its commands' latency and bytes (per request; its
+        device bytes were booked by time as it completed, ``_book_device``)."""
         stats = self.tiers[record.tier][record.op]
         stats.add(record.timing, record.start, record.end)
-        # The interval's p95 covers the operations it books, as its bytes do: not those of requests that
-        # started in warm-up, were dropped or were cancelled in the drain.  One that completed in an interval
-        # already closed (its request ended later) adds its bytes there, but that point's p95 is written.
-        if record.timing.transferred and record.end >= self._interval["start"]:
-            self._interval["tiers"][record.tier][record.op][1].add(record.timing.total)
         for nbytes, start, end in record.commands:
             stats.add_command(nbytes, start, end)
-            self._book_bytes(record.tier, record.op, nbytes, end)
-        if not record.commands:  # the device's bytes, as tier_bytes checks them (a codec's output)
-            timing = record.timing
-            self._book_bytes(record.tier, record.op,
-                             timing.nbytes if timing.physical_bytes is None else timing.physical_bytes, record.end)
 
     def _book_bytes(self, tier: str, op: str, nbytes: int, at: float) -> None:
         """``nbytes`` into the series point covering instant ``at`` (lock held): the open interval, or an

@@ -3,8 +3,10 @@
 The cache decides *what* moves where; this module is the single place where an
 operation on a tier's backend is timed, its device commands are taken from the
 tier's recorder, and a failure becomes a ``StorageError`` naming tier, operation
-and key.  A failed or cancelled operation is booked nowhere (its commands are
-discarded), so the figures only ever count work that completed.
+and key.  A failed or cancelled operation is not booked as an operation, so the
+operation figures only count work that completed; the commands it did complete
+moved bytes on the device and are booked by time with the rest
+(``Telemetry.record_unfinished``), a cancelled one counted as such.
 """
 
 from __future__ import annotations
@@ -35,11 +37,11 @@ class TierOperations:
             if breach is not None:  # booked as it stands it would lose or invent bytes: refused, as a failure
                 raise TimingContractError(f"backend '{tier.backend.name}' ({type(tier.backend).__name__}) "
                                           f"returned an IOTiming that breaks the contract: {breach}")
-        except (StorageError, Cancelled, EntryGone):
-            take_commands(tier, key, op)  # a failed, cancelled or missed operation is booked nowhere, nor its commands
+        except (StorageError, Cancelled, EntryGone) as error:
+            self.unfinished(tier, key, op, error)  # not an operation; its commands' bytes by time
             raise
         except Exception as error:
-            take_commands(tier, key, op)
+            self.unfinished(tier, key, op, error)
             self.telemetry.record_op_error(tier.name, op, key, error)
             raise StorageError(tier.name, op, key, describe_error(error)) from error
         end = time.perf_counter()
@@ -52,10 +54,17 @@ class TierOperations:
         ``source``, with the read it made there; a failed copy books neither (its reads' commands dropped)."""
         try:
             self.timed(target, "write", entry.key, write)
-        except (StorageError, Cancelled, EntryGone):
-            take_commands(source_tier, entry.key, "read")
+        except (StorageError, Cancelled, EntryGone) as error:
+            self.unfinished(source_tier, entry.key, "read", error)
             raise
         self.record_source_read(source_tier, entry, source)
+
+    def unfinished(self, tier: Tier, key: str, op: str, error: BaseException) -> None:
+        """``op`` on ``key`` did not complete: the commands it did issue are booked by time, not as an
+        operation (a cancelled one is counted as cancelled partial work)."""
+        commands = take_commands(tier, key, op)
+        if commands or isinstance(error, Cancelled):
+            self.telemetry.record_unfinished(tier.name, op, commands, cancelled=isinstance(error, Cancelled))
 
     def record_source_read(self, upper: Tier, entry: Entry, source: TierSource) -> None:
         """A demotion's (or promotion's) read of the tier it moves from is real traffic there: count what
@@ -67,6 +76,8 @@ class TierOperations:
         persistent tier's is device time."""
         commands = take_commands(upper, entry.key, "read")  # the range reads' own commands, as the recorder saw
         if not source.bytes_read:
+            if commands:
+                self.telemetry.record_unfinished(upper.name, "read", commands, cancelled=False)
             return
         end = time.perf_counter()
         seconds = source.read_seconds

@@ -28,8 +28,10 @@ from typing import Any
 from kvbench_core.codecs.figures import tier_codec
 from kvbench_core.contracts.redact import environment_secrets, redact
 from kvbench_core.contracts.workload import DEFAULT_QOS, QoSClass
+from kvbench_core.engine.cancel import CommandRecorder
 from kvbench_core.engine.histogram import LatencyHistogram
 from kvbench_core.engine.opstats import OpStats
+from kvbench_core.engine.records import PHASES, DeviceStats
 from kvbench_core.engine.runner import RunState
 
 GB = 1e9
@@ -43,9 +45,14 @@ CACHE_COUNTS = ("reads_served_by_tier", "read_misses", "demotions_bytes", "demot
                 "promotions", "counters", "occupancy_at_end")
 
 
+def no_device() -> dict[str, dict[str, DeviceStats]]:
+    return {op: {phase: DeviceStats() for phase in PHASES} for op in OPS}
+
+
 @dataclass
 class TierMetrics:
-    """One tier: what it is, and its read and write operation stats."""
+    """One tier: what it is, its read and write operation stats (per request) and what its device moved in
+    each phase (by time), with every byte it reported moving (``moved``: what the phases add up to)."""
 
     backend: str
     capacity_bytes: int | None
@@ -55,16 +62,42 @@ class TierMetrics:
     write: OpStats = field(default_factory=OpStats)
     reads_served: int = 0
     counters: dict[str, Any] | None = None  # the backend's own (S3 requests, redis commands)
+    device: dict[str, dict[str, DeviceStats]] = field(default_factory=no_device)  # op -> phase -> stats
+    moved: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OPS, 0))
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"backend": self.backend, "capacity_bytes": self.capacity_bytes,
                                "volatile": self.volatile, "describe": self.describe,
-                               "read": self.read.to_dict(), "write": self.write.to_dict(),
+                               "read": self.op_json("read"), "write": self.op_json("write"),
                                "reads_served": self.reads_served}
         out["codec"] = tier_codec(out)
         if self.counters is not None:
             out["counters"] = self.counters
         return out
+
+    def op_json(self, op: str) -> dict[str, Any]:
+        """An op's operation stats, its device's phases, and the bandwidth: the window's device bytes over
+        the span of the window's commands (booked by time, docs/metrics.md)."""
+        window = self.device[op]["window"]
+        active = window.active_s()
+        return {**getattr(self, op).to_dict(), "active_window_s": round(active, 6),
+                "bandwidth_bytes_per_s": window.bytes / active if active > 0 else None,
+                "device": {**{phase: stats.to_dict() for phase, stats in self.device[op].items()},
+                           "moved_bytes": self.moved[op]}}
+
+    def merge(self, other: TierMetrics) -> None:
+        """Add another client's figures of the same tier (its times already on the wall clock)."""
+        self.capacity_bytes = None if None in (self.capacity_bytes, other.capacity_bytes) \
+            else self.capacity_bytes + other.capacity_bytes
+        self.read.merge(other.read)
+        self.write.merge(other.write)
+        self.reads_served += other.reads_served
+        if self.counters is not None:
+            self.counters = sum_dicts([self.counters, other.counters or {}])
+        for op in OPS:
+            self.moved[op] += other.moved[op]
+            for phase in PHASES:
+                self.device[op][phase].merge(other.device[op][phase])
 
 
 @dataclass
@@ -100,11 +133,15 @@ class Metrics:
         tiers = {}
         for tier in state.tiers:
             ops = telemetry.tiers[tier.name]
+            recorder = tier.backend.context.io_log
+            recorded = recorder.recorded if isinstance(recorder, CommandRecorder) else {}
             tiers[tier.name] = TierMetrics(
                 tier.backend.name, None if math.isinf(tier.capacity) else int(tier.capacity), tier.backend.volatile,
                 redact(tier.description or {"backend": tier.backend.name}, environment_secrets()),
                 ops["read"], ops["write"], telemetry.read_hits.get(tier.name, 0),
-                tier.backend.counters())
+                tier.backend.counters(),
+                device={op: {phase: telemetry.device[phase][tier.name][op] for phase in PHASES} for op in OPS},
+                moved={op: recorded.get(op, 0) + telemetry.uncommanded_bytes[tier.name][op] for op in OPS})
         return cls(
             measured_s=window_s, started_at=state.measure_start_wall, ended_at=state.measure_end_wall,
             monotonic_start=state.measure_start,
@@ -144,6 +181,12 @@ class Metrics:
             one.first_start, one.last_end = wall(one.first_start), wall(one.last_end)
             return one
 
+        def device(data: dict[str, Any]) -> dict[str, DeviceStats]:
+            phases = {phase: DeviceStats.from_dict((data.get("device") or {}).get(phase) or {}) for phase in PHASES}
+            for one in phases.values():
+                one.first_start, one.last_end = wall(one.first_start), wall(one.last_end)
+            return phases
+
         hists = metrics["histograms"]
         return cls(
             measured_s=window["measured_s"], started_at=window["started_at"], ended_at=window["ended_at"],
@@ -154,7 +197,9 @@ class Metrics:
             end_to_end_by_qos={q: LatencyHistogram.from_dict(h) for q, h in hists["end_to_end_by_qos"].items()},
             service_by_qos={q: LatencyHistogram.from_dict(h) for q, h in hists["service_by_qos"].items()},
             tiers={name: TierMetrics(t["backend"], t["capacity_bytes"], t["volatile"], t["describe"],
-                                     stats(t["read"]), stats(t["write"]), t["reads_served"], t.get("counters"))
+                                     stats(t["read"]), stats(t["write"]), t["reads_served"], t.get("counters"),
+                                     device={op: device(t[op]) for op in OPS},
+                                     moved={op: (t[op].get("device") or {}).get("moved_bytes", 0) for op in OPS})
                    for name, t in metrics["tiers"].items()},
             cache={k: copy.deepcopy(metrics["cache"].get(k, {})) for k in CACHE_COUNTS},
             drain=copy.deepcopy(metrics.get("drain") or {}),
@@ -174,14 +219,7 @@ class Metrics:
                 if name not in tiers:
                     tiers[name] = TierMetrics(tier.backend, 0, tier.volatile, tier.describe,
                                               counters={} if tier.counters is not None else None)
-                merged = tiers[name]
-                merged.capacity_bytes = None if None in (merged.capacity_bytes, tier.capacity_bytes) \
-                    else merged.capacity_bytes + tier.capacity_bytes
-                merged.read.merge(tier.read)
-                merged.write.merge(tier.write)
-                merged.reads_served += tier.reads_served
-                if merged.counters is not None:
-                    merged.counters = sum_dicts([merged.counters, tier.counters or {}])
+                tiers[name].merge(tier)
         drain = sum_dicts(p.drain for p in parts)
         if drain:
             drain["seconds"] = max(p.drain.get("seconds", 0.0) for p in parts)
