@@ -15,6 +15,7 @@ from kvbench_core.contracts.units import format_bytes, parse_size
 from kvbench_core.kvio.commands import DEFAULT_ALIGN, DEFAULT_MAX_TRANSFER, DEFAULT_STORE_HEADER_BYTES, TransferGeometry
 from kvbench_core.kvio.manifest import PLAN_FORMAT, VERSION
 from kvbench_core.kvio.plan import DEFAULT_CHUNK_TOKENS, build_manifest, summarize
+from kvbench_core.kvio.presets import BACKENDS, ENGINES, EnginePreset, engine_preset
 from kvbench_core.spec.geometry import DTYPE_BYTES, resolve_model
 
 
@@ -24,12 +25,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--config", help="config.json (or LMCache modelconfig.json) supplying the geometry")
     parser.add_argument("--dtype", help=f"KV dtype: {', '.join(DTYPE_BYTES)} (default: the config's, else bf16)")
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel degree: objects per chunk (default 1)")
-    parser.add_argument("--chunk-tokens", type=int, default=DEFAULT_CHUNK_TOKENS,
+    parser.add_argument("--chunk-tokens", type=int,
                         help=f"tokens per stored chunk (default {DEFAULT_CHUNK_TOKENS}, LMCache's)")
     amount = parser.add_mutually_exclusive_group(required=True)
-    amount.add_argument("--tokens", type=int, help="prompt length; a shorter last chunk is kept")
+    amount.add_argument("--tokens", type=int, help="prompt length; a shorter last chunk follows --tail-chunk")
     amount.add_argument("--num-chunks", type=int, help="number of full chunks")
+    parser.add_argument("--tail-chunk", choices=("keep", "drop"),
+                        help="store a partial last chunk (keep: LMCache's save_unfull_chunk true) or not "
+                             "(drop); default keep, or the --engine preset's")
+    engine = parser.add_argument_group("engine preset", "an engine version's defaults for chunking, tail chunk, "
+                                       "header and command sizes (docs/kvio.md); a flag given still wins")
+    engine.add_argument("--engine", choices=ENGINES, help="the engine whose defaults to plan with")
+    engine.add_argument("--backend", choices=BACKENDS, help="the engine's storage backend")
     add_geometry_arguments(parser)
+    parser.set_defaults(max_transfer=None, align=None, store_header_bytes=None)  # None: the preset's or default
     parser.add_argument("--prefill-tokens-per-sec", type=float,
                         help="prefill rate R: report the bandwidth above which loading beats recomputing")
     codec = parser.add_argument_group("codec", "store objects encoded: a declared codec, or one a run measured")
@@ -57,9 +66,21 @@ def add_geometry_arguments(parser: argparse.ArgumentParser) -> None:
                              "LMCache raw_block writes; 0 for tiers that write none, such as nvme)")
 
 
-def geometry_from(args: argparse.Namespace) -> TransferGeometry:
-    return TransferGeometry(size_argument("--max-transfer", args.max_transfer), size_argument("--align", args.align),
-                            size_argument("--store-header-bytes", args.store_header_bytes))
+def geometry_from(args: argparse.Namespace, preset: EnginePreset | None = None) -> TransferGeometry:
+    """The transfer geometry of the flags; a flag not given (None) is the preset's, else the default."""
+    base = preset.geometry if preset is not None else TransferGeometry()
+    flags = {"max_transfer": "--max-transfer", "align": "--align", "store_header_bytes": "--store-header-bytes"}
+    return TransferGeometry(**{name: getattr(base, name) if getattr(args, name, None) is None
+                               else size_argument(flag, getattr(args, name)) for name, flag in flags.items()})
+
+
+def preset_from(args: argparse.Namespace) -> EnginePreset | None:
+    """The ``--engine``/``--backend`` preset, or None; a backend without an engine is refused."""
+    if args.engine is None:
+        if args.backend is not None:
+            raise SpecError(f"--backend {args.backend} needs --engine: one of {', '.join(ENGINES)}")
+        return None
+    return engine_preset(args.engine, args.backend)
 
 
 def size_argument(flag: str, value: str) -> int:
@@ -74,8 +95,12 @@ def handle(args: argparse.Namespace) -> int:
     if not args.model and not args.config:
         raise SpecError("give a model (--model NAME) or a config file (--config config.json)")
     model = resolve_model(args.model or "", args.dtype, args.tp, config=args.config)
-    geometry = geometry_from(args)
-    manifest = build_manifest(model, geometry, args.chunk_tokens, tokens=args.tokens, num_chunks=args.num_chunks)
+    preset = preset_from(args)
+    chunk_tokens = args.chunk_tokens if args.chunk_tokens is not None else \
+        (preset.chunk_tokens if preset else DEFAULT_CHUNK_TOKENS)
+    keep_tail = args.tail_chunk == "keep" if args.tail_chunk else (preset.keep_tail if preset else True)
+    manifest = build_manifest(model, geometry_from(args, preset), chunk_tokens, tokens=args.tokens,
+                              num_chunks=args.num_chunks, keep_tail=keep_tail, preset=preset)
     summary = summarize(manifest, args.prefill_tokens_per_sec, codec_from(args))
     if args.record:
         manifest.write(args.record)
@@ -118,6 +143,14 @@ def render(summary: dict[str, Any]) -> None:
               f"{model['bytes_per_token']:,} B/token per rank")
     out.print(f"chunks: {chunking['chunks']} × {chunking['chunk_tokens']} tokens ({chunking['tokens']:,} tokens), "
               f"{chunking['objects_per_chunk']} object(s) per chunk")
+    if chunking.get("unstored_tokens"):
+        out.print(f"tail chunk dropped: the last {chunking['unstored_tokens']:,} tokens fill no whole chunk and "
+                  "are not stored (--tail-chunk keep stores them)")
+    engine = summary.get("engine")
+    if engine:
+        slot = f", slot {engine['slot_bytes']:,} B per object" if engine.get("slot_bytes") else ""
+        out.print(f"engine preset: {engine['name']} {engine['backend']} (tail chunk {engine['tail_chunk']}{slot}; "
+                  "rules and their sources: --json, docs/kvio.md)")
     out.print(f"geometry: max transfer {_size(geometry['max_transfer'])}, align {geometry['align']} B, "
               f"store header {geometry['store_header_bytes']} B")
     objects = Table("payload per object", "tokens", "objects", "store cmds", "load cmds", "store device bytes",

@@ -41,6 +41,7 @@ SCHEMA: dict[str, Any] = {
         "version": {"const": VERSION},
         "model": {"type": "object"},
         "chunking": {"type": "object"},
+        "engine": {"type": "object"},
         "geometry": {
             "type": "object",
             "required": ["max_transfer", "align", "store_header_bytes"],
@@ -83,10 +84,12 @@ class Manifest:
     objects: tuple[KVObject, ...]
     trace_ids: dict[str, int]
     chunking: dict[str, Any] = field(default_factory=dict)
+    #: the engine preset the plan followed (kvio/presets.py: its rules and their sources); empty for none
+    engine: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_objects(cls, objects: Iterable[KVObject], *, model: dict[str, Any], geometry: TransferGeometry,
-                     chunking: dict[str, Any] | None = None) -> Manifest:
+                     chunking: dict[str, Any] | None = None, engine: dict[str, Any] | None = None) -> Manifest:
         """Assign every object a trace id: the key's derived id (what an ``IOLog`` without a map uses),
         moved to the next free id in the rare case two keys collide in 32 bits."""
         objects = tuple(objects)
@@ -100,12 +103,12 @@ class Manifest:
                 trace_id = trace_id % ((1 << TRACE_ID_BITS) - 1) + 1
             trace_ids[obj.key] = trace_id
             used.add(trace_id)
-        return cls(model, geometry, objects, trace_ids, dict(chunking or {}))
+        return cls(model, geometry, objects, trace_ids, dict(chunking or {}), dict(engine or {}))
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": FORMAT, "version": VERSION, "model": self.model, "chunking": self.chunking,
-            "geometry": self.geometry.to_dict(),
+            **({"engine": self.engine} if self.engine else {}), "geometry": self.geometry.to_dict(),
             "objects": [
                 {"key": obj.key, "trace_id": self.trace_ids[obj.key], "bytes": obj.nbytes,
                  **{name: value for name, value in (("chunk", obj.chunk), ("rank", obj.rank), ("tokens", obj.tokens))
@@ -163,7 +166,8 @@ class Manifest:
             geometry = TransferGeometry.from_dict(data["geometry"])
         except SpecError as error:
             raise InputFileError(f"{where}: {prefix}geometry: {error}") from None
-        return cls(data["model"], geometry, tuple(objects), trace_ids, data.get("chunking", {}))
+        return cls(data["model"], geometry, tuple(objects), trace_ids, data.get("chunking", {}),
+                   data.get("engine", {}))
 
     @classmethod
     def read(cls, path: str) -> Manifest:

@@ -4,9 +4,11 @@ Storage I/O geometry is content-independent: how many commands a KV store or
 load produces, and how big each is, depends only on the object size and the
 transfer geometry.  So real model geometry plus a chunk size fully determines
 the command stream.  A prompt of ``T`` tokens is cut into ``chunk_tokens``
-chunks (LMCache's unit of storage; a shorter last chunk is kept, as
-LMCache's ``save_unfull_chunk`` does); under tensor parallelism each chunk
-becomes one object per rank, holding that rank's share of the KV.
+chunks (LMCache's unit of storage); a shorter last chunk is kept by default,
+as LMCache does with ``save_unfull_chunk: true``, and dropped with
+``keep_tail=False``, as LMCache 0.5 does by default (kvio/presets.py holds
+each engine's rules).  Under tensor parallelism each chunk becomes one object
+per rank, holding that rank's share of the KV.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from kvbench_core.codecs.projection import CodecProjection
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.kvio.commands import OPS, TransferGeometry, log2_histogram, total_bytes
 from kvbench_core.kvio.manifest import KVObject, Manifest
+from kvbench_core.kvio.presets import EnginePreset
 from kvbench_core.spec.geometry import ResolvedModel
 
 DEFAULT_CHUNK_TOKENS = 256  # LMCache's default chunk size
@@ -30,8 +33,10 @@ def object_key(model_name: str, chunk: int, rank: int) -> str:
     return f"kvio-{slug}-c{chunk:06d}-r{rank}"
 
 
-def chunk_token_counts(chunk_tokens: int, *, tokens: int | None = None, num_chunks: int | None = None) -> list[int]:
-    """Tokens in each chunk, from a prompt length or a number of full chunks (exactly one is given)."""
+def chunk_token_counts(chunk_tokens: int, *, tokens: int | None = None, num_chunks: int | None = None,
+                       keep_tail: bool = True) -> list[int]:
+    """Tokens in each stored chunk, from a prompt length or a number of full chunks (exactly one is given);
+    a partial last chunk is stored only with ``keep_tail``."""
     if chunk_tokens < 1:
         raise SpecError(f"--chunk-tokens must be >= 1, got {chunk_tokens}")
     if (tokens is None) == (num_chunks is None):
@@ -44,20 +49,34 @@ def chunk_token_counts(chunk_tokens: int, *, tokens: int | None = None, num_chun
     if tokens < 1:
         raise SpecError(f"--tokens must be >= 1, got {tokens}")
     full, rest = divmod(tokens, chunk_tokens)
-    return [chunk_tokens] * full + ([rest] if rest else [])
+    if not full and not keep_tail:
+        raise SpecError(f"--tokens {tokens} is less than one {chunk_tokens}-token chunk and the tail chunk is "
+                        "dropped (--tail-chunk drop, LMCache's save_unfull_chunk: false): nothing would be stored")
+    return [chunk_tokens] * full + ([rest] if rest and keep_tail else [])
 
 
 def build_manifest(model: ResolvedModel, geometry: TransferGeometry, chunk_tokens: int = DEFAULT_CHUNK_TOKENS, *,
-                   tokens: int | None = None, num_chunks: int | None = None) -> Manifest:
-    """The object set a prompt produces: one object per (chunk, TP rank)."""
-    counts = chunk_token_counts(chunk_tokens, tokens=tokens, num_chunks=num_chunks)
+                   tokens: int | None = None, num_chunks: int | None = None, keep_tail: bool = True,
+                   preset: EnginePreset | None = None) -> Manifest:
+    """The object set a prompt produces: one object per (chunk, TP rank), or per chunk for an MLA model
+    under an engine that stores MLA from the first rank only (``preset``, which the manifest records)."""
+    counts = chunk_token_counts(chunk_tokens, tokens=tokens, num_chunks=num_chunks, keep_tail=keep_tail)
+    ranks = 1 if preset is not None and preset.mla_first_rank_only and model.geometry.family == "MLA" else model.tp
     objects = [
         KVObject(object_key(model.geometry.name, chunk, rank), model.kv_bytes(n), chunk, rank, n)
-        for chunk, n in enumerate(counts) for rank in range(model.tp)
+        for chunk, n in enumerate(counts) for rank in range(ranks)
     ]
-    chunking = {"chunk_tokens": chunk_tokens, "tokens": sum(counts), "chunks": len(counts),
-                "objects_per_chunk": model.tp}
-    return Manifest.from_objects(objects, model=model.to_dict(), geometry=geometry, chunking=chunking)
+    chunking: dict[str, Any] = {"chunk_tokens": chunk_tokens, "tokens": sum(counts), "chunks": len(counts),
+                                "objects_per_chunk": ranks, "tail_chunk": "keep" if keep_tail else "drop"}
+    if tokens is not None and tokens > sum(counts):
+        chunking["unstored_tokens"] = tokens - sum(counts)
+    engine = None
+    if preset is not None:
+        engine = preset.to_dict()
+        slot = preset.slot_bytes(model.kv_bytes(chunk_tokens))
+        if slot is not None:
+            engine["slot_bytes"] = slot
+    return Manifest.from_objects(objects, model=model.to_dict(), geometry=geometry, chunking=chunking, engine=engine)
 
 
 def _object_classes(manifest: Manifest) -> list[tuple[tuple[int, int | None], int]]:
@@ -141,6 +160,7 @@ def summarize(manifest: Manifest, prefill_tokens_per_sec: float | None = None,
     summary: dict[str, Any] = {
         "model": manifest.model,
         "chunking": manifest.chunking,
+        **({"engine": manifest.engine} if manifest.engine else {}),
         "geometry": geometry.to_dict(),
         "object_classes": classes,
         "command_sizes": [{"bin_bytes": b, **{op: histograms[op].get(b, 0) for op in OPS}} for b in bins],
