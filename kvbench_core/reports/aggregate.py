@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kvbench_core.reports.metrics import HEADLINE, measured_figures
+from kvbench_core.reports.metrics import HEADLINE, FigureValue, measured_figures
+from kvbench_core.results.document import ResultDocument, RunRecord, TrialRun, TrialsSection
 from kvbench_core.results.status import trials_verdict
 
 
@@ -39,50 +40,53 @@ def file_sha256(path: Path) -> str:
 
 def summarize_trials(results: list[dict[str, Any]], paths: list[Path], *, session_id: str,
                      requested: int) -> dict[str, Any]:
-    """The summary result of a session's trials (``results`` in trial order, ``paths`` their files)."""
-    counted = [r for r in results if r["run"]["status"] == "completed" and r["metrics"]]
-    per_trial = [measured_figures(r) for r in counted]
+    """The summary result of a session's trials (``results`` in trial order, ``paths`` their files), built as
+    a ``ResultDocument`` like any result and written as its JSON."""
+    trials = [ResultDocument.unchecked(result) for result in results]
+    counted = [t for t in trials if t.run.status == "completed" and t.metrics]
+    stats = figure_statistics([measured_figures(t.to_json()) for t in counted])
+    first = trials[0]
+    verdict = trials_verdict([t.run.to_json() for t in trials], requested)  # the worst trial's (results/status.py)
+    run = RunRecord(id=session_id, name=first.run.name, kind="trials-summary", status=verdict.status,
+                    status_rule=verdict.rule, status_reason=verdict.reason,
+                    stop_reason=f"{len(counted)} of {requested} trials completed; headline = median",
+                    error=next((t.run.error for t in trials if t.run.error), None), trial=None, client_index=None,
+                    started_at=first.run.started_at, finished_at=time.time(), traced=any(t.run.traced for t in trials))
+    summary = ResultDocument(
+        format=first.format, kvbench_version=first.kvbench_version, plugins=first.plugins, run=run,
+        spec=first.spec, model=first.model, environment=first.environment, declaration=first.declaration,
+        warnings=first.warnings, metrics={"headline": _headline(stats, first)}, checks=_checks(trials),
+        trials=TrialsSection(requested, len(counted), "median",
+                             tuple(_trial_run(t, path) for t, path in zip(trials, paths, strict=True)), stats),
+        scale_out=first.scale_out)
+    return summary.to_json()
+
+
+def figure_statistics(per_trial: list[dict[str, FigureValue]]) -> dict[str, dict[str, Any]]:
+    """Per key figure of the trials (``measured_figures`` of each), its names and ``trial_statistics``."""
     figures = {key: value.figure for measured in per_trial for key, value in measured.items()}
-    stats = {key: {"label": figure.label, "unit": figure.unit, "better": figure.better,
-                   **trial_statistics([m[key].value if key in m else None for m in per_trial])}
-             for key, figure in figures.items()}
-    first = results[0]
-    verdict = trials_verdict([r["run"] for r in results], requested)  # the worst trial's (results/status.py)
-    head_keys = [f.key for f in HEADLINE]
-    # Every headline name, None when no trial measured it: a session whose trials all failed still writes a
-    # summary the schema accepts (it refused one that named no headline figure at all).
-    headline = {key: stats[key]["median"] if key in stats else None for key in head_keys}
-    headline["persistent_tier"] = (first["metrics"].get("headline") or {}).get("persistent_tier")
-    return {
-        "kvbench_result": first["kvbench_result"],
-        "kvbench_version": first["kvbench_version"],
-        "plugins": first["plugins"],
-        "run": {"id": session_id, "name": first["run"]["name"], "kind": "trials-summary", "status": verdict.status,
-                "status_rule": verdict.rule, "status_reason": verdict.reason,
-                "stop_reason": f"{len(counted)} of {requested} trials completed; headline = median",
-                "error": next((r["run"]["error"] for r in results if r["run"]["error"]), None),
-                "trial": None, "client_index": None, "started_at": first["run"]["started_at"],
-                "finished_at": time.time(), "traced": any(r["run"]["traced"] for r in results)},
-        "spec": first["spec"],
-        "model": first["model"],
-        "environment": first["environment"],
-        "declaration": first["declaration"],
-        "warnings": first.get("warnings", []),
-        "metrics": {"headline": headline},
-        "trials": {
-            "requested": requested, "count": len(counted), "statistic": "median",
-            "runs": [{"trial": r["run"]["trial"], "id": r["run"]["id"], "file": path.name,
-                      "status": r["run"]["status"], "stop_reason": r["run"]["stop_reason"],
-                      "status_reason": r["run"].get("status_reason"),
-                      "measured_s": (r["metrics"].get("window") or {}).get("measured_s") if r["metrics"] else None,
-                      "traced": r["run"]["traced"], "sha256": file_sha256(path),
-                      "checks_passed": (r.get("checks") or {}).get("passed", True)}
-                     for r, path in zip(results, paths, strict=True)],
-            "metrics": stats,
-        },
-        "checks": {"passed": all((r.get("checks") or {}).get("passed", True) for r in results),
-                   "violations": [f"trial {r['run']['trial']}: {line}" for r in results
-                                  for line in (r.get("checks") or {}).get("violations", [])],
-                   "items": []},
-        **({"scale_out": first["scale_out"]} if "scale_out" in first else {}),
-    }
+    return {key: {"label": figure.label, "unit": figure.unit, "better": figure.better,
+                  **trial_statistics([m[key].value if key in m else None for m in per_trial])}
+            for key, figure in figures.items()}
+
+
+def _headline(stats: dict[str, dict[str, Any]], first: ResultDocument) -> dict[str, Any]:
+    """Every headline name with its median, None when no trial measured it: a session whose trials all failed
+    still writes a summary the schema accepts (it refused one that named no headline figure at all)."""
+    headline: dict[str, Any] = {f.key: stats[f.key]["median"] if f.key in stats else None for f in HEADLINE}
+    headline["persistent_tier"] = first.headline.get("persistent_tier")
+    return headline
+
+
+def _trial_run(trial: ResultDocument, path: Path) -> TrialRun:
+    return TrialRun(trial=trial.run.trial or 0, id=trial.run.id, file=path.name, status=trial.run.status,
+                    stop_reason=trial.run.stop_reason, status_reason=trial.run.status_reason,
+                    measured_s=(trial.metrics.get("window") or {}).get("measured_s"), traced=trial.run.traced,
+                    sha256=file_sha256(path), checks_passed=trial.checks.get("passed", True))
+
+
+def _checks(trials: list[ResultDocument]) -> dict[str, Any]:
+    """Every trial's invariants held; the violations prefixed with their trial."""
+    return {"passed": all(t.checks.get("passed", True) for t in trials),
+            "violations": [f"trial {t.run.trial}: {line}" for t in trials for line in t.checks.get("violations", [])],
+            "items": []}

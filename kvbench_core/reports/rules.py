@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kvbench_core.contracts.units import format_bytes
-from kvbench_core.reports.aggregate import trial_statistics
+from kvbench_core.reports.aggregate import figure_statistics
 from kvbench_core.reports.evidence import Evidence, gather, rederived_headline
 from kvbench_core.reports.metrics import HEADLINE, measured_figures
 from kvbench_core.results.checks import run_checks
@@ -144,21 +144,20 @@ def _headline_differences(evidence: Evidence) -> list[str]:
 
 def _statistics_differences(evidence: Evidence) -> list[str]:
     """Each figure statistic of the summary's ``trials.metrics`` (median, min, max, cv, the values) that
-    differs from the statistic over the completed trials' re-derived figures."""
+    differs from the statistic over the completed trials' re-derived figures (the session's own formula,
+    ``figure_statistics``, on figures re-derived instead of read)."""
     per_trial = []
     for trial in evidence.completed():
         try:
             per_trial.append(measured_figures({"metrics": rederived_metrics(trial.to_json()) or {}}))
         except IncompleteResult:
             per_trial.append({})  # named by the figures rule
-    stated = evidence.trials_section.metrics
-    keys = dict.fromkeys([*stated, *(key for figures in per_trial for key in figures)])
+    derived, stated = figure_statistics(per_trial), evidence.trials_section.metrics
     wrong = []
-    for key in keys:
-        derived = trial_statistics([m[key].value if key in m else None for m in per_trial])
-        given = stated.get(key) or {}
-        wrong += [f"trials.metrics.{key}.{name} is {given.get(name)}, re-derived {derived[name]}"
-                  for name in ("median", "min", "max", "cv", "values") if given.get(name) != derived[name]]
+    for key in dict.fromkeys([*stated, *derived]):
+        given, ought = stated.get(key) or {}, derived.get(key) or {}
+        wrong += [f"trials.metrics.{key}.{name} is {given.get(name)}, re-derived {ought.get(name)}"
+                  for name in ("median", "min", "max", "cv", "values") if given.get(name) != ought.get(name)]
     return wrong
 
 

@@ -136,6 +136,7 @@ class TrialRun:
     traced: bool
     sha256: str
     checks_passed: bool
+    status_reason: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
     order: tuple[str, ...] = ()
 
@@ -175,10 +176,6 @@ SECTIONS = ("kvbench_result", "kvbench_version", "plugins", "run", "spec", "mode
             "warnings", "workload", "metrics", "timeseries", "autoscaling", "sections", "errors", "checks",
             "scale_out", "clients", "trials")
 
-#: Sections only some documents have: a scaled-out run's, a summary's.
-OPTIONAL = ("scale_out", "clients", "trials")
-
-
 @dataclass(frozen=True)
 class ResultDocument:
     """One result: a run, a merged multi-client/MPI run, or a trials summary (``run.kind``)."""
@@ -195,10 +192,10 @@ class ResultDocument:
     checks: Mapping[str, Any]
     warnings: tuple[str, ...] = ()
     workload: Mapping[str, Any] | None = None
-    timeseries: tuple[Mapping[str, Any], ...] = ()
+    timeseries: tuple[Mapping[str, Any], ...] | None = None  # a run's; a summary has none
     autoscaling: Mapping[str, Any] | None = None
     sections: Mapping[str, Any] | None = None
-    errors: tuple[Mapping[str, Any], ...] = ()
+    errors: tuple[Mapping[str, Any], ...] | None = None
     scale_out: Mapping[str, Any] | None = None
     clients: tuple[Mapping[str, Any], ...] | None = None
     trials: TrialsSection | None = None
@@ -239,8 +236,8 @@ class ResultDocument:
             environment=data.get("environment") or {}, declaration=data.get("declaration") or {},
             metrics=data.get("metrics") or {}, checks=data.get("checks") or {},
             warnings=tuple(data.get("warnings") or ()), workload=data.get("workload"),
-            timeseries=tuple(data.get("timeseries") or ()), autoscaling=data.get("autoscaling"),
-            sections=data.get("sections"), errors=tuple(data.get("errors") or ()), scale_out=data.get("scale_out"),
+            timeseries=_tuple(data.get("timeseries")), autoscaling=data.get("autoscaling"),
+            sections=data.get("sections"), errors=_tuple(data.get("errors")), scale_out=data.get("scale_out"),
             clients=None if clients is None else tuple(clients),
             trials=None if trials is None else TrialsSection.from_json(trials),
             extra={k: v for k, v in data.items() if k not in SECTIONS}, order=tuple(data))
@@ -256,13 +253,13 @@ class ResultDocument:
             "kvbench_result": self.format, "kvbench_version": self.kvbench_version, "plugins": self.plugins,
             "run": self.run.to_json(), "spec": self.spec.to_json(), "model": self.model,
             "environment": self.environment, "declaration": self.declaration, "warnings": list(self.warnings),
-            "workload": self.workload, "metrics": self.metrics, "timeseries": list(self.timeseries),
-            "autoscaling": self.autoscaling, "sections": self.sections, "errors": list(self.errors),
+            "workload": self.workload, "metrics": self.metrics, "timeseries": _list(self.timeseries),
+            "autoscaling": self.autoscaling, "sections": self.sections, "errors": _list(self.errors),
             "checks": self.checks, "scale_out": self.scale_out,
             "clients": None if self.clients is None else list(self.clients),
             "trials": None if self.trials is None else self.trials.to_json()}
         values.update(self.extra)
-        order = self.order or (*(k for k in SECTIONS if k not in OPTIONAL or values[k] is not None), *self.extra)
+        order = self.order or (*(k for k in SECTIONS if values[k] is not None), *self.extra)
         return {key: values[key] for key in order}
 
     # -- what readers ask --------------------------------------------------------------------------------
@@ -301,6 +298,14 @@ class ResultDocument:
         data = self.to_json()
         checked = {**data, "checks": run_checks(data)}
         return decide_result(checked, recorded_stop(self.run.to_json()))
+
+
+def _tuple(items: Any) -> tuple[Any, ...] | None:
+    return None if items is None else tuple(items)
+
+
+def _list(items: tuple[Any, ...] | None) -> list[Any] | None:
+    return None if items is None else list(items)
 
 
 def read_json(path: str | os.PathLike[str]) -> JSON:
