@@ -38,6 +38,10 @@ its server or device is absent.  pytest is imported only inside the test
 method, so this module is importable (and the CLI's ``kvbench plugins check``
 runs the same checks) without pytest installed.
 
+From the command line, no test module needed: ``pytest --kvbench-conformance=mytier
+[--kvbench-options '{...}']`` (``conformance.pytest_plugin``, entry point ``pytest11``, with the
+``kvbench_scratch_tier``, ``kvbench_payload``, ``kvbench_verify`` and ``kvbench_fake_clock`` fixtures).
+
 Without pytest::
 
     harness = BackendHarness(factory=lambda ctx: MyBackend({...}, ctx))

@@ -19,13 +19,14 @@ from kvbench_core.contracts.conformance.lifecycle import remaining_files
 from kvbench_core.contracts.payload import NoisePool, VerifySink
 
 
-def _substitute(value: Any, tmp_path: Path) -> Any:
+def substitute_tmp_path(value: Any, tmp_path: Path) -> Any:
+    """``value`` with every "{tmp_path}" in its strings replaced by ``tmp_path`` (the tier's options)."""
     if isinstance(value, str):
         return value.replace("{tmp_path}", str(tmp_path))
     if isinstance(value, dict):
-        return {key: _substitute(item, tmp_path) for key, item in value.items()}
+        return {key: substitute_tmp_path(item, tmp_path) for key, item in value.items()}
     if isinstance(value, list):
-        return [_substitute(item, tmp_path) for item in value]
+        return [substitute_tmp_path(item, tmp_path) for item in value]
     return value
 
 
@@ -47,7 +48,7 @@ class BackendConformance:
         from kvbench_core.engine.factory import create_backend
 
         tier = {"name": f"conformance{next(_tier_counter)}", "backend": self.backend_name,
-                "options": _substitute(self.backend_options, tmp_path)}
+                "options": substitute_tmp_path(self.backend_options, tmp_path)}
         return create_backend(tier, context, path=f"{type(self).__name__}.backend_options")
 
     def remaining_entries(self, backend: StorageBackend) -> Iterable[str] | None:
@@ -113,7 +114,7 @@ class FileTierConformance(BackendConformance):
         from kvbench_core.engine.factory import create_backend
 
         (tmp_path / "plain-file").write_text("not a directory")
-        options = {**_substitute(self.backend_options, tmp_path),
+        options = {**substitute_tmp_path(self.backend_options, tmp_path),
                    self._directory_option(): str(tmp_path / "plain-file" / "tier")}
         return create_backend({"name": "dead", "backend": self.backend_name, "options": options}, context)
 
