@@ -22,11 +22,11 @@ def result_files(directory: Path) -> list[Path]:
 
 
 def test_run_writes_a_result_and_prints_its_path(write_spec: Any, tmp_path: Path, capsys: Any) -> None:
-    spec = write_spec(small_spec(requests=5))
+    spec = write_spec(small_spec(requests=20))  # a p95 needs 20 completed requests for "completed"
     assert main(["run", str(spec), "--quiet", "--output", str(tmp_path / "out"), "--set", "workload.users=2"]) == 0
     (path,) = result_files(tmp_path / "out")
     out = capsys.readouterr().out
-    assert out.startswith("t [completed] request count reached\n")
+    assert out.startswith("t [completed] request count reached; 20 requests completed\n")
     assert out.endswith(f"result: {path}\n")
     assert "\n  QoS service p95 / SLA: " in out  # each class's verdict, judged on service latency
     result = json.loads(path.read_text())
@@ -52,11 +52,11 @@ def test_a_result_the_output_directory_cannot_take_goes_to_the_temp_directory(
         return real_write(result, path)
 
     monkeypatch.setattr(session, "write_result", full_disk)
-    spec = write_spec(small_spec(requests=5))
+    spec = write_spec(small_spec(requests=20))
     assert main(["run", str(spec), "--quiet", "--output", str(out)]) == 2
     (saved,) = result_files(spare)
     captured = capsys.readouterr()
-    assert captured.out.startswith("t [completed] request count reached\n")
+    assert captured.out.startswith("t [completed] request count reached; 20 requests completed\n")
     assert captured.out.endswith(f"result: {saved}\n")
     assert captured.err == (f"kvbench: error: {out / saved.name}: cannot write the result: No space left on device; "
                             f"saved it to {saved} instead\n")
@@ -64,7 +64,7 @@ def test_a_result_the_output_directory_cannot_take_goes_to_the_temp_directory(
 
 
 def test_a_result_re_runs_exactly_the_spec_it_carries(write_spec: Any, tmp_path: Path, capsys: Any) -> None:
-    spec = write_spec(small_spec(requests=3, output={"directory": str(tmp_path / "first")}))
+    spec = write_spec(small_spec(requests=20, output={"directory": str(tmp_path / "first")}))
     assert main(["run", str(spec), "--quiet"]) == 0
     (first,) = result_files(tmp_path / "first")
     assert main(["run", str(first), "--quiet"]) == 0

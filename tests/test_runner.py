@@ -228,7 +228,8 @@ def test_max_inflight_zero_means_a_worker_per_user(probe: type[Probe], run_spec:
 
 def test_a_request_count_stops_the_run(probe: type[Probe], run_spec: Any) -> None:
     state, result = run_spec(probe_spec(requests=12, workload={"users": 4, "max_inflight": 1}))
-    assert (state.status, state.stop_reason) == ("completed", "request count reached")
+    # 12 < the 20 a p95 needs: the run stopped where asked, and its status says the p95 is the slowest's
+    assert (state.status, state.stop_reason) == ("inconclusive", "request count reached")
     assert result["metrics"]["requests"]["completed"] == 12
     assert result["workload"]["stats"]["requests_issued"] == accounted(result)
 
@@ -343,7 +344,7 @@ def test_a_storage_error_stops_the_run_with_its_cause(probe: type[Probe], run_sp
     spec = spec | {"on_error": "count", "duration": 0.3}
     del spec["requests"]
     state, result = run_spec(spec)
-    assert state.status == "completed" and result["metrics"]["requests"]["failed"] > 0
+    assert state.status == "degraded" and result["metrics"]["requests"]["failed"] > 0
 
 
 def test_the_timeseries_covers_the_measured_window_to_its_end(probe: type[Probe], run_spec: Any) -> None:

@@ -114,10 +114,10 @@ def run_session(as_written: dict[str, Any], plan: RunPlan, *, quiet: bool = Fals
     verdict = verdict_of(outcome.summary["run"]) if outcome.summary else worst(verdict_of(r["run"])
                                                                              for r in outcome.results)
     said = None
+    if not outcome.error:  # where the result went instead says more than its status: the file is elsewhere
+        outcome.error = outcome.save_error
     if not outcome.error and verdict is not None:  # the run ended, but may not be "completed": the code says so
         outcome.error = said = status_error(verdict, outcome.results, plan.on_error)
-    if not outcome.error:
-        outcome.error = outcome.save_error
     outcome.exit_code = outcome.error.exit_code if outcome.error else 0
     if said is not None and verdict is not None and allows_exit_zero(verdict.status) \
             and (exit_zero or plan.output.exit_zero):
