@@ -148,8 +148,8 @@ class SyntheticSource(WorkloadSource):
         self._conversations: OrderedDict[int, _Conversation] = OrderedDict()
         self._prefix_prompts = self._make_prefix_prompts()
 
-    @staticmethod
-    def check_options(options: dict[str, Any], path: str = "workload.options") -> None:
+    @classmethod
+    def check_options(cls, options: dict[str, Any], path: str = "workload.options") -> None:
         """What the JSON Schema cannot say: known profiles, non-zero mixes, ranges with low <= high.
 
         The spec validation calls this too, so ``kvbench spec validate`` reports these before a run.

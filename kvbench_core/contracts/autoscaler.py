@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import abc
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
-from kvbench_core.contracts.validation import with_defaults
+from kvbench_core.contracts.configurable import Configurable
 
 #: The seed samples telemetry every 5 s: the decision period of an autoscaler that declares none.
 SEED_SAMPLING_PERIOD_S = 5.0
@@ -65,16 +65,11 @@ class Decision:
         return asdict(self)
 
 
-class Autoscaler(abc.ABC):
-    """Register via the ``kvbench_autoscalers`` hook."""
-
-    name: ClassVar[str] = ""
-    options_schema: ClassVar[dict[str, Any]] = {"type": "object", "additionalProperties": False}
-    requires: ClassVar[dict[str, str]] = {}
+class Autoscaler(Configurable, abc.ABC):
+    """Register via the ``kvbench_autoscalers`` hook; ``check_options`` may refuse a band whose edges cross."""
 
     def __init__(self, options: dict[str, Any], *, initial_users: int, max_users: int) -> None:
-        # Defaults live once, in ``options_schema``; subclasses read ``self.options["key"]``.
-        self.options = with_defaults(type(self).options_schema, options)
+        super().__init__(options)
         self.initial_users = initial_users
         self.max_users = max_users
 
@@ -83,12 +78,6 @@ class Autoscaler(abc.ABC):
         """Seconds between decisions: the ``interval_s`` option (give it a schema ``default``); an
         autoscaler whose schema has no such option decides at the seed's sampling period."""
         return float(self.options.get("interval_s", SEED_SAMPLING_PERIOD_S))
-
-    @classmethod  # noqa: B027 - optional hook, most autoscalers' schemas say it all
-    def check_options(cls, options: dict[str, Any], path: str = "autoscaler.options") -> None:
-        """Refuse what ``options_schema`` cannot say (a band whose edges cross), with a ``SpecError``
-        naming ``path``; spec validation calls it with the options as written, so ``kvbench spec
-        validate`` reports it before a run.  The default checks nothing."""
 
     @abc.abstractmethod
     def decide(self, sample: TelemetrySample) -> Decision:

@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from kvbench_core.contracts.validation import with_defaults
+from kvbench_core.contracts.configurable import Configurable
 
 
 @dataclass(slots=True)
@@ -129,7 +129,7 @@ class BackendContext:
         return self.named_as or f"tier '{self.tier_name}' ({backend})"
 
 
-class StorageBackend(abc.ABC):
+class StorageBackend(Configurable, abc.ABC):
     """One storage tier.  Subclass it, set ``name`` and ``options_schema``, register via the
     ``kvbench_storage_backends`` hook.
 
@@ -141,11 +141,6 @@ class StorageBackend(abc.ABC):
     names the tier, operation and key.
     """
 
-    name: ClassVar[str] = ""
-    #: JSON Schema fragment for this backend's ``options`` (validated at the spec boundary).
-    options_schema: ClassVar[dict[str, Any]] = {"type": "object", "additionalProperties": False}
-    #: Optional heavy imports this backend needs: import name -> install hint.
-    requires: ClassVar[dict[str, str]] = {}
     #: Largest piece a single write/read command moves; sources fill at most this much at once.
     transfer_size: int = 1 << 20
     #: A volatile tier loses its contents with the process (DRAM, GPU); persistent ones are files/objects.
@@ -160,26 +155,12 @@ class StorageBackend(abc.ABC):
     writes_device_tensors: ClassVar[bool] = False
 
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
-        # Defaults live once, in ``options_schema``: a subclass reads ``self.options["key"]``, never
-        # ``options.get("key", <a second copy of the default>)``, and a backend built outside a spec
-        # (a bench script, a test) holds the values a validated spec would give it.
-        self.options = with_defaults(type(self).options_schema, options)
+        # ``check_options`` (Configurable) runs once per spec; the constructor may use the same helpers
+        # with ``context.options_where`` and so raise the same errors when built outside a spec.
+        super().__init__(options)
         self.context = context
 
-    @classmethod  # noqa: B027 - optional hook, most tiers' schemas say it all
-    def check_options(cls, options: dict[str, Any], path: str = "tier.options") -> None:
-        """Refuse what ``options_schema`` cannot say (a size's range, options that exclude each other), with
-        a ``SpecError`` naming the field under ``path`` (``cache.tiers[1].options``: errors read
-        ``cache.tiers[1].options.transfer_size: ...``, as the schema's and a source's do), without building
-        the backend.  ``options`` are the options as the
-        spec wrote them, validated against the schema: ``with_defaults`` gives the values the backend will
-        use, and a rule about options given together judges the keys written.  Spec validation calls it
-        once per tier, so ``kvbench spec validate`` and ``run`` refuse a bad tier before anything is built
-        or written, and a run builds each backend once.  The constructor may use the same helpers with
-        ``context.options_where`` (and so raise the same errors when built outside a spec).  The default
-        checks nothing."""
-
-    def open(self) -> None:  # noqa: B027 - optional hook, most memory tiers need nothing
+    def open(self) -> None:
         """Connect, create directories, check the endpoint; fail early with ``BackendUnavailable``."""
 
     @abc.abstractmethod
@@ -228,7 +209,7 @@ class StorageBackend(abc.ABC):
         parts…), read at the end of the run; None when the tier keeps none."""
         return None
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    def close(self) -> None:
         """Release resources and remove every entry this run created unless ``context.keep``."""
 
 

@@ -17,28 +17,18 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kvbench_core.contracts.validation import with_defaults
+from kvbench_core.contracts.configurable import Configurable
 
 #: Install hint for the built-in entropy coders (zstd and lz4 through cramjam's buffer-to-buffer API).
 CODECS_EXTRA_HINT = "pip install 'kvbench-core[codecs]'"
 
 
-class Codec(abc.ABC):
+class Codec(Configurable, abc.ABC):
     """One way of encoding KV bytes.  Subclass it, set ``name`` and ``options_schema``, register via the
     ``kvbench_codecs`` hook as ``{name: class}``."""
 
-    name: ClassVar[str] = ""
     #: Whether ``decode(encode(x)) == x`` for every input.  Lossy codecs are refused by ``verify: true``.
     lossless: ClassVar[bool] = True
-    #: JSON Schema fragment for this codec's ``options`` (validated at the spec boundary).
-    options_schema: ClassVar[dict[str, Any]] = {"type": "object", "additionalProperties": False}
-    #: Optional heavy imports this codec needs: import name -> install hint (checked when selected).
-    requires: ClassVar[dict[str, str]] = {}
-
-    def __init__(self, options: dict[str, Any]) -> None:
-        # Defaults live once, in ``options_schema``; subclasses read ``self.options["key"]``.
-        self.options = with_defaults(type(self).options_schema, options)
-
     @abc.abstractmethod
     def max_encoded_size(self, nbytes: int) -> int:
         """The most bytes ``encode`` may write for ``nbytes`` of input: how the stage sizes its buffers."""

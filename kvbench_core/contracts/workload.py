@@ -15,9 +15,9 @@ import abc
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
-from kvbench_core.contracts.validation import with_defaults
+from kvbench_core.contracts.configurable import Configurable
 
 PREFILL_ONLY_CONTEXT_TOKENS = 10_000  # seed §3.1: contexts this long are prefill-only
 
@@ -113,25 +113,16 @@ class WorkloadContext:
     spec_dir: str = "."  # relative paths in source options resolve against the spec file's folder
 
 
-class WorkloadSource(abc.ABC):
+class WorkloadSource(Configurable, abc.ABC):
     """Produces requests.  Subclass, set ``name``/``options_schema``, register via the
     ``kvbench_workload_sources`` hook.  Must be deterministic under ``context.seed``."""
 
-    name: ClassVar[str] = ""
-    options_schema: ClassVar[dict[str, Any]] = {"type": "object", "additionalProperties": False}
-    requires: ClassVar[dict[str, str]] = {}
     #: Open-loop sources stamp ``arrival_s`` on each request and are polled by the clock, not by users.
     open_loop: bool = False
 
     def __init__(self, options: dict[str, Any], context: WorkloadContext) -> None:
-        # Defaults live once, in ``options_schema``; subclasses read ``self.options["key"]``.
-        self.options = with_defaults(type(self).options_schema, options)
+        super().__init__(options)
         self.context = context
-
-    @staticmethod  # noqa: B027 - optional hook, most sources need nothing
-    def check_options(options: dict[str, Any], path: str = "workload.options") -> None:
-        """Check what ``options_schema`` cannot say, raising ``SpecError`` naming ``path``; spec validation
-        calls it, so ``kvbench spec validate`` reports it before a run.  The default checks nothing."""
 
     def preload(self) -> Iterable[Write]:
         """Entries to store before the measured window (RAG ingestion, decode-only population)."""
