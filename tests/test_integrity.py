@@ -26,6 +26,7 @@ import pytest
 from testkit import registered
 from tiny_spec import run_cli
 
+from kvbench_core.cli import main
 from kvbench_core.contracts.backend import BackendContext, ByteSource, IOTiming
 from kvbench_core.contracts.payload import NoisePool, VerifySink
 from kvbench_core.contracts.plugins import hookimpl
@@ -177,6 +178,13 @@ def test_a_run_over_a_corrupting_tier_names_the_keys_and_fails(tmp_path: Path, c
     assert all(m["key"] and m["first_bad_offset"] == 0 for m in mismatches)  # 4321 lies in the first 1 MiB piece
     assert result["metrics"]["tiers"]["disk"]["reads_served"] >= len({m["key"] for m in mismatches})
     assert not (tmp_path / "disk").exists()
+    # The result says so too (issue #28 §2: it said completed, errors [], checks passed, and check exited 0)
+    assert (result["run"]["status"], result["run"]["status_rule"]) == ("failed", "integrity")
+    assert result["errors"] and {e["op"] for e in result["errors"]} == {"verify"}
+    assert result["checks"]["passed"] is False
+    assert any(v.startswith("verify_integrity:") for v in result["checks"]["violations"])
+    (path,) = sorted((tmp_path / "out").glob("*.json"))
+    assert main(["check", str(path), "--json"]) != 0
 
 
 # -- verify's cost is its own figure ----------------------------------------------------------------------
@@ -209,7 +217,7 @@ def test_verify_time_is_reported_apart_from_the_device_time(tmp_path: Path, monk
               "options": {"path": str(tmp_path / "nvme"), "fsync": False, "drop_cache": False}}]
     # One request at a time: the fake clock jumps for the whole process, so a read in flight on another
     # worker would (rightly) count the jump as its own wall-clock device time.
-    spec = verify_spec(tmp_path, tiers, requests=12)
+    spec = verify_spec(tmp_path, tiers, requests=20)  # a p95 needs 20 for "completed" (exit 0)
     spec["workload"]["max_inflight"] = 1
     code, stderr, result = run_spec(tmp_path, spec)
     assert code == 0, stderr
