@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,10 @@ import numpy as np
 
 from kvbench_core.contracts.errors import UserError
 from kvbench_core.reports import autoscaler_trajectories, flatten, require
+from kvbench_core.reports.capacity import capacity_sheet
 from kvbench_core.reports.metrics import HEADLINE, figure_values, op_figures
+from kvbench_core.reports.series_table import series_table
+from kvbench_core.results.document import ResultDocument
 from kvbench_core.spec.jsonfile import temp_beside
 
 PERCENTILES = ("p50", "p95", "p99", "p99.9", "mean", "max")
@@ -163,34 +167,42 @@ def write_comparison(results: list[tuple[str, dict[str, Any]]], path: Path) -> P
 
 
 def _fill_result(book: _Book, result: dict[str, Any]) -> None:
-    metrics = result.get("metrics") or {}
-    book.pairs("Summary", _summary_rows(result), title=f"kvbench result: {result['run']['name'] or 'run'} "
-               f"({result['run']['id']})")
-    if "trials" in result:
+    document = ResultDocument.unchecked(result)
+    book.pairs("Summary", _summary_rows(result), title=f"kvbench result: {document.run.name or 'run'} "
+               f"({document.run.id})")
+    if document.trials is not None:
         _trials_sheet(book, result["trials"])
+    _measurement_sheets(book, document)
+    spec = document.spec
+    book.pairs("Spec", [("as_written." + k, v) for k, v in flatten(spec.as_written)]
+               + [("resolved." + k, v) for k, v in flatten(spec.resolved)] + [("sha256", spec.sha256)],
+               headers=("path", "value"))
+    book.table("Declaration", ["section", "field", "value", "source"], _declaration_rows(document.declaration))
+    book.pairs("Environment", flatten(dict(document.environment)), headers=("field", "value"))
+
+
+def _measurement_sheets(book: _Book, document: ResultDocument) -> None:
+    """The sheets of what the run measured, each where the result has its section."""
+    metrics = document.metrics
     if metrics.get("tiers"):
         _tiers_sheet(book, metrics["tiers"])
         _latency_sheet(book, metrics)
     if metrics.get("qos"):
         _qos_sheet(book, metrics["qos"])
-    if "timeseries" in result:
-        _timeseries_sheet(book, result["timeseries"])
-    if "autoscaling" in result:
-        _autoscaler_sheet(book, result)
-    if result.get("clients"):
-        _clients_sheet(book, result)
-    book.pairs("Spec", [("as_written." + k, v) for k, v in flatten(result["spec"]["as_written"])]
-               + [("resolved." + k, v) for k, v in flatten(result["spec"]["resolved"])]
-               + [("sha256", result["spec"]["sha256"])], headers=("path", "value"))
-    declaration = result.get("declaration") or {}
-    book.table("Declaration", ["section", "field", "value", "source"],
-               [[section, name, entry.get("value"), entry.get("source")]
-                for section, fields in declaration.items() if isinstance(fields, dict)
-                for name, entry in fields.items()]
-               # declaration.notes is free text, not a section of fields
-               + [[section, "", text, "declared"] for section, text in declaration.items()
-                  if not isinstance(text, dict)])
-    book.pairs("Environment", flatten(result.get("environment") or {}), headers=("field", "value"))
+    if document.timeseries is not None:
+        _timeseries_sheet(book, list(document.timeseries))
+    if document.autoscaling is not None:
+        _autoscaler_sheet(book, document.to_json())
+    if document.clients:
+        _clients_sheet(book, document.to_json())
+
+
+def _declaration_rows(declaration: Mapping[str, Any]) -> list[list[Any]]:
+    """One row per declared or detected field; ``declaration.notes`` is free text, not a section of fields."""
+    rows = [[section, name, entry.get("value"), entry.get("source")]
+            for section, fields in declaration.items() if isinstance(fields, dict) for name, entry in fields.items()]
+    return rows + [[section, "", text, "declared"] for section, text in declaration.items()
+                   if not isinstance(text, dict)]
 
 
 def _summary_rows(result: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -250,20 +262,15 @@ def _tiers_sheet(book: _Book, tiers: dict[str, Any]) -> None:
     book.table("Tiers", headers, rows)
 
 
-def _latency_sheet(book: _Book, metrics: dict[str, Any]) -> None:
+LatencyGroup = tuple[str, list[tuple[str, dict[str, Any]]]]
+
+
+def _latency_sheet(book: _Book, metrics: Mapping[str, Any]) -> None:
     """CDF points (ms at each cumulative fraction) of every tier operation's total time and of each QoS
     class's service latency, from the serialised histograms, with a native log-x scatter chart per group."""
     from kvbench_core.engine.histogram import LatencyHistogram
 
-    groups: list[tuple[str, list[tuple[str, dict[str, Any]]]]] = []
-    for name, tier in (metrics.get("tiers") or {}).items():
-        groups.append((f"{name} operations per KV entry (total time)",
-                       [(f"{name} {op} ms", tier[op]["histograms"]["total"]) for op in ("read", "write")
-                        if tier[op].get("histograms", {}).get("total", {}).get("count")]))
-    service = (metrics.get("histograms") or {}).get("service_by_qos") or {}
-    groups.append(("request service latency per QoS class",
-                   [(f"{q} service ms", h) for q, h in service.items() if h.get("count")]))
-    groups = [(title, series) for title, series in groups if series]
+    groups = _latency_groups(metrics)
     columns = [label for _, series in groups for label, _ in series]
     hists = [LatencyHistogram.from_dict(h) for _, series in groups for _, h in series]
     rows = [[q, *(h.quantile(q) * 1000.0 for h in hists)] for q in CDF_FRACTIONS]
@@ -284,6 +291,19 @@ def _latency_sheet(book: _Book, metrics: dict[str, Any]) -> None:
         sheet.insert_chart(top + 1 + index * 17, len(columns) + 2, chart)
 
 
+def _latency_groups(metrics: Mapping[str, Any]) -> list[LatencyGroup]:
+    """(chart title, [(column, histogram)]): per tier its ops' total time, then the QoS classes' service
+    latency; a histogram with no sample, and a group left with none, are left out."""
+    groups: list[LatencyGroup] = [
+        (f"{name} operations per KV entry (total time)",
+         [(f"{name} {op} ms", tier[op].get("histograms", {}).get("total") or {}) for op in ("read", "write")])
+        for name, tier in (metrics.get("tiers") or {}).items()]
+    service = (metrics.get("histograms") or {}).get("service_by_qos") or {}
+    groups.append(("request service latency per QoS class", [(f"{q} service ms", h) for q, h in service.items()]))
+    kept = [(title, [(label, h) for label, h in series if h.get("count")]) for title, series in groups]
+    return [(title, series) for title, series in kept if series]
+
+
 def _qos_sheet(book: _Book, qos: dict[str, Any]) -> None:
     """The SLA verdict beside the latency it judges (service: until the storage work is done), with the
     end-to-end latency (generation pacing included) for reference.  Results older than the service
@@ -300,37 +320,18 @@ def _qos_sheet(book: _Book, qos: dict[str, Any]) -> None:
 
 def _timeseries_sheet(book: _Book, series: list[dict[str, Any]]) -> None:
     """One row per interval, and native line charts of generated tokens/s and each tier's bandwidth."""
-    classes = list(dict.fromkeys(q for p in series for q in p.get("e2e_p95_ms") or {}))
-    occupancy = list(dict.fromkeys(t for p in series for t in p.get("occupancy") or {}))
-    tiers = list(dict.fromkeys(t for p in series for t in p.get("tiers") or {}))
-    tiers.sort(key=lambda t: occupancy.index(t) if t in occupancy else len(occupancy))
-    tokens = "generated tokens/s" if any("generated_tokens_per_s" in p for p in series) else "tokens/s"
-    token_key = "generated_tokens_per_s" if tokens == "generated tokens/s" else "tokens_per_s"
-    headers = ["t s", "interval s", "users", "requests", tokens, "read GB/s", "write GB/s",
-               *(f"{t} {op} GB/s" for t in tiers for op in ("read", "write")),
-               *(f"{t} {op} p95 ms" for t in tiers for op in ("read", "write")),
-               "storage p95 ms", "queue", *(f"e2e p95 {q} ms" for q in classes),
-               *(f"{t} occupancy GB" for t in occupancy)]
-
-    def tier(point: dict[str, Any], name: str, key: str) -> Any:
-        return ((point.get("tiers") or {}).get(name) or {}).get(key)
-
-    rows = [[p["t_s"], p["interval_s"], p.get("users"), p.get("requests"), p.get(token_key),
-             p.get("read_bytes_per_s", 0) / GB, p.get("write_bytes_per_s", 0) / GB,
-             *((tier(p, t, f"{op}_bytes_per_s") or 0) / GB for t in tiers for op in ("read", "write")),
-             *(tier(p, t, f"{op}_p95_ms") for t in tiers for op in ("read", "write")),
-             p.get("storage_p95_ms"), p.get("queue"), *((p.get("e2e_p95_ms") or {}).get(q) for q in classes),
-             *(((p.get("occupancy") or {}).get(t) or {}).get("bytes", 0) / GB for t in occupancy)] for p in series]
+    headers, rows = series_table(series)
     sheet = book.table("Timeseries", headers, rows)
-    if not rows:
+    if not series:
         return
-    top, last = sheet.kvbench_top, sheet.kvbench_top + len(rows)
-    bandwidth = ([f"{t} {op} GB/s" for t in tiers for op in ("read", "write")] if tiers
-                 else ["read GB/s", "write GB/s"])
-    for index, (title, columns, axis) in enumerate((
+    tokens = headers[4]
+    totals = ["read GB/s", "write GB/s"]
+    bandwidth = [h for h in headers if h.endswith(" GB/s") and h not in totals] or totals  # per tier, else the run's
+    for index, (title, names, axis) in enumerate((
             (f"{tokens} per interval", [tokens], tokens), ("bandwidth per interval", bandwidth, "GB/s"))):
         chart = book.workbook.add_chart({"type": "scatter", "subtype": "straight"})
-        for name in columns:
+        top, last = sheet.kvbench_top, sheet.kvbench_top + len(series)
+        for name in names:
             col = headers.index(name)
             chart.add_series({"name": name, "categories": ["Timeseries", top + 1, 0, last, 0],
                               "values": ["Timeseries", top + 1, col, last, col]})
@@ -345,10 +346,12 @@ def _autoscaler_sheet(book: _Book, result: dict[str, Any]) -> None:
     trajectories = autoscaler_trajectories(result)
     keys = list(dict.fromkeys(k for _, steps in trajectories for step in steps for k in step))
     rows = [[label, *(step.get(k) for k in keys)] for label, steps in trajectories for step in steps]
-    summary = result["autoscaling"].get("summary") or {}
+    # the judged steps have their own sheet and chart (reports/capacity.py); the title keeps the answer
+    summary = {k: v for k, v in (result["autoscaling"].get("summary") or {}).items() if k != "steps"}
     title = "autoscaler summary: " + json.dumps(summary, default=str) if summary else (
         "no autoscaler decisions in this run" if not rows else None)
     book.table("Autoscaler", ["who", *keys], rows, title=title)
+    capacity_sheet(book, result)
 
 
 def _clients_sheet(book: _Book, result: dict[str, Any]) -> None:
