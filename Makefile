@@ -31,6 +31,8 @@ $(VENV)/.test-installed: $(VENV)/.installed
 	@$(PIP) install -q -e '.[test,mpi,gpu,codecs,export,metrics]' 'moto[server]'
 	@# NIXL's wheel (~235 MB) requires torch: installed after the gpu extra's torch==2.13.0, so pip keeps that CPU build
 	@$(PIP) install -q -e 'plugins/kvbench_nixl[nixl]'
+	@# LMCache 0.5.6 CPU-only (~160 MB) for tests/test_lmcache_io.py, after that torch too, so pip keeps the CPU build
+	@$(PIP) install -q -e '.[lmcache]'
 	@touch $@
 
 venv: $(VENV)/.installed
