@@ -165,22 +165,30 @@ def _tiers(result: dict[str, Any]) -> str:
     tiers = (result.get("metrics") or {}).get("tiers") or {}
     if not tiers:
         return ""
+    return ("<h2>Tiers</h2><p class=\"definition\">IOPS: entry operations per second of the op's active window; "
+            "GB and GB/s are 10<sup>9</sup> bytes, GiB 2<sup>30</sup>. Latencies are per KV entry: total = host "
+            "(kvbench's copies and system calls) + device (waiting on the storage).</p>"
+            f"{_tier_table(tiers)}<h3>Latency per layer</h3>{_layer_latency_table(tiers)}")
+
+
+def _tier_table(tiers: dict[str, Any]) -> str:
+    """One row per tier and op: what it moved and how fast; a shared tier's stores without a transfer
+    (docs/metrics.md) only when some tier made one."""
     columns = ["capacity_gib", "ops", "iops", "gb", "bandwidth_gb_s", "errors"]
     headers = ["tier", "backend", "op", "capacity GiB", "ops", "IOPS", "GB", "bandwidth GB/s", "errors"]
-    if any(tier["write"].get("dedup_stores") for tier in tiers.values()):  # a shared tier's, docs/metrics.md
+    if any(tier["write"].get("dedup_stores") for tier in tiers.values()):
         columns += ["dedup_stores", "dedup_gb"]
         headers += ["stores without a transfer", "deduplicated GB"]
     rows = [[name, tier.get("backend"), op, *(f[k] for k in columns)]
             for name, tier in tiers.items() for op in ("read", "write") for f in (op_figures(tier, op),)]
-    table = _table(headers, rows)
-    latency_rows = [[name, op, layer, *((stats.get("latency_ms") or {}).get(layer, {}).get(p) for p in PERCENTILES)]
-                    for name, tier in tiers.items() for op in ("read", "write") for stats in (tier[op],)
-                    for layer in ("total", "host", "device")]
-    latency = _table(["tier", "op", "layer", *(f"{p} ms" for p in PERCENTILES)], latency_rows)
-    return ("<h2>Tiers</h2><p class=\"definition\">IOPS: entry operations per second of the op's active window; "
-            "GB and GB/s are 10<sup>9</sup> bytes, GiB 2<sup>30</sup>. Latencies are per KV entry: total = host "
-            "(kvbench's copies and system calls) + device (waiting on the storage).</p>"
-            f"{table}<h3>Latency per layer</h3>{latency}")
+    return _table(headers, rows)
+
+
+def _layer_latency_table(tiers: dict[str, Any]) -> str:
+    """Per tier, op and layer (total, host, device) the percentiles of its operations."""
+    rows = [[name, op, layer, *((tier[op].get("latency_ms") or {}).get(layer, {}).get(p) for p in PERCENTILES)]
+            for name, tier in tiers.items() for op in ("read", "write") for layer in ("total", "host", "device")]
+    return _table(["tier", "op", "layer", *(f"{p} ms" for p in PERCENTILES)], rows)
 
 
 def _plots(result: dict[str, Any]) -> str:
