@@ -34,7 +34,7 @@ _NAMES: dict[str, tuple[str, ...]] = {
     "payload": ("BLOCK", "PAYLOAD_KINDS", "ChecksumSink", "EntryPayload", "NoisePool", "VerifySink", "entry_id_for",
                 "mix64", "stamp_words"),
     "percentiles": ("nearest_rank", "sample_percentiles"),
-    "pieces": ("PieceBackend",),
+    "pieces": ("TRANSFER_SIZE_OPTION", "PieceBackend"),
     "plugins": ("get_plugin_manager", "hookimpl", "lookup", "registry"),
     "redact": ("REDACTED", "is_secret_key", "redact", "redact_text"),
     "units": ("DURATION_PATTERN", "SIZE_PATTERN", "duration_schema", "format_bytes", "parse_duration", "parse_size",

@@ -1,23 +1,28 @@
-"""A backend base that derives ``write``/``read``/``read_range`` and their timing from two piece commands.
+"""The backend kit: a tier that implements a handful of piece commands gets the rest of the contract.
 
-Most tiers move an entry as a run of commands of at most ``transfer_size`` bytes:
-one ``pwrite``, one ``SETRANGE``, one HTTP part.  The streaming, the piece loop,
-the host/device split and the command count are the same for all of them, so a
-tier written on ``PieceBackend`` implements only what differs (as fsspec's
-``AbstractFileSystem`` derives most of its API from a handful of methods):
+Most tiers move an entry as a run of commands of at most ``transfer_size`` bytes: one ``pwrite``, one
+``SETRANGE``, one HTTP part.  The streaming, the piece loop, the host/device split, the command count, the
+per-command I/O-log record (which is also where a run's drain limit cancels an operation) and the clean-up
+of a write that failed half-way are the same for all of them, so a tier written on ``PieceBackend``
+implements only what differs (as fsspec's ``AbstractFileSystem`` derives most of its API from a few
+methods):
 
-* ``store_piece(key, offset, data, size)`` — one device command writing ``data`` at ``offset``;
+* ``store_piece(handle, offset, data)`` — one device command writing ``data`` at ``offset`` of an entry;
 * ``load_piece(key, offset, out)`` — one device command filling ``out`` from ``offset``;
 * ``delete(key)``;
 
-and, when the medium needs them, ``begin_write``/``end_write`` around an
-entry's pieces (create a file, publish a dict entry, fsync).  Time inside the
-piece commands and the begin/end hooks is device time; filling from the source
-and handing to the sink is host time, so ``host + device <= total`` holds.
-Each thread reuses one piece buffer for the whole run (``piece_buffer``:
-override it for aligned, pinned or registered memory), so no payload buffer is
-allocated per operation.  Tiers with deeper pipelines (several commands in
-flight per entry) implement ``StorageBackend`` directly, as the nvme tier does.
+and, when the medium needs them, the write handle's life: ``begin_write(key, size)`` returns the handle
+the pieces go to (an open file, an upload id, a buffer being filled; the key itself by default),
+``end_write(handle)`` makes the entry durable and visible whole (fsync, complete, publish), and
+``abort_write(handle)`` undoes a write that did not end (the piece loop calls it in a ``finally`` when a
+source, a command or a cancellation raised), so no half entry is ever left behind.
+
+Time inside the piece commands and the handle's calls is device time; filling from the source and handing
+to the sink is host time, so ``host + device <= total`` holds.  Each thread reuses one piece buffer for the
+whole run (``piece_buffer``: override it for aligned, pinned or registered memory), so no payload buffer is
+allocated per operation.  ``transfer_size`` comes from the ``transfer_size`` option when the tier's schema
+has one (``TRANSFER_SIZE_OPTION``).  Tiers with deeper pipelines (several commands in flight per entry)
+implement ``StorageBackend`` directly, as the nvme tier does.
 """
 
 from __future__ import annotations
@@ -28,6 +33,10 @@ import time
 from typing import Any
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, IOTiming, StorageBackend
+from kvbench_core.contracts.units import parse_size, size_schema
+
+#: The schema of a tier's ``transfer_size`` option: put it in ``options_schema["properties"]``.
+TRANSFER_SIZE_OPTION: dict[str, Any] = {**size_schema("bytes per piece command, e.g. 1MiB"), "default": "1MiB"}
 
 
 class PieceBackend(StorageBackend):
@@ -35,17 +44,26 @@ class PieceBackend(StorageBackend):
 
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)
+        if "transfer_size" in self.options:
+            self.transfer_size = parse_size(self.options["transfer_size"])
         self._buffers = threading.local()
 
-    def begin_write(self, key: str, size: int) -> None:
-        """Before an entry's first piece (create the file, allocate the slot)."""
-
-    def end_write(self, key: str, size: int) -> None:
-        """After its last piece (fsync, publish the entry so readers see it whole)."""
+    def begin_write(self, key: str, size: int) -> Any:
+        """Before an entry's first piece (create the file, start the upload): the handle its pieces go to."""
+        return key
 
     @abc.abstractmethod
-    def store_piece(self, key: str, offset: int, data: memoryview, size: int) -> None:
-        """One device command: write ``data`` at ``offset`` of the ``size``-byte entry ``key``."""
+    def store_piece(self, handle: Any, offset: int, data: memoryview) -> None:
+        """One device command: write ``data`` at ``offset`` of the entry ``begin_write`` opened."""
+
+    def end_write(self, handle: Any) -> None:
+        """After the last piece: make the entry durable and visible whole (fsync, complete, publish)."""
+
+    def abort_write(self, handle: Any) -> None:
+        """A write that did not end (its source, a command or a cancellation raised): drop what it stored
+        and release the handle.  Must not raise for a handle that stored nothing yet, and stay cheap: on a
+        cancellation the drain waits for it (slow clean-up, deleting a half-written file, belongs in
+        ``close``, which runs after the drain)."""
 
     @abc.abstractmethod
     def load_piece(self, key: str, offset: int, out: memoryview) -> None:
@@ -61,14 +79,21 @@ class PieceBackend(StorageBackend):
     def write(self, key: str, source: ByteSource) -> IOTiming:
         buffer, size = self.piece_buffer(), source.size
         start = time.perf_counter()
-        device = self._timed(self.begin_write, key, size)
-        commands = 0
-        for offset in range(0, size, self.transfer_size):
-            piece = buffer[:min(self.transfer_size, size - offset)]
-            source.fill(offset, piece)
-            device += self._timed(self.store_piece, key, offset, piece, size)
-            commands += 1
-        device += self._timed(self.end_write, key, size)
+        handle = self.begin_write(key, size)
+        device, commands, ended = time.perf_counter() - start, 0, False
+        try:
+            for offset in range(0, size, self.transfer_size):
+                piece = buffer[:min(self.transfer_size, size - offset)]
+                source.fill(offset, piece)
+                device += self._command(key, "write", offset, piece, self.store_piece, handle, offset, piece)
+                commands += 1
+            begin = time.perf_counter()
+            self.end_write(handle)
+            device += time.perf_counter() - begin
+            ended = True
+        finally:
+            if not ended:
+                self.abort_write(handle)
         return self._timing(start, device, size, commands)
 
     def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
@@ -77,20 +102,24 @@ class PieceBackend(StorageBackend):
         device, commands = 0.0, 0
         for offset in range(0, size, self.transfer_size):
             piece = buffer[:min(self.transfer_size, size - offset)]
-            device += self._timed(self.load_piece, key, offset, piece)
+            device += self._command(key, "read", offset, piece, self.load_piece, key, offset, piece)
             sink.consume(offset, piece)
             commands += 1
         return self._timing(start, device, size, commands)
 
     def read_range(self, key: str, offset: int, out: memoryview) -> None:
         for at in range(0, len(out), self.transfer_size):
-            self.load_piece(key, offset + at, out[at:at + self.transfer_size])
+            piece = out[at:at + self.transfer_size]
+            self._command(key, "read", offset + at, piece, self.load_piece, key, offset + at, piece)
 
-    @staticmethod
-    def _timed(call: Any, *args: Any) -> float:
+    def _command(self, key: str, op: str, offset: int, piece: memoryview, call: Any, *args: Any) -> float:
+        """Run one device command and log it: the run's per-command latency and its cancellation point."""
         begin = time.perf_counter()
         call(*args)
-        return time.perf_counter() - begin
+        end = time.perf_counter()
+        if self.context.io_log is not None:
+            self.context.io_log.record(key, op, offset, len(piece), begin, end)
+        return end - begin
 
     @staticmethod
     def _timing(start: float, device: float, nbytes: int, commands: int) -> IOTiming:
