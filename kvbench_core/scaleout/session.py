@@ -19,6 +19,7 @@ from typing import Any
 from kvbench_core.contracts.errors import InputFileError, IntegrityError, Interrupted, StorageErrorsCounted, UserError
 from kvbench_core.engine.progress import ProgressPrinter
 from kvbench_core.engine.runner import new_run_id
+from kvbench_core.exports.live_metrics import live_metrics
 from kvbench_core.reports import require_formats, write_reports
 from kvbench_core.reports.aggregate import summarize_trials
 from kvbench_core.results.result import write_result
@@ -77,12 +78,14 @@ def run_session(as_written: dict[str, Any], plan: RunPlan, *, quiet: bool = Fals
     trials = plan.trials
     received: list[int] = []
     session_id = launcher.agree(new_run_id())
-    with stop_on_signals(launcher.stop, received):
+    slot = getattr(launcher, "slot", None)  # the in-process runner, whose telemetry live metrics read
+    with stop_on_signals(launcher.stop, received), live_metrics(
+            plan.output.metrics, lambda: getattr(slot, "runner", None), str(plan.spec.get("name") or "run")) as live:
         for trial in range(1, trials + 1):
-            printer = ProgressPrinter("off" if quiet or not launcher.writer else plan.output.progress,
-                                      prefix=f"trial {trial}/{trials} " if trials > 1 else "",
-                                      duration_s=plan.window.duration_s, warmup_s=plan.window.warmup_s,
-                                      scope=launcher.progress_scope)
+            printer = live.watch(ProgressPrinter("off" if quiet or not launcher.writer else plan.output.progress,
+                                                 prefix=f"trial {trial}/{trials} " if trials > 1 else "",
+                                                 duration_s=plan.window.duration_s, warmup_s=plan.window.warmup_s,
+                                                 scope=launcher.progress_scope))
             printer.phase("setup")
             run = launcher.run_trial(as_written, plan, run_id=session_id if trials == 1 else f"{session_id}-t{trial}",
                                      trial=trial, printer=printer)

@@ -149,6 +149,7 @@ class OutputPlan:
     progress: str
     io_log: str | None
     exit_zero: bool = False  # a degraded or inconclusive run exits 0 (results/status.py, EXIT_ZERO_ALLOWS)
+    metrics: Mapping[str, Any] | None = None  # {port, host}: live OpenMetrics (exports/live_metrics.py)
 
 
 @dataclass(frozen=True)
@@ -249,7 +250,8 @@ def plan_run(resolved: Mapping[str, Any]) -> RunPlan:
         output=OutputPlan(directory=output["directory"], formats=tuple(output["formats"]),
                           interval_s=float(output["interval"]), keep_files=bool(output["keep_files"]),
                           progress=output["progress"], io_log=output.get("io_log"),
-                          exit_zero=bool(output.get("exit_zero"))),
+                          exit_zero=bool(output.get("exit_zero")),
+                          metrics=freeze(output["metrics"]) if output.get("metrics") else None),
         payload=resolved["payload"], verify=bool(resolved["verify"]), on_error=resolved["on_error"],
         precondition=freeze(resolved["precondition"]) if resolved.get("precondition") else None,
         clients=int(resolved["clients"]), clients_total=int(resolved["clients"]),

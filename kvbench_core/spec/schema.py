@@ -210,6 +210,13 @@ def core_schema() -> dict[str, Any]:
                     "interval": {"type": "number", "minimum": MIN_INTERVAL_S, "maximum": 3600,
                                  "description": "seconds between timeseries samples (10 ms to 1 h)"},
                     "io_log": {"type": "string", "description": "write every device command as JSONL here"},
+                    "metrics": {"type": "object", "additionalProperties": False, "required": ["port"],
+                                "description": "serve live OpenMetrics while the run runs (docs/live-metrics.md)",
+                                "properties": {
+                                    "port": {"type": "integer", "minimum": 1, "maximum": 65535},
+                                    "host": {"type": "string", "minLength": 1, "default": "127.0.0.1",
+                                             "description": "the address to listen on; 0.0.0.0 serves every "
+                                                            "interface"}}},
                     "exit_zero": {"type": "boolean",
                                   "description": "exit 0 for a degraded or inconclusive run (as --exit-zero); "
                                                  "failed and interrupted runs keep their codes"},
