@@ -201,26 +201,56 @@ def _generation_ms_per_token(spec: dict[str, Any]) -> float:
     return GENERATION_MS_PER_TOKEN[generation] if isinstance(generation, str) else float(generation)
 
 
+@dataclass(frozen=True)
+class _Load:
+    """The run's concurrency as fio sees it: streams of I/O, and whether generation paces each one."""
+
+    workers: int
+    users: int
+    generation_ms: float  # per token
+    generated: float  # tokens per request, the mean
+
+    @property
+    def streams(self) -> int:
+        return max(1, min(self.users, self.workers))
+
+    @property
+    def paced(self) -> bool:
+        """A user's generation pause is its worker's idle time only when every user has a worker of its own."""
+        return self.users <= self.workers
+
+
+def _load(result: dict[str, Any]) -> _Load:
+    spec, workload = result["spec"]["resolved"], result["workload"]
+    return _Load(workers=workload.get("workers") or spec["workload"]["max_inflight"] or spec["workload"]["users"],
+                 users=workload.get("users_final") or spec["workload"]["users"],
+                 generation_ms=_generation_ms_per_token(spec),
+                 generated=(workload.get("stats") or {}).get("generation_length", {}).get("mean") or 0)
+
+
+def _pacing_line(load: _Load, commands_per_request: int) -> str:
+    if load.paced:
+        return (f"generation {load.generation_ms:g} ms/token x {load.generated:g} tokens/request, about "
+                f"{commands_per_request} commands per request -> thinktime")
+    return (f"generation pacing overlaps other users' I/O ({load.users} users > {load.workers} workers): "
+            "no thinktime")
+
+
 def profile_from_io_record(result: dict[str, Any]) -> FioProfile:
     """Command sizes, mix and concurrency from kvbench's per-tier counters (no trace needed)."""
     tier_name, tier = _tier_of(result, None)
     describe = tier.get("describe") or {}
     read, write = tier["read"], tier["write"]
-    if read["commands"] + write["commands"] == 0:
+    commands = read["commands"] + write["commands"]
+    if commands == 0:
         raise UserError(f"tier '{tier_name}' did no I/O in the measured window: there is nothing to distil")
-    transfer_size = int(describe.get("transfer_size") or 0) or max(
-        round((read["bytes"] + write["bytes"]) / (read["commands"] + write["commands"])), 1)
-    spec = result["spec"]["resolved"]
-    workload = result["workload"]
-    workers = workload.get("workers") or spec["workload"]["max_inflight"] or spec["workload"]["users"]
-    users = workload.get("users_final") or spec["workload"]["users"]
-    streams = max(1, min(users, workers))
+    average = max(round((read["bytes"] + write["bytes"]) / commands), 1)
+    transfer_size = int(describe.get("transfer_size") or 0) or average
+    load = _load(result)
     per_entry = int(describe.get("commands_in_flight") or describe.get("queue_depth") or 1)  # the effective depth
-    generation_ms = _generation_ms_per_token(spec)
-    generated = (workload.get("stats") or {}).get("generation_length", {}).get("mean") or 0
     requests = result["metrics"]["requests"]["completed"]
-    commands_per_request = round((read["commands"] + write["commands"]) / requests) if requests else 0
-    think_us = round(generation_ms * 1000 * generated) if users <= workers else 0
+    commands_per_request = round(commands / requests) if requests else 0
+    think_us = round(load.generation_ms * 1000 * load.generated) if load.paced else 0
     fsync_every = round(write["commands"] / write["ops"]) if describe.get("fsync") and write["ops"] else 0
     comments = [
         *_header(result, "kvbench's per-tier counters (the run was not block-traced)", tier_name),
@@ -228,18 +258,16 @@ def profile_from_io_record(result: dict[str, Any]) -> FioProfile:
         _percent_line("bytes", read["bytes"], write["bytes"]),
         f"entries: read {read['ops']}, write {write['ops']}; transfer size {transfer_size} B "
         "-> full pieces plus one average tail per entry",
-        f"{workers} workers, {users} users -> numjobs={streams}; {per_entry} commands in flight per entry "
-        f"-> iodepth={per_entry}",
-        (f"generation {generation_ms:g} ms/token x {generated:g} tokens/request, about {commands_per_request} "
-         "commands per request -> thinktime" if users <= workers else
-         f"generation pacing overlaps other users' I/O ({users} users > {workers} workers): no thinktime"),
+        f"{load.workers} workers, {load.users} users -> numjobs={load.streams}; {per_entry} commands in flight per "
+        f"entry -> iodepth={per_entry}",
+        _pacing_line(load, commands_per_request),
         f"fsync after every entry ({fsync_every} commands)" if fsync_every else "no fsync per entry",
         "block sizes rounded up to 4 KiB; bssplit percents are of commands",
         *_io_path_note(describe),
     ]
     return FioProfile(
         name=_job_name(result), read_sizes=_command_sizes(read, transfer_size),
-        write_sizes=_command_sizes(write, transfer_size), iodepth=per_entry, numjobs=streams,
+        write_sizes=_command_sizes(write, transfer_size), iodepth=per_entry, numjobs=load.streams,
         footprint=_footprint(tier), directory=_directory(None, tier, tier_name), runtime_s=_runtime(result),
         fsync_every=fsync_every, thinktime_us=think_us, thinktime_blocks=commands_per_request, comments=comments)
 
