@@ -16,7 +16,8 @@ from kvbench_core.codecs.figures import codec_line
 from kvbench_core.contracts.units import format_bytes
 from kvbench_core.engine.dryrun import dry_run_estimate
 from kvbench_core.reports import require_formats
-from kvbench_core.reports.verdicts import explain
+from kvbench_core.reports.capacity import answer_line
+from kvbench_core.reports.verdicts import explain, starved_classes
 from kvbench_core.results.checks import attention_lines
 from kvbench_core.scaleout.multiclient import local_client_plans
 from kvbench_core.scaleout.session import run_session
@@ -105,8 +106,12 @@ def summarize(result: dict[str, Any]) -> str:
         verdicts = [f"{name} {_fmt(c['service_latency_ms']['p95'])}/{_fmt(c['sla_p95_ms'])} ms "
                     f"{'met' if c['sla_met'] else 'MISSED'}"
                     for name, c in (metrics.get("qos") or {}).items() if c["requests"] and "service_latency_ms" in c]
+        verdicts += starved_classes(result)
         if verdicts:
             lines.append(f"  QoS service p95 / SLA: {', '.join(verdicts)}")
+        answer = answer_line(result)
+        if answer:
+            lines.append(f"  {answer}")
         for verdict in explain(result):
             lines += [f"    {verdict.why}", f"    {verdict.next_step}"]
         for name, tier in metrics["tiers"].items():

@@ -43,6 +43,12 @@ class ArrivalStats:
     late: int = 0
     dropped: int = 0
     backlog_peak: int = 0
+    #: Requests issued in the window per QoS class: a class with issued requests and none served is starved.
+    issued_by_qos: dict[str, int] = field(default_factory=dict)
+
+    def count_issued(self, qos: str) -> None:
+        self.issued += 1
+        self.issued_by_qos[qos] = self.issued_by_qos.get(qos, 0) + 1
 
     def as_dict(self, window_s: float, served: int) -> dict[str, Any]:
         def rate(n: int) -> float | None:
@@ -50,7 +56,8 @@ class ArrivalStats:
 
         return {"offered": self.offered, "issued": self.issued, "served": served, "late": self.late,
                 "dropped": self.dropped, "backlog_peak": self.backlog_peak,
-                "offered_per_s": rate(self.offered), "served_per_s": rate(served)}
+                "offered_per_s": rate(self.offered), "served_per_s": rate(served),
+                "issued_by_qos": dict(sorted(self.issued_by_qos.items()))}
 
 
 class UserPool:

@@ -223,7 +223,7 @@ class Runner:
     def _submit(self, request: Any, now: float) -> None:
         if self.window.is_open:
             self.state.requests_issued += 1
-            self.arrivals.stats.issued += 1
+            self.arrivals.stats.count_issued(request.qos)
         if self._load is not None:
             self._load.issued()
         self.pool.submit(request, now)

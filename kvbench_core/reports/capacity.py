@@ -127,3 +127,44 @@ def curve_figure(result: dict[str, Any]) -> Any:
     extra = bandwidth.get_legend_handles_labels()
     rates.legend(handles[0] + extra[0], handles[1] + extra[1], loc="upper left", fontsize="small")
     return figure
+
+
+def curve_numbers(result: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """The curve as numbers, one row per step in order of load: what the workbook's table and chart plot."""
+    steps = sorted((capacity_of(result) or {}).get("steps") or [], key=lambda s: s["load"])
+    classes, tiers = classes_of(steps), tiers_of(steps)
+    headers = ["users", "verdict", "requests", "seconds",
+               *(f"{q} {what}" for q in classes for what in ("service p95 (ms)", "SLA p95 (ms)")), "tok/s",
+               *(f"{t} {what}" for t in tiers for what in ("read GB/s", "write GB/s", "device share"))]
+    rows = []
+    for step in steps:
+        figures, rates = step.get("classes") or {}, step.get("tiers") or {}
+        rows.append([step["load"], step["verdict"], step["requests"], step["duration_s"],
+                     *(value for q in classes for value in
+                       ((figures[q]["service_p95_ms"], figures[q]["sla_p95_ms"]) if q in figures else (None, None))),
+                     step["generated_tokens_per_s"],
+                     *(value for t in tiers for value in
+                       ((rates[t]["read_bytes_per_s"] / GB, rates[t]["write_bytes_per_s"] / GB,
+                         rates[t]["device_share"]) if t in rates else (None, None, None)))])
+    return headers, rows
+
+
+def capacity_sheet(book: Any, result: dict[str, Any]) -> None:
+    """The workbook's ``Capacity`` sheet (reports/xlsx.py's book): the answer, the curve, and a chart of each
+    class's service p95 against users with its SLA as a dashed line."""
+    headers, rows = curve_numbers(result)
+    if not rows:
+        return
+    sheet = book.table("Capacity", headers, rows, title=answer_line(result))
+    top, last = sheet.kvbench_top, sheet.kvbench_top + len(rows)
+    chart = book.workbook.add_chart({"type": "scatter", "subtype": "straight_with_markers"})
+    for column, name in enumerate(headers):
+        if name.endswith("(ms)"):
+            dashed = {"line": {"dash_type": "dash"}, "marker": {"type": "none"}} if "SLA" in name else {}
+            chart.add_series({"name": name, "categories": ["Capacity", top + 1, 0, last, 0],
+                              "values": ["Capacity", top + 1, column, last, column], **dashed})
+    chart.set_title({"name": "service p95 and SLA against users", "name_font": {"size": 11}})
+    chart.set_x_axis({"name": "users"})
+    chart.set_y_axis({"name": "ms", "log_base": 10})
+    chart.set_size({"width": 620, "height": 320})
+    sheet.insert_chart(top + len(rows) + 3, 0, chart)

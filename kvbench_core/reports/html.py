@@ -21,8 +21,9 @@ from typing import Any
 from kvbench_core.contracts.errors import UserError
 from kvbench_core.contracts.units import format_bytes
 from kvbench_core.reports import flatten
+from kvbench_core.reports.capacity import answer_line, curve_table
 from kvbench_core.reports.metrics import HEADLINE, op_figures
-from kvbench_core.reports.verdicts import explain
+from kvbench_core.reports.verdicts import explain, starved_classes
 from kvbench_core.spec.jsonfile import temp_beside
 
 GB = 1e9
@@ -73,8 +74,9 @@ def render_html(result: dict[str, Any]) -> str:
     """The whole page as one string."""
     run = result["run"]
     title = f"kvbench: {run.get('name') or 'run'} {run.get('id', '')}"
-    sections = [_header(result), _verdicts(result), _headline(result), _tiers(result), _plots(result),
-                _workload(result), _pairs_section("Infrastructure declaration", _declaration_rows(result)),
+    sections = [_header(result), _verdicts(result), _capacity(result), _headline(result), _tiers(result),
+                _plots(result), _workload(result),
+                _pairs_section("Infrastructure declaration", _declaration_rows(result)),
                 _pairs_section("Environment", flatten(result.get("environment") or {})), _spec(result)]
     body = "\n".join(section for section in sections if section)
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -138,7 +140,17 @@ def _verdicts(result: dict[str, Any]) -> str:
         head, _, rest = verdict.why.partition(": ")  # "responsive MISSED", the rest
         lines.append(f"<p class=\"why\"><span class=\"{'met' if verdict.met else 'missed'}\">{_e(head)}</span>: "
                      f"{_e(rest)}</p><p class=\"next\">{_e(verdict.next_step)}</p>")
+    lines += [f"<p class=\"why\"><span class=\"missed\">{_e(line)}</span></p>" for line in starved_classes(result)]
     return "<h2>QoS verdicts</h2>" + "".join(lines)
+
+
+def _capacity(result: dict[str, Any]) -> str:
+    """The judged search's answer and the curve it measured (reports/capacity.py); the plot is in Plots."""
+    answer = answer_line(result)
+    if answer is None:
+        return ""
+    headers, rows = curve_table(result)
+    return f"<h2>Capacity</h2><p class=\"why\">{_e(answer)}</p>" + _table(headers, rows)
 
 
 def _headline(result: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@
   histograms (so a merged multi-client result plots the merged distribution);
 * ``-occupancy.png``: each tier's bytes as a share of its capacity over time;
 * ``-autoscaler.png``: users over time as each autoscaler decided;
+* ``-capacity.png``: the curve a judged search measured (reports/capacity.py), SLA lines drawn;
 * ``-trials.png`` (trials summaries): every trial's value and the median.
 
 The drain (in-flight work finishing after the measured duration) is shaded, never drawn as one flat
@@ -61,7 +62,7 @@ def png_bytes(figure: Any) -> bytes:
 
 
 #: Every plot kvbench can draw, in order: ``<stem>-<name>.png`` (so a caller knows the files before drawing).
-PLOT_NAMES = ("throughput", "latency-cdf", "occupancy", "autoscaler", "trials")
+PLOT_NAMES = ("throughput", "latency-cdf", "occupancy", "autoscaler", "capacity", "trials")
 
 
 def plot_paths(directory: Path, stem: str) -> list[Path]:
@@ -71,9 +72,11 @@ def plot_paths(directory: Path, stem: str) -> list[Path]:
 
 def figures(result: dict[str, Any]) -> Iterator[tuple[str, Any]]:
     """(plot name, figure) for every plot the result has data for."""
+    from kvbench_core.reports.capacity import curve_figure  # it draws with this module's figure
+
     drawers: dict[str, Callable[[dict[str, Any]], Any]] = {
         "throughput": _throughput, "latency-cdf": _latency_cdf, "occupancy": _occupancy,
-        "autoscaler": _autoscaler, "trials": _trials}
+        "autoscaler": _autoscaler, "capacity": curve_figure, "trials": _trials}
     for name in PLOT_NAMES:
         figure = drawers[name](result)
         if figure is not None:

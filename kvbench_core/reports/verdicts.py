@@ -115,18 +115,31 @@ def explain(result: dict[str, Any]) -> list[Verdict]:
     return verdicts
 
 
+def starved_classes(result: dict[str, Any]) -> list[str]:
+    """``batch STARVED (0 of 12 issued served)``: a class whose issued requests all went unserved is a verdict
+    too (higher classes took every worker), not a class with nothing to say."""
+    issued = ((result.get("workload") or {}).get("arrivals") or {}).get("issued_by_qos") or {}
+    qos = (result.get("metrics") or {}).get("qos") or {}
+    return [f"{name} STARVED (0 of {issued[name]} issued served)" for name, c in qos.items()
+            if not c.get("requests") and issued.get(name)]
+
+
 def next_step(result: dict[str, Any], dominant: Share | None, sla_ms: float, met: bool) -> str:
     """What a storage engineer would try next, from what dominated the service time."""
     spec = (result.get("spec") or {}).get("resolved") or {}
     workload = spec.get("workload") or {}
+    load = load_knob(result)
     if met:
-        return "next: raise workload.users (or use autoscaler: {name: capacity}) to find the load where it stops"
+        if (spec.get("autoscaler") or {}).get("name"):  # it scaled already: its answer is the summary's
+            return (f"next: the {spec['autoscaler']['name']} autoscaler chose the load; `kvbench capacity SPEC` "
+                    "searches the highest load within every SLA, with its 95 % CI")
+        return (f"next: raise {load} to find the load where it stops, or `kvbench capacity SPEC` to search "
+                "it with a 95 % CI")
     if dominant is None:
         return "next: too few requests to say what dominates; run longer (duration) or with more users"
     if dominant.layer == "queue":
         return (f"next: requests wait for one of {workload.get('max_inflight', '?')} workers (max_inflight): "
-                f"lower workload.users ({workload.get('users', '?')}), or raise workload.max_inflight if the "
-                "devices have queue depth to spare")
+                f"lower {load}, or raise workload.max_inflight if the devices have queue depth to spare")
     # The dominant tier operation's own entries, the size its mean time is for (not every tier's mean).
     entry = op_entry_bytes(result, dominant.tier, dominant.op) or mean_entry_bytes(result) or 0.0
     if dominant.layer == "host" and _is_memory(result, dominant.tier):
@@ -151,6 +164,19 @@ def next_step(result: dict[str, Any], dominant: Share | None, sla_ms: float, met
     return (f"next: one {dominant.tier} {dominant.op} of {format_bytes(entry)} takes {dominant.mean_ms:,.1f} ms on "
             f"the device{need}: a faster device, smaller entries (a smaller model, shorter contexts) or a larger "
             f"tier above {dominant.tier}")
+
+
+def load_knob(result: dict[str, Any]) -> str:
+    """What sets the load: the users of a closed loop, the arrival rate of an open loop (a trace's speedup)."""
+    workload = ((result.get("spec") or {}).get("resolved") or {}).get("workload") or {}
+    options = workload.get("options") or {}
+    if (options.get("arrival") or {}).get("process") == "poisson":
+        return f"the arrival rate (workload.options.arrival.rate, {options['arrival'].get('rate', '?')}/s)"
+    process = str((((result.get("declaration") or {}).get("workload") or {}).get("arrival_process") or {})
+                  .get("value") or "")
+    if process.startswith("open loop"):
+        return "the arrival rate (workload.options.speedup of the trace)"
+    return f"workload.users ({workload.get('users', '?')})"
 
 
 def bytes_per_request(result: dict[str, Any]) -> float | None:
