@@ -179,6 +179,9 @@ class CodecTier(StorageBackend):
     def close(self) -> None:
         self.inner.close()
 
+    def notes(self) -> list[str]:
+        return self.inner.notes()
+
     def capacity_bytes(self) -> int | None:
         return self.inner.capacity_bytes()
 

@@ -212,6 +212,12 @@ class StorageBackend(Configurable, abc.ABC):
     def close(self) -> None:
         """Release resources and remove every entry this run created unless ``context.keep``."""
 
+    def notes(self) -> list[str]:
+        """Lines for the result's ``warnings`` and the summary, read after ``close``: what the tier did to
+        the machine that is neither a figure nor an error (a directory it created, a dead run's files it
+        removed), each naming the tier (``context.label``).  The default says nothing."""
+        return []
+
 
 class ClientBackend(StorageBackend):
     """A tier reached through a client object (a Redis connection pool, a boto3 client).

@@ -121,6 +121,7 @@ class Runner:
             state.status = "ended"
         state.warnings = tier_fit_warnings(plan, {tier.name: tier.capacity for tier in state.tiers},
                                            state.smallest_entry_bytes, "this run's requests")
+        state.warnings += [note for tier in state.tiers for note in tier.backend.notes()]
         return state
 
     def _build_cache(self, workers: int) -> RequestExecutor:

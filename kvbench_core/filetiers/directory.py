@@ -9,6 +9,10 @@ at the wrong place.  The rules:
 * a directory kvbench creates gets a ``.kvbench-owner`` marker; a non-empty
   directory without a *genuine* marker (a regular file kvbench wrote, never a
   symlink or a dangling one) is refused unless the user says ``allow_nonempty: true``;
+* a missing directory is created only when its parent exists, unless the spec says ``create: true``
+  (``CREATE_OPTION``; the loader refuses it otherwise, naming the missing parent): a typo in a path
+  must not silently grow a tree of directories somewhere; what kvbench created is said in the result's
+  ``warnings`` and the summary (``notes``), as a dead run's files found and removed are;
 * the directory is locked for the whole run (``kvbench_core.filetiers.dirlock``): a second
   run on it is refused naming the first, and a killed run's files are found,
   reported and removed when they are provably its own;
@@ -30,6 +34,11 @@ from kvbench_core.filetiers.dirlock import OWNER_MARKER, DirectoryBusy, Director
 from kvbench_core.spec.safepaths import refusal_reason, resolved
 
 MARKER = OWNER_MARKER
+
+#: The option of every file tier's schema that lets kvbench create the missing parents of its directory.
+CREATE_OPTION = {"type": "boolean", "default": False,
+                 "description": "create the directory's missing parents too (without it, a path whose parent "
+                                "does not exist is refused: a typo must not grow a tree of directories)"}
 
 
 class TierDirectory:
@@ -100,6 +109,13 @@ class TierDirectory:
                 self._created.append(directory)
         if self.path in self._created:
             mark_created(self.path, self.run_id)
+
+    def notes(self) -> list[str]:
+        """What the result's ``warnings`` and the summary say: the directories this run created (the
+        outermost: its subdirectories came with it) and each dead run's files found and removed."""
+        parents = f" and its missing parents from {self._created[0]}" if len(self._created) > 1 else ""
+        created = [f"{self.label}: created {self._created[-1]}{parents}"] if self._created else []
+        return created + [f"{self.label}: {self.path}: {stale.describe()}" for stale in self.stale_runs]
 
     def describe(self) -> dict[str, object]:
         """What the tier's declaration says about dead runs found in the directory."""

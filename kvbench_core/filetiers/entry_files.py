@@ -77,6 +77,9 @@ class EntryFilesBackend(StorageBackend):
     def capacity_bytes(self) -> int | None:
         return shutil.disk_usage(self.directory.path).free
 
+    def notes(self) -> list[str]:
+        return self.directory.notes()
+
     def _remove_files(self) -> None:
         """At close: unless ``context.keep``, delete every file this backend created, then the
         directory if kvbench made it and nothing else is left in it; the directory is unlocked either way.

@@ -168,6 +168,22 @@ def check_tier_paths(tiers: list[dict[str, Any]]) -> None:
     reason = overlap_reason(tiers)
     if reason is not None:
         raise SpecError(reason)
+    _check_parents_exist(tiers)
+
+
+def _check_parents_exist(tiers: list[dict[str, Any]]) -> None:
+    """A tier directory that does not exist is created, but only inside one that does, unless the tier says
+    ``create: true`` (filetiers/directory.CREATE_OPTION): a mistyped path silently grew a tree of directories."""
+    for i, tier in enumerate(tiers):
+        options = tier.get("options") or {}
+        path = options.get("path")
+        if not isinstance(path, str) or tier.get("capacity") in (0, "0") or options.get("create") is True:
+            continue
+        target = resolved(path)
+        parent = os.path.dirname(target)
+        if not os.path.lexists(target) and not os.path.isdir(parent):
+            raise SpecError(f"cache.tiers[{i}].options.path: {path}: its parent {parent} does not exist; create "
+                            "it, or set create: true in the tier's options to let kvbench make it")
 
 
 def check_tier_directory(field: str, path: str) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.contracts.units import parse_size, size_schema
+from kvbench_core.filetiers.directory import CREATE_OPTION
 
 ALIGN = 4096  # GPU page size: cuFile DMA wants 4 KiB-aligned offsets and sizes
 MAX_TRANSFER = 1 << 30
@@ -25,6 +26,7 @@ OPTIONS_SCHEMA: dict[str, Any] = {
     "properties": {
         "path": {"type": "string", "minLength": 1,
                  "description": "directory for the entry files, on a GDS-capable filesystem (ext4, xfs…)"},
+        "create": CREATE_OPTION,
         "device": {"type": "string", "pattern": "^(cuda(:[0-9]+)?|cpu)$", "default": "cuda",
                    "description": "torch device of the staging buffers; 'cpu' is for testing only (never GDS)"},
         "num_threads": {"type": "integer", "minimum": 1, "maximum": 256, "default": 8,

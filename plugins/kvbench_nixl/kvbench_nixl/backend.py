@@ -273,6 +273,9 @@ class NixlBackend(EntryFilesBackend):
         with self._count_lock:
             return {"nixl_descriptors": self._commands}
 
+    def notes(self) -> list[str]:
+        return self.directory.notes() if self.files else []
+
     def describe(self) -> dict[str, Any]:
         library = self.library
         version = library.version if library else "not loaded"
@@ -311,4 +314,3 @@ class NixlBackend(EntryFilesBackend):
                 "endpoint": self.options.get("endpoint_url", "AWS S3"),
                 "key_prefix": control.key_prefix if control else None,
                 "identity_source": control.identity_source if control else None}
-

@@ -14,13 +14,14 @@ from kvbench_s3.options import OPTIONS_SCHEMA as S3_OPTIONS_SCHEMA
 
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.contracts.units import parse_size, size_schema
+from kvbench_core.filetiers.directory import CREATE_OPTION
 from kvbench_nixl.arena import ALIGN
 
 MAX_TRANSFER = 1 << 30
 FILE_BACKENDS = ("POSIX", "GDS", "GDS_MT")
 GPU_BACKENDS = ("GDS", "GDS_MT")
 #: Options that apply only to file backends, and only to OBJ.
-FILE_OPTIONS = ("path", "allow_nonempty", "fsync", "drop_cache")
+FILE_OPTIONS = ("path", "allow_nonempty", "create", "fsync", "drop_cache")
 OBJ_OPTIONS = ("bucket", "endpoint_url", "region", "profile", "create_bucket", "prefix", "virtual_addressing")
 #: OBJ plugin parameters the tier sets from its own options and the credentials chain.
 MANAGED_OBJ_PARAMS = frozenset({"bucket", "endpoint_override", "scheme", "region", "use_virtual_addressing",
@@ -55,6 +56,7 @@ OPTIONS_SCHEMA: dict[str, Any] = {
                  "description": "POSIX/GDS: directory for the entry files (created and marked if missing)"},
         "allow_nonempty": {"type": "boolean", "default": False,
                            "description": "use an existing non-empty directory kvbench did not create"},
+        "create": CREATE_OPTION,
         "fsync": {"type": "boolean", "default": True, "description": "fsync each entry file before write returns"},
         "drop_cache": {"type": "boolean", "default": True,
                        "description": "posix_fadvise(DONTNEED) each entry file before it is read"},

@@ -19,8 +19,13 @@ NAMES = ["nixl-posix", "nixl-obj", "nixl-gds"]
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_spec_validates(name: str) -> None:
-    _, resolved = load_spec(SPECS / f"{name}.yaml")
+def test_spec_validates(name: str, tmp_path: Path) -> None:
+    """Its directory, where it has one, moved under ``tmp_path``: a path whose parent does not exist
+    (``/mnt/nvme`` here) is refused at load time unless the tier says ``create: true``."""
+    tiers = yaml.safe_load((SPECS / f"{name}.yaml").read_text())["cache"]["tiers"]
+    moved = [f"cache.tiers.{i}.options.path={tmp_path / 'kv'}" for i, tier in enumerate(tiers)
+             if "path" in (tier.get("options") or {})]
+    _, resolved = load_spec(SPECS / f"{name}.yaml", moved)
     assert resolved["cache"]["tiers"][-1]["backend"] == "nixl"
 
 

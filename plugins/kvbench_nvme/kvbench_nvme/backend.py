@@ -65,7 +65,7 @@ from kvbench_core.contracts.errors import BackendUnavailable, SpecError
 from kvbench_core.contracts.units import parse_size, size_schema
 from kvbench_core.contracts.validation import with_defaults
 from kvbench_core.filetiers.accounting import Phase
-from kvbench_core.filetiers.directory import TierDirectory
+from kvbench_core.filetiers.directory import CREATE_OPTION, TierDirectory
 from kvbench_core.filetiers.entry_files import EntryFilesBackend
 from kvbench_core.filetiers.fsinfo import describe_location
 from kvbench_nvme.engine_contract import EngineSettings
@@ -125,6 +125,7 @@ class NVMeBackend(EntryFilesBackend):
                                       "thread with registered buffers (Linux >= 5.1; 6.1 off x86-64)"},
             "allow_nonempty": {"type": "boolean", "default": False,
                                "description": "use an existing non-empty directory kvbench did not create"},
+            "create": CREATE_OPTION,
         },
     }
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:

@@ -221,6 +221,8 @@ def test_a_killed_runs_files_are_found_reported_and_removed(tmp_path: Path, pool
     warning = capsys.readouterr().err
     assert "removed 5 files (500000 B) left by run dead1 (pid" in warning and "killed?" in warning
     assert warning.strip().endswith(backend.describe()["stale_runs"][0])
+    # and the run's result says it too (its warnings, from the tier's notes), not stderr alone (issue #29)
+    assert backend.notes() == [warning.strip().removeprefix("kvbench: warning: ")]
     assert sorted(os.listdir(tier)) == sorted([MARKER, ".kvbench-run-run1", foreign.name])
     backend.write("k", pool.payload("k", 10))
     backend.close()
