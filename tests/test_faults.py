@@ -537,6 +537,28 @@ def test_a_third_signal_leaves_a_stop_stuck_behind_a_hung_server(tmp_path: Path)
     survived("a stop stuck behind a frozen server, left on the third signal")
 
 
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGQUIT], ids=["SIGHUP", "SIGQUIT"])
+def test_a_closed_terminal_or_ctrl_backslash_stops_the_run_as_sigterm_does(tmp_path: Path, signum: int) -> None:
+    """Issue 29: SIGHUP (a closed terminal, a dropped ssh session) and SIGQUIT killed kvbench outright: exit
+    129/131 in 70 ms, no message, no result, the entry files left.  Now each stops the run as SIGTERM does
+    (the partial result, the cleanup, one line), SIGQUIT after printing where every thread is."""
+    outcome, tier = interrupt(tmp_path, "measuring", signum)
+    check_interrupted(outcome, tier, tmp_path / "out", signum, "measuring")
+    if signum == signal.SIGQUIT:
+        assert "kvbench: SIGQUIT: the stack of every thread follows" in outcome.stderr, outcome.stderr
+        assert "most recent call first" in outcome.stderr and outcome.stderr.count("Thread 0x") >= 2
+    else:
+        assert outcome.stderr.splitlines() == ["kvbench: interrupted by SIGHUP"], outcome.stderr
+    survived(f"{signal.Signals(signum).name} while measuring")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGQUIT], ids=["SIGHUP", "SIGQUIT"])
+def test_sighup_and_sigquit_at_start_up_are_one_line(tmp_path: Path, signum: int) -> None:
+    outcome, tier = interrupt(tmp_path, "start-up", signum)
+    check_interrupted(outcome, tier, tmp_path / "out", signum, "start-up")
+
+
 @pytest.mark.parametrize("delay_s", [0.0, 0.05, 0.1])
 def test_a_signal_while_kvbench_is_still_importing_is_one_line(tmp_path: Path, delay_s: float) -> None:
     """Issue 19: a SIGINT in the first ~0.1 s was a KeyboardInterrupt traceback from inside an import.

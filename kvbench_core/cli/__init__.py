@@ -15,8 +15,9 @@ import sys
 
 
 def _interrupted_while_starting(signum: int, _frame: object) -> None:
-    """Ctrl-C or SIGTERM while kvbench is still importing: nothing is open yet, so leave at once, in one line
-    (the interpreter's own handler would print a KeyboardInterrupt traceback from inside an import)."""
+    """Ctrl-C, SIGTERM, SIGHUP or SIGQUIT while kvbench is still importing: nothing is open yet, so leave at
+    once, in one line (the interpreter's own handler would print a KeyboardInterrupt traceback from inside an
+    import)."""
     os.write(2, f"kvbench: {interrupted_line(signum)}\n".encode())
     os._exit(128 + signum)
 
@@ -27,9 +28,12 @@ def interrupted_line(signum: int) -> str:
     return f"interrupted by {signal.Signals(signum).name}"
 
 
-# Before anything else is imported: the imports below take most of kvbench's start-up.  A SIGINT the
-# session ignores (a background job) stays ignored.
-_STARTUP_HANDLERS = {sig: signal.signal(sig, _interrupted_while_starting) for sig in (signal.SIGINT, signal.SIGTERM)
+# Before anything else is imported: the imports below take most of kvbench's start-up (the errors module
+# imports only ``signal``).  A signal the session ignores (SIGINT in a background job, SIGHUP under nohup)
+# stays ignored.
+from kvbench_core.contracts.errors import STOP_SIGNALS  # noqa: E402
+
+_STARTUP_HANDLERS = {sig: signal.signal(sig, _interrupted_while_starting) for sig in STOP_SIGNALS
                      if signal.getsignal(sig) in (signal.default_int_handler, signal.SIG_DFL)}
 
 import argparse  # noqa: E402 - after the start-up handlers, on purpose
@@ -86,9 +90,14 @@ def _describe_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 class _Terminated(BaseException):
-    """SIGTERM before a run installs its own graceful handler (start-up, spec loading): leave as Ctrl-C does.
+    """SIGTERM, SIGHUP or SIGQUIT before a run installs its own graceful handler (start-up, spec loading):
+    leave as Ctrl-C does.
 
     A ``BaseException``, like ``KeyboardInterrupt``, so no ``except Exception`` on the way swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 class _Interrupted(KeyboardInterrupt):
@@ -100,8 +109,8 @@ class _Interrupted(KeyboardInterrupt):
     or -2 by where the Ctrl-C happened to land."""
 
 
-def _raise_terminated(_signum: int, _frame: Any) -> None:
-    raise _Terminated
+def _raise_terminated(signum: int, _frame: Any) -> None:
+    raise _Terminated(signum)
 
 
 def _raise_interrupted(_signum: int, _frame: Any) -> None:
@@ -109,7 +118,7 @@ def _raise_interrupted(_signum: int, _frame: Any) -> None:
 
 
 #: What ``main`` turns each signal into until a run installs its graceful handler.
-_MAIN_HANDLERS = {signal.SIGINT: _raise_interrupted, signal.SIGTERM: _raise_terminated}
+_MAIN_HANDLERS = {sig: _raise_interrupted if sig == signal.SIGINT else _raise_terminated for sig in STOP_SIGNALS}
 
 
 def _install_main_handlers(restore: dict[int, Any]) -> None:
@@ -138,9 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"kvbench: {interrupted_line(signal.SIGINT)}", file=sys.stderr)
         return 128 + signal.SIGINT
-    except _Terminated:
-        print(f"kvbench: {interrupted_line(signal.SIGTERM)}", file=sys.stderr)
-        return 128 + signal.SIGTERM
+    except _Terminated as stopped:
+        print(f"kvbench: {interrupted_line(stopped.signum)}", file=sys.stderr)
+        return 128 + stopped.signum
     finally:
         for sig, previous in restore.items():
             # The process's own entry (argv None) has its exit code: a signal now (a second Ctrl-C) would

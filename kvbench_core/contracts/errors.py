@@ -95,7 +95,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
 class Interrupted(UserError):
-    """The run was stopped by SIGINT/SIGTERM; exit code follows the shell convention."""
+    """The run was stopped by one of ``STOP_SIGNALS``; exit code follows the shell convention (128 + n)."""
 
     def __init__(self, signum: int) -> None:
         self.signum = signum

@@ -8,7 +8,9 @@ run a ``Runner`` and build its result.
 
 from __future__ import annotations
 
+import faulthandler
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kvbench_core.contracts.errors import UserError
+from kvbench_core.contracts.errors import STOP_SIGNALS, UserError
 from kvbench_core.engine.progress import ProgressPrinter, ProgressScope
 from kvbench_core.engine.runner import Runner, RunState
 from kvbench_core.results.result import build_result
@@ -111,23 +113,34 @@ def abandon(signum: int) -> None:
 
 @contextmanager
 def stop_on_signals(on_signal: Callable[[str], None], received: list[int]) -> Iterator[None]:
-    """SIGINT/SIGTERM stop the current run cleanly (partial result, cleanup) instead of killing it."""
+    """Every one of ``STOP_SIGNALS`` stops the current run cleanly (partial result, cleanup) instead of
+    killing it; SIGQUIT first prints every thread's stack (where each worker is: a hung tier shows)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum: int, _frame: Any) -> None:
+        if signum == signal.SIGQUIT:
+            dump_threads()
         received.append(signum)
         if len(received) >= ABANDON_AFTER_SIGNALS:
             abandon(signum)
         on_signal(f"signal {signal.Signals(signum).name}")
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     try:
         yield
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def dump_threads() -> None:
+    """Every thread's Python stack on stderr, under one line saying why (``faulthandler``: safe from a
+    signal handler, and it shows a thread stuck inside a C call too)."""
+    sys.stderr.write("kvbench: SIGQUIT: the stack of every thread follows; then the run stops as for SIGTERM\n")
+    sys.stderr.flush()
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
 
 
 class InProcess:
