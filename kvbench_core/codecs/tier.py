@@ -185,6 +185,9 @@ class CodecTier(StorageBackend):
     def capacity_bytes(self) -> int | None:
         return self.inner.capacity_bytes()
 
+    def reserve(self, capacity: int) -> None:
+        self.inner.reserve(capacity)
+
     def describe(self) -> dict[str, Any]:
         return {**self.inner.describe(), "codec": {**self.codec.describe(), "chunk_bytes": self.chunk_bytes,
                                                    "segment_bytes": self.segment_bytes,

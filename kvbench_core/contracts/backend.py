@@ -188,6 +188,19 @@ class StorageBackend(Configurable, abc.ABC):
         """Capacity for ``capacity: auto`` (free disk, server maxmemory); None if unknown."""
         return None
 
+    def reserve(self, capacity: int) -> None:
+        """Called once after ``open`` with the tier's capacity in bytes (the spec's, or ``capacity_bytes``
+        for ``auto``; not called for an unbounded tier): a tier that allocates its space up front does it
+        here, at set-up, as an engine allocates its KV pool once (the cpu tier pre-faults its arena)."""
+
+    def read_range_costs(self, key: str, offset: int, out: memoryview) -> tuple[int, float]:
+        """``read_range``, and what it cost beyond the bytes it copied: ``(encoded bytes read from the
+        device, seconds spent decoding)``, both 0 for a tier that stores bytes as they are.  A stage that
+        transforms bytes (the codec stage) overrides it, so a demotion out of it books what it really read
+        and its decode time as host time."""
+        self.read_range(key, offset, out)
+        return 0, 0.0
+
     def describe(self) -> dict[str, Any]:
         """What the declaration should say about this tier: access mechanism, driver, queue depth…"""
         return {"backend": self.name}

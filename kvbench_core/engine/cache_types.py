@@ -61,12 +61,11 @@ class TierSource:
     from its device (``encoded_read``, headers and tables only where it read them) and the seconds it spent
     decoding (``decode_seconds``, host time inside ``read_seconds``), through ``read_range_costs``."""
 
-    __slots__ = ("_costed", "backend", "bytes_read", "decode_seconds", "encoded_read", "key", "read_seconds",
+    __slots__ = ("backend", "bytes_read", "decode_seconds", "encoded_read", "key", "read_seconds",
                  "size")
 
     def __init__(self, backend: StorageBackend, key: str, size: int) -> None:
         self.backend, self.key, self.size = backend, key, size
-        self._costed = getattr(backend, "read_range_costs", None)  # a codec stage: what it read and decoded
         self.read_seconds = 0.0
         self.bytes_read = 0
         self.encoded_read = 0
@@ -74,11 +73,8 @@ class TierSource:
 
     def fill(self, offset: int, out: memoryview) -> None:
         start = time.perf_counter()
-        if self._costed is None:
-            self.backend.read_range(self.key, offset, out)
-        else:
-            encoded, decode_s = self._costed(self.key, offset, out)
-            self.encoded_read += encoded
-            self.decode_seconds += decode_s
+        encoded, decode_s = self.backend.read_range_costs(self.key, offset, out)  # 0, 0.0 but for a codec stage
+        self.encoded_read += encoded
+        self.decode_seconds += decode_s
         self.read_seconds += time.perf_counter() - start
         self.bytes_read += len(out)

@@ -8,6 +8,7 @@ no tier can hold even one entry is refused here: every KV write of such a run wo
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -56,9 +57,8 @@ def build_tiers(plan: RunPlan, tiers: list[Tier], *, run_id: str, client_index: 
     for tier, backend in built:
         backend.open()
         capacity = _capacity(tier, backend)
-        reserve = getattr(backend, "reserve", None)  # a memory tier allocates its pool once, here (the cpu tier)
-        if reserve is not None:
-            reserve(int(capacity))
+        if math.isfinite(capacity):
+            backend.reserve(int(capacity))
         tiers.append(Tier(name=tier.name, backend=backend, capacity=capacity,
                           cold_after=tier.cold_after, description=backend.describe()))
 
