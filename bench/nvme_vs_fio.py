@@ -115,6 +115,7 @@ class Sample:
     device_bytes: int | None = None
     host_share: float | None = None
     device_share: float | None = None
+    switches_per_gib: float | None = None  # voluntary context switches per GiB, the whole process
 
 
 @dataclass
@@ -140,6 +141,11 @@ def tools(mode: str, queue_depth: int) -> list[str]:
     engines = [engine for engine in ENGINES if not (engine == "psync" and mode == "buffered" and queue_depth > 1)]
     fio_jobs = sorted({fio_engine(queue_depth, engine) for engine in engines})
     return [f"fio {job}" for job in fio_jobs] + [f"kvbench {engine}" for engine in engines]
+
+
+def voluntary_switches(who: int = resource.RUSAGE_SELF) -> int:
+    """Voluntary context switches so far of this process (every thread) or of its waited-for children."""
+    return resource.getrusage(who).ru_nvcsw
 
 
 def cpu_seconds(who: int = resource.RUSAGE_SELF) -> float:
@@ -231,15 +237,18 @@ def run_fio(directory: str, op: str, mode: str, args: argparse.Namespace, queue_
             os.unlink(os.path.join(directory, name))
     command = fio_command(directory, op, mode, args, queue_depth, engine)
     before, cpu_before = device.snapshot(), cpu_seconds(resource.RUSAGE_CHILDREN)
+    switches = voluntary_switches(resource.RUSAGE_CHILDREN)
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     cpu = cpu_seconds(resource.RUSAGE_CHILDREN) - cpu_before
+    switches = voluntary_switches(resource.RUSAGE_CHILDREN) - switches
     requests, nbytes = device.delta(before, device.snapshot(), op)
     job = json.loads(done.stdout[done.stdout.index("{"):])["jobs"][0]  # group_reporting: all jobs summed
     own = (job["usr_cpu"] + job["sys_cpu"]) / 100 * job["job_runtime"] / 1000  # job_runtime: summed over jobs
     gib = job[op]["io_bytes"] / GIB
     fixed = fio_fixed_cpu(command, directory, args.transfer_bytes)
     return Sample(bandwidth=job[op]["bw_bytes"], cpu_per_gib=max(cpu - fixed, 0.0) / gib,
-                  self_cpu_per_gib=own / gib, device_requests=requests, device_bytes=nbytes)
+                  self_cpu_per_gib=own / gib, device_requests=requests, device_bytes=nbytes,
+                  switches_per_gib=switches / gib)
 
 
 def run_kvbench(backend: NVMeBackend, workers: ThreadPoolExecutor, pool: NoisePool, op: str,
@@ -257,9 +266,9 @@ def run_kvbench(backend: NVMeBackend, workers: ThreadPoolExecutor, pool: NoisePo
             timings = [backend.read(key, args.entry_bytes, DISCARD) for key in keys]
         return start, time.perf_counter(), timings
 
-    before, cpu_before = device.snapshot(), cpu_seconds()
+    before, cpu_before, switches = device.snapshot(), cpu_seconds(), voluntary_switches()
     results = list(workers.map(stream, streams))
-    cpu = cpu_seconds() - cpu_before
+    cpu, switches = cpu_seconds() - cpu_before, voluntary_switches() - switches
     requests, nbytes = device.delta(before, device.snapshot(), op)
     if op == "read":
         for keys in streams:  # the next repeat writes fresh files (untimed)
@@ -272,7 +281,8 @@ def run_kvbench(backend: NVMeBackend, workers: ThreadPoolExecutor, pool: NoisePo
     total = sum(timing.total for timing in timings)
     return Sample(bandwidth=moved / wall, cpu_per_gib=cpu / (moved / GIB), device_requests=requests,
                   device_bytes=nbytes, host_share=sum(timing.host for timing in timings) / total,
-                  device_share=sum(timing.device for timing in timings) / total)
+                  device_share=sum(timing.device for timing in timings) / total,
+                  switches_per_gib=switches / (moved / GIB))
 
 
 def compare(mode: str, queue_depth: int, args: argparse.Namespace, pool: NoisePool) -> list[Cell]:
@@ -347,6 +357,8 @@ def rows(cells: list[Cell]) -> list[dict[str, Any]]:
                 "fio_cpu_s_per_gib": cell.median(fio, "cpu_per_gib"),
                 "fio_self_cpu_s_per_gib": cell.median(fio, "self_cpu_per_gib"),
                 "kvbench_cpu_s_per_gib": cell.median(tool, "cpu_per_gib"),
+                "fio_switches_per_gib": cell.median(fio, "switches_per_gib"),
+                "kvbench_switches_per_gib": cell.median(tool, "switches_per_gib"),
                 "fio_device_requests": cell.median(fio, "device_requests") if requests is not None else None,
                 "kvbench_device_requests": requests,
                 "host_share": cell.median(tool, "host_share"), "device_share": cell.median(tool, "device_share"),
