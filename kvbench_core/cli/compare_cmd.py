@@ -1,7 +1,8 @@
 """``kvbench compare A.json B.json [...]``: key figures side by side, ratios against the first.
 
 Like the seed's §5.2 fast-vs-slow table.  With trials summaries, a figure
-whose trial ranges overlap is marked "overlap": not a real difference.
+whose trial ranges overlap is marked "overlap": not a real difference.  ``--html FILE`` also writes the
+comparison as a page with the curves overlaid (docs/compare.md).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("results", nargs="+", metavar="RESULT",
                         help="result or trials-summary JSON files; the first is the baseline")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--html", metavar="FILE", type=Path, default=None,
+                        help="also write a self-contained page with the results' curves overlaid (latency tails "
+                             "per tier, bandwidth over time, per-class p95); never replaces a file")
     parser.set_defaults(handler=handle)
 
 
@@ -37,6 +41,10 @@ def handle(args: argparse.Namespace) -> int:
     rows = compare(results)
     for note in caveats(results, labels):
         print(f"kvbench: warning: {note}", file=sys.stderr)
+    if args.html is not None:
+        from kvbench_core.reports.compare_html import write_compare_html
+
+        print(f"page: {write_compare_html(list(zip(labels, results, strict=True)), args.html)}", file=sys.stderr)
     if args.json:
         print(json.dumps(rows_as_json(rows, labels), indent=2))
         return 0
