@@ -78,7 +78,7 @@ PRESETS: dict[tuple[str, str], EnginePreset] = {
     (LMCACHE_05, "raw_block"): EnginePreset(
         LMCACHE_05, "raw_block", 256, False, TransferGeometry(LINUX_MAX_RW_BYTES, 1, 4096), True, 4096,
         "LMCache 0.5 raw_block (posix engine) stores each object from its own worker thread "
-        "(asyncio.to_thread per key), so objects race; score their order only on a capture that serialised them",
+        "(asyncio.to_thread per key), so objects race, and no setting serialises them",
         {**_COMMON_RULES,
          "store": f"{_LMCACHE}/storage_backend/raw_block/core.py _write_one: a header_bytes (default 4096) "
                   "header pwrite at the slot's offset, then one pwrite of the payload at offset + header_bytes",
