@@ -59,6 +59,17 @@ def test_a_step_waits_for_20_requests_per_class_and_judges_them_merged() -> None
     assert judged.saturation == pytest.approx(0.9, rel=0.02)
 
 
+def test_the_p99_target_is_judged_once_it_is_a_percentile() -> None:
+    """The SLA sla_met judges: p95 and p99.  3 slow of 100 put the p99 (250 ms) over its 200 ms target; 1 slow
+    of 40 is their p99 too, but the p99 of 40 requests is simply the slowest: recorded, not judged."""
+    hundred = step_at(8, [0.05] * 97 + [0.25] * 3)
+    assert hundred.verdict == OVER and hundred.classes["responsive"].p99_judged
+    assert hundred.reason.startswith("responsive service p99 249 ms of 200 ms")  # its bucket, within 1 %
+    forty = step_at(8, [0.05] * 39 + [0.25])
+    assert forty.verdict == WITHIN and not forty.classes["responsive"].p99_judged
+    assert forty.classes["responsive"].service_p99_ms == pytest.approx(250.0)
+
+
 def test_a_step_without_its_requests_is_not_judged_and_its_rates_are_weighted_by_time() -> None:
     step = JudgedStep(4, 10.0, min_requests=20, max_step_s=60.0)
     step.add(sample(12.0, {"responsive": [0.01] * 5}, tokens_per_s=100.0, split={"queue": 1.0, "dram read host": 3.0},

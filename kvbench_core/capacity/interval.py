@@ -2,11 +2,11 @@
 
 **The answer.**  Steps are taken in order of load (steps at the same load merged: their histograms add).
 The first load whose worst class is over its SLA (or was not judged) ends the curve; the answer is where
-the saturation (worst class's service p95 / its SLA p95) crosses 1.0, interpolated linearly between that
-step and the step below it, rounded down to whole users.  Once the bisection has narrowed the bracket to
-one user this is exactly the highest load judged within; with a wider bracket (the budget ran out) it is
-between the two steps that bracket it.  No step over the SLA: the answer is the highest load measured,
-marked ``at_least``.
+the saturation (the worst class's service p95 / its SLA p95, or p99 / SLA p99 where judged: capacity/step.py)
+crosses 1.0, interpolated linearly between that step and the step below it, rounded down to whole users.
+Once the bisection has narrowed the bracket to one user this is exactly the highest load judged within;
+with a wider bracket (the budget ran out) it is between the two steps that bracket it.  No step over the
+SLA: the answer is the highest load measured, marked ``at_least``.
 
 **The interval.**  A percentile bootstrap over requests: each replicate redraws every step's requests
 with replacement (per class, from its merged histogram: ``LatencyHistogram.bootstrap_quantile``), reads
@@ -114,8 +114,7 @@ def _reread(step: Step, histograms: dict[str, Any]) -> dict[str, Any]:
         if histogram is None or not histogram.count:
             out[name] = figures
             continue
-        p95, p99, sla = histogram.quantile(0.95) * 1000.0, histogram.quantile(0.99) * 1000.0, figures.sla_p95_ms
-        out[name] = ClassFigures(histogram.count, p95, p99, sla, p95 / sla if sla > 0 else 0.0)
+        out[name] = ClassFigures.of(histogram, figures.sla_p95_ms, figures.sla_p99_ms)
     return out
 
 
@@ -125,11 +124,18 @@ def _saturation(step: Step) -> float:
 
 
 def _resampled_saturation(step: Step, replicates: int, rng: np.random.Generator) -> np.ndarray:
-    """The step's worst class's p95 / SLA in each bootstrap replicate."""
+    """The step's saturation in each bootstrap replicate: the worst of its classes' p95 / SLA p95 (and p99 /
+    SLA p99 where the step judged the p99), each class's requests redrawn from its merged histogram."""
     if step.verdict == NOT_JUDGED or not step.classes:
         return np.full(replicates, np.inf)
-    ratios = [step.histograms[name].bootstrap_quantile(0.95, replicates, rng) * 1000.0 / figures.sla_p95_ms
-              for name, figures in step.classes.items() if name in step.histograms and figures.sla_p95_ms > 0]
+    ratios = []
+    for name, figures in step.classes.items():
+        histogram = step.histograms.get(name)
+        if histogram is None or figures.sla_p95_ms <= 0:
+            continue
+        ratios.append(histogram.bootstrap_quantile(0.95, replicates, rng) * 1000.0 / figures.sla_p95_ms)
+        if figures.p99_judged:
+            ratios.append(histogram.bootstrap_quantile(0.99, replicates, rng) * 1000.0 / figures.sla_p99_ms)
     return np.max(np.stack(ratios), axis=0) if ratios else np.full(replicates, np.inf)
 
 
@@ -161,9 +167,8 @@ def _limit(curve: list[Step], load: int) -> str | None:
     name = step.limiting
     if name is None:
         return None
-    figures = step.classes[name]
     part = f", mostly {_words(step.dominant)}" if step.dominant else ""
-    return f"{name}: service p95 {figures.service_p95_ms:,.0f} ms of {figures.sla_p95_ms:,.0f} ms{part}"
+    return f"{name}: {step.classes[name].limit()}{part}"
 
 
 def _words(part: str | None) -> str:
