@@ -89,7 +89,9 @@ def test_a_contradicted_declaration_is_a_warning_never_silently_kept() -> None:
 
 
 def test_a_run_puts_the_contradiction_in_its_result_and_its_summary(tmp_path: Path) -> None:
-    spec = history_spec([], output={"directory": str(tmp_path / "out"), "progress": "off"},
+    # a tier every entry fits: a run whose KV found no room is degraded (exit 6), which is not what this tests
+    spec = history_spec([{"name": "more", "backend": "cpu", "capacity": "64MiB"}],
+                        output={"directory": str(tmp_path / "out"), "progress": "off"},
                         declaration={"host": {"numa_nodes": 64}, "tensor": {"quality_impact": "none (lossless)"}})
     code, out, _ = run_cli(tmp_path, spec)
     assert code == 0

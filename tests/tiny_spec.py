@@ -20,13 +20,14 @@ from kvbench_core.cli import main
 
 
 def history_spec(tiers: list[dict[str, Any]], *, users: int = 2, **top: Any) -> dict[str, Any]:
-    """16 requests of small tiny-1b chatbot users that also read history (two-turn conversations, shared
-    prefixes), behind a 1 MiB DRAM tier and ``tiers``: every kind of read and write in a second.
+    """20 requests of small tiny-1b chatbot users that also read history (two-turn conversations, shared
+    prefixes), behind a 1 MiB DRAM tier and ``tiers``: every kind of read and write in a second.  20: a p95
+    needs that many for "completed" (kvbench_core/results/status.py); fewer end inconclusive, exit 7.
     ``top`` sets or replaces top-level fields (name, seed, output, …)."""
     spec: dict[str, Any] = {
         "version": 1, "name": "history", "seed": 1,
         "model": {"name": "tiny-1b"},
-        "requests": 16,
+        "requests": 20,
         "workload": {"users": users, "max_inflight": 2, "generation": "none", "options": {
             "profiles": {"chatbot": {"context": [16, 48], "generate": [1, 64], "think_s": [0, 0]}},
             "profile_mix": {"chatbot": 1}, "multi_turn": {"max_turns": 2, "turn_tokens": [4, 16]},
