@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kvbench_core.cli import main
+from kvbench_core.contracts.plugins import registry
 from kvbench_core.kvio.manifest import Manifest
 
 QWEN_CHUNK = 256 * 12_288  # Qwen2.5-0.5B bf16: 12,288 B/token, the issue's 3 MiB chunk
@@ -112,3 +113,21 @@ def test_score_order_names_the_racing_disk_threads(tmp_path: Path, capsys: pytes
     out = capsys.readouterr().out
     assert "objects out of the expected order" in out and "disk_io_threads: 1" in out
     assert main(["score", "--plan", str(path), "--measured", str(log)]) == 0  # sizes are exact all the same
+
+
+def test_a_one_call_per_object_plan_replays_on_the_nvme_tier_exactly(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """local_disk's plan moves each object in one call (a 2 GiB max transfer): replay gives the nvme tier the
+    largest object as its transfer size, not 2 GiB (refused by its schema before), and reissues the plan."""
+    if "nvme" not in registry("backend"):
+        pytest.skip("kvbench-nvme plugin not installed")
+    plan_path, log = tmp_path / "plan.json", tmp_path / "io.jsonl"
+    assert main(["plan", "--model", "qwen2.5-0.5b", "--tokens", "600", "--engine", "lmcache-0.5", "--backend",
+                 "local_disk", "--record", str(plan_path)]) == 0
+    tier = f"{{backend: nvme, options: {{path: {tmp_path / 'kv'}}}}}"
+    assert main(["replay", str(plan_path), "--tier", tier, "--iters", "1", "--io-log", str(log),
+                 "--json", str(tmp_path / "replay.json")]) == 0
+    assert json.loads((tmp_path / "replay.json").read_text())["warnings"] == []
+    capsys.readouterr()
+    assert main(["score", "--plan", str(plan_path), "--measured", str(log), "--offsets", "--order"]) == 0
+    assert "exact-match 4/4" in capsys.readouterr().out

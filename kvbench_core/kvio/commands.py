@@ -59,6 +59,18 @@ class TransferGeometry:
     def commands(self, op: str, nbytes: int) -> Counter[int]:
         return self.store_commands(nbytes) if op == "store" else self.load_commands(nbytes)
 
+    def transfer_for(self, largest_op: int) -> int:
+        """The smallest command size limit that splits every op of at most ``largest_op`` bytes as this
+        geometry does: the max transfer, or, when one command holds a whole op (an engine that issues an
+        object as one call), that op rounded up to the alignment.  A tier told to move that much per command
+        reissues the plan's commands without a buffer of ``max_transfer`` bytes (2 GiB for such engines)."""
+        return min(self.max_transfer, max(-(-largest_op // self.align) * self.align, self.align))
+
+    def splits_like(self, transfer: int, largest_op: int) -> bool:
+        """Whether a tier moving ``transfer`` bytes per command splits every op as this geometry does."""
+        needed = self.transfer_for(largest_op)
+        return transfer == self.max_transfer or (needed < self.max_transfer and transfer >= needed)
+
     def to_dict(self) -> dict[str, int]:
         return {"max_transfer": self.max_transfer, "align": self.align, "store_header_bytes": self.store_header_bytes}
 

@@ -3,7 +3,8 @@
 The manifest says what to issue (keys, payload sizes, transfer geometry);
 the tier is any kvbench backend, built through the same factory a run uses.
 A tier that takes a ``transfer_size`` option gets the manifest's max transfer
-unless the user set one, so the replay reissues the recorded command stream.
+(or, where one command holds a whole object, the largest object) unless the user
+set one, so the replay reissues the recorded command stream.
 Payload bytes come from the seeded noise pool and reads are discarded, so
 the timing is the tier's, not Python's.
 
@@ -162,8 +163,10 @@ def replay(manifest: Manifest, tier: dict[str, Any], settings: ReplaySettings, *
         "prefill_tokens_per_sec": rate, "classes": recompute_breakeven(manifest, rate)}
     options = dict(tier.get("options") or {})
     cls = _backend_class(tier, where)
+    largest = max(max(obj.nbytes for obj in manifest.objects), manifest.geometry.store_header_bytes)
+    transfer = manifest.geometry.transfer_for(largest)
     if "transfer_size" in cls.options_schema.get("properties", {}):
-        options.setdefault("transfer_size", manifest.geometry.max_transfer)
+        options.setdefault("transfer_size", transfer)
     log = IOLog(settings.io_log, manifest.trace_ids) if settings.io_log else None
     gate = _OnePassLog(log) if log else None
     context = BackendContext(tier_name=str(tier.get("name", tier["backend"])), run_id=f"kvio-{uuid.uuid4().hex[:8]}",
@@ -171,9 +174,9 @@ def replay(manifest: Manifest, tier: dict[str, Any], settings: ReplaySettings, *
     warnings = []
     try:
         backend = create_backend({**tier, "options": options}, context, path=where)
-        if not cls.volatile and backend.transfer_size != manifest.geometry.max_transfer:
-            warnings.append(f"the tier moves {backend.transfer_size} B per command but the manifest's max transfer "
-                            f"is {manifest.geometry.max_transfer} B: its commands will not match the plan")
+        if not cls.volatile and not manifest.geometry.splits_like(backend.transfer_size, largest):
+            warnings.append(f"the tier moves {backend.transfer_size} B per command but the manifest's commands "
+                            f"need {transfer} B: its commands will not match the plan")
         if log and not cls.volatile and manifest.geometry.store_header_bytes:
             # kvbench's tiers store the payload alone; LMCache raw_block writes a header block first
             warnings.append(f"the plan expects a {manifest.geometry.store_header_bytes} B header op before each "
