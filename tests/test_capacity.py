@@ -151,6 +151,8 @@ def test_no_step_over_is_a_lower_bound_and_a_step_not_judged_counts_as_over() ->
     found = answer([step_at(8, [0.01] * 30), step_at(16, [0.02] * 30), short])
     assert (found.load, found.at_least) == (16, False)  # nothing is known above 16: no interpolation into 32
     assert answer([]).load is None
+    over = answer([step_at(2, [0.3] * 30), step_at(1, [0.15] * 30)])  # over already at 1 user: limited there
+    assert (over.load, over.limited_by) == (0, "responsive: service p95 150 ms of 100 ms")
 
 
 def test_the_bootstrap_quantile_reads_the_histograms_percentile() -> None:

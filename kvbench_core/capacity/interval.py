@@ -159,11 +159,13 @@ def _crossing(loads: np.ndarray, saturation: np.ndarray) -> tuple[np.ndarray, np
 
 
 def _limit(curve: list[Step], load: int) -> str | None:
-    """The class that limited the answer, from the highest step at or below it (else the first step)."""
-    below = [s for s in curve if s.load <= load and s.verdict != NOT_JUDGED] or [s for s in curve if s.classes]
-    if not below:
+    """The class that limited the answer: from the highest step judged at or below it, or, when even the
+    lowest load was over, from that lowest step."""
+    below = [s for s in curve if s.load <= load and s.verdict != NOT_JUDGED]
+    judged = below[-1:] or [s for s in curve if s.classes][:1]
+    if not judged:
         return None
-    step = below[-1]
+    step = judged[0]
     name = step.limiting
     if name is None:
         return None
