@@ -66,30 +66,34 @@ _COMMON_RULES = {
 LMCACHE_05 = "lmcache-0.5"
 PRESETS: dict[tuple[str, str], EnginePreset] = {
     (LMCACHE_05, "local_disk"): EnginePreset(
-        LMCACHE_05, "local_disk", 256, False, TransferGeometry(LINUX_MAX_RW_BYTES, 1, 0), True, None,
-        "LMCache 0.5 local_disk writes and reads with extra_config disk_io_threads threads (default 4), so "
-        "objects race; their order is the prompt's only with disk_io_threads: 1",
-        {**_COMMON_RULES,
-         "store": f"{_LMCACHE}/storage_backend/local_disk_backend.py write_file: open(path, 'wb').write(buffer), "
-                  "one write of the object's bytes into its own file, no header (store_header_bytes 0)",
-         "load": "local_disk_backend.py read_file: readinto(buffer), one read of the whole file",
-         "align": "buffered I/O (use_odirect default False): no tail rounding (align 1)",
-         "store_order": "local_disk_backend.py: _DEFAULT_THREAD_COUNT = 4 (extra_config disk_io_threads)"}),
+        engine=LMCACHE_05, backend="local_disk", chunk_tokens=256, keep_tail=False,
+        geometry=TransferGeometry(LINUX_MAX_RW_BYTES, align=1, store_header_bytes=0), mla_first_rank_only=True,
+        slot_align=None,
+        store_order_note="LMCache 0.5 local_disk writes and reads with extra_config disk_io_threads threads "
+                         "(default 4), so objects race; their order is the prompt's only with disk_io_threads: 1",
+        rules={**_COMMON_RULES,
+               "store": f"{_LMCACHE}/storage_backend/local_disk_backend.py write_file: open(path, 'wb').write(buffer), "
+                        "one write of the object's bytes into its own file, no header (store_header_bytes 0)",
+               "load": "local_disk_backend.py read_file: readinto(buffer), one read of the whole file",
+               "align": "buffered I/O (use_odirect default False): no tail rounding (align 1)",
+               "store_order": "local_disk_backend.py: _DEFAULT_THREAD_COUNT = 4 (extra_config disk_io_threads)"}),
     (LMCACHE_05, "raw_block"): EnginePreset(
-        LMCACHE_05, "raw_block", 256, False, TransferGeometry(LINUX_MAX_RW_BYTES, 1, 4096), True, 4096,
-        "LMCache 0.5 raw_block (posix engine) stores each object from its own worker thread "
-        "(asyncio.to_thread per key), so objects race, and no setting serialises them",
-        {**_COMMON_RULES,
-         "store": f"{_LMCACHE}/storage_backend/raw_block/core.py _write_one: a header_bytes (default 4096) "
-                  "header pwrite at the slot's offset, then one pwrite of the payload at offset + header_bytes",
-         "load": "raw_block/core.py load_many_into: one pread of the payload at offset + header_bytes, no header",
-         "align": "plugins/rust_raw_block_backend.py: use_odirect default False and io_engine default posix, "
-                  "so lengths are not rounded (align 1) and max_data_transfer_size 0 does not split; with "
-                  "io_uring_cmd plan with --max-transfer (its max_data_transfer_size) and --align 4096",
-         "slot": "rust_raw_block_backend.py: slot_bytes = round_up(header_bytes + full chunk bytes, "
-                 "block_align 4096): 3,149,824 B for a 3 MiB chunk",
-         "store_order": "rust_raw_block_backend.py batched_submit_put_task: one coroutine per key on "
-                        "asyncio.to_thread with the posix engine"}),
+        engine=LMCACHE_05, backend="raw_block", chunk_tokens=256, keep_tail=False,
+        geometry=TransferGeometry(LINUX_MAX_RW_BYTES, align=1, store_header_bytes=4096), mla_first_rank_only=True,
+        slot_align=4096,
+        store_order_note="LMCache 0.5 raw_block (posix engine) stores each object from its own worker thread "
+                         "(asyncio.to_thread per key), so objects race, and no setting serialises them",
+        rules={**_COMMON_RULES,
+               "store": f"{_LMCACHE}/storage_backend/raw_block/core.py _write_one: a header_bytes (default 4096) "
+                        "header pwrite at the slot's offset, then one pwrite of the payload at offset + header_bytes",
+               "load": "raw_block/core.py load_many_into: one pread of the payload at offset + header_bytes, no header",
+               "align": "plugins/rust_raw_block_backend.py: use_odirect default False and io_engine default posix, "
+                        "so lengths are not rounded (align 1) and max_data_transfer_size 0 does not split; with "
+                        "io_uring_cmd plan with --max-transfer (its max_data_transfer_size) and --align 4096",
+               "slot": "rust_raw_block_backend.py: slot_bytes = round_up(header_bytes + full chunk bytes, "
+                       "block_align 4096): 3,149,824 B for a 3 MiB chunk",
+               "store_order": "rust_raw_block_backend.py batched_submit_put_task: one coroutine per key on "
+                              "asyncio.to_thread with the posix engine"}),
 }
 ENGINES = tuple(sorted({engine for engine, _ in PRESETS}))
 BACKENDS = tuple(sorted({backend for _, backend in PRESETS}))
