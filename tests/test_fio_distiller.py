@@ -227,7 +227,7 @@ def test_a_real_run_distils_to_a_job_fio_runs(tmp_path: Path, capsys: pytest.Cap
                                  "options": {"path": str(tmp_path / "kv"), "transfer_size": "256KiB"}}]},
             "output": {"directory": str(tmp_path / "results")}}
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
-    assert main(["run", str(tmp_path / "spec.yaml"), "--quiet"]) == 0
+    assert main(["run", str(tmp_path / "spec.yaml"), "--quiet", "--exit-zero"]) == 0  # 3 requests: inconclusive
     (result,) = (tmp_path / "results").glob("distil-*.json")
     capsys.readouterr()
     assert main(["fio", str(result), "--size", "16MiB", "--runtime", "1s", "--directory", str(tmp_path)]) == 0

@@ -34,7 +34,7 @@ def test_inputs_are_read_from_the_spec_folder_and_outputs_written_under_the_work
     del raw["model"]["name"]
     (specs / "spec.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     monkeypatch.chdir(work)
-    assert main(["run", str(specs / "spec.yaml"), "--quiet"]) == 0
+    assert main(["run", str(specs / "spec.yaml"), "--quiet", "--exit-zero"]) == 0  # 4 requests: inconclusive
     (result_file,) = (work / "out").glob("*.json")
     result = json.loads(result_file.read_text())
     assert result["model"]["source"] == str(specs / "configs" / "llama.json")  # read from the spec folder
