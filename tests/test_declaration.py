@@ -100,3 +100,86 @@ def test_a_run_puts_the_contradiction_in_its_result_and_its_summary(tmp_path: Pa
     assert result["warnings"] == [f"declaration host.numa_nodes: declared 64, detected {detected}"]
     assert f"  WARNING: declaration host.numa_nodes: declared 64, detected {detected}" in out.splitlines()
     assert result["declaration"]["tensor"]["quality_impact"] == {"value": "none (lossless)", "source": "declared"}
+
+
+def _sources(result: dict) -> dict[str, dict]:
+    return {f"{section}.{name}": entry for section, fields in result["declaration"].items()
+            if isinstance(fields, dict) for name, entry in fields.items()}
+
+
+def test_a_dram_and_directory_run_fills_at_least_45_of_the_56_fields(tmp_path: Path) -> None:
+    """Issue #31 §4: detected where the machine or the run shows it, 'not applicable' with the reason where
+    the field cannot apply; only what the user alone knows stays missing."""
+    spec = history_spec([{"name": "nvme", "backend": "nvme", "capacity": "64MiB",
+                          "options": {"path": str(tmp_path / "cache"), "fsync": False}}],
+                        output={"directory": str(tmp_path / "out"), "progress": "off"})
+    assert run_cli(tmp_path, spec)[0] == 0
+    result = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
+    fields = _sources(result)
+    assert len(fields) == 56
+    filled = [name for name, entry in fields.items() if entry["source"] != "missing"]
+    assert len(filled) >= 45, sorted(set(fields) - set(filled))
+    for entry in fields.values():
+        assert (entry["source"] == "not applicable") == bool(entry.get("reason"))
+        assert entry["source"] != "not applicable" or entry["value"] is None
+    assert fields["network.fabric"]["value"].startswith("none (local")
+    assert fields["network.link_speed_gbps"]["source"] == "not applicable"
+    assert fields["storage.read_ahead_kb"]["source"] == "detected"  # a file tier: its device is read
+    assert fields["distributed.interface"]["value"] == "dram: memory (process DRAM), nvme: POSIX files"
+    assert fields["tensor.compression_ratio"]["value"] == 1.0  # no codec: logical = device bytes
+    assert fields["engine.name"]["reason"].startswith("no inference engine")
+    assert {name for name, entry in fields.items() if entry["source"] == "missing"} <= {
+        f"mixed_use.{name}" for name in CHECKLIST["mixed_use"]} | {"host.gpu_pcie_link"}
+
+
+def test_a_redis_only_run_says_storage_is_not_applicable_and_detects_the_route(tmp_path: Path) -> None:
+    from redis_servers import require_redis, start_redis
+
+    require_redis()
+    server = start_redis(tmp_path / "redis")
+    try:
+        spec = history_spec([{"name": "redis", "backend": "redis", "capacity": "64MiB",
+                              "options": {"host": "127.0.0.1", "port": server.port}}],
+                            output={"directory": str(tmp_path / "out"), "progress": "off"})
+        assert run_cli(tmp_path, spec)[0] == 0
+    finally:
+        server.stop()
+    result = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
+    fields = _sources(result)
+    for name in CHECKLIST["storage"]:
+        assert fields[f"storage.{name}"] == {"value": None, "source": "not applicable",
+                                             "reason": "no tier keeps its entries in files"}
+    route = result["environment"]["network"]["redis"]
+    mtu = int(Path("/sys/class/net/lo/mtu").read_text())
+    assert (route["interface"], route["link_type"], route["mtu"]) == ("lo", "loopback", mtu)
+    assert fields["network.fabric"]["value"] == f"loopback (lo, MTU {mtu}): client and server on one host"
+    assert fields["network.gpudirect_rdma"] == {"value": False, "source": "detected"}
+    congestion = Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
+    assert fields["network.congestion_control"]["value"] == f"TCP {congestion}"
+    assert fields["distributed.interface"]["value"] == "dram: memory (process DRAM), redis: custom (Redis protocol)"
+    assert fields["distributed.shard_placement"]["source"] == "missing"  # a server: only the user knows its layout
+
+
+def test_a_declared_fabric_the_route_contradicts_is_a_warning(tmp_path: Path) -> None:
+    spec = history_spec([{"name": "more", "backend": "cpu", "capacity": "64MiB"}],
+                        output={"directory": str(tmp_path / "out"), "progress": "off"},
+                        declaration={"network": {"fabric": "InfiniBand NDR"}, "engine": {"name": "vLLM"}})
+    assert run_cli(tmp_path, spec)[0] == 0
+    result = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
+    assert "declaration network.fabric: declared 'InfiniBand NDR', detected 'none (local: no tier is reached " \
+           "over a network)'" in result["warnings"]
+    assert result["declaration"]["engine"]["name"] == {"value": "vLLM", "source": "declared"}  # n/a yields
+
+
+def test_the_block_device_placement_comes_from_sysfs(tmp_path: Path) -> None:
+    device = (mount_of(str(tmp_path)) or {}).get("block_device")
+    if device is None:
+        import pytest
+
+        pytest.skip("no block device under the temporary directory (tmpfs or a container without /sys)")
+    sysfs = Path("/sys/block") / device["disk"]
+    assert device["max_sectors_kb"] == (sysfs / "queue/max_sectors_kb").read_text().strip()
+    assert device["scheduler"] == (sysfs / "queue/scheduler").read_text().strip()
+    numa = [p for p in [(sysfs / "device").resolve(), *(sysfs / "device").resolve().parents]
+            if (p / "numa_node").exists() and (p / "numa_node").read_text().strip() != "-1"]
+    assert device.get("numa_node") == (int((numa[0] / "numa_node").read_text()) if numa else None)

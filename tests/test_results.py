@@ -116,12 +116,15 @@ def test_the_declaration_states_the_working_set_prefix_lengths_and_cache_state(t
 
 def test_spec_declare_knows_exactly_the_fields_a_run_detects(two_tier_run: Any) -> None:
     """`kvbench spec declare` tells users what they need not declare; it must match what runs fill in."""
-    from kvbench_core.cli.spec_cmd import DETECTED_AT_RUN, DETECTED_WITH_GPU
+    from kvbench_core.cli.spec_cmd import DETECTED_AT_RUN, DETECTED_OR_NOT_APPLICABLE, DETECTED_WITH_GPU
 
     _, result, _ = two_tier_run
-    detected = {f"{section}.{name}" for section, fields in result["declaration"].items()
-                for name, field in fields.items() if field["source"] == "detected"}
-    assert detected - DETECTED_WITH_GPU == DETECTED_AT_RUN  # a GPU machine also detects its PCIe link
+    sources = {f"{section}.{name}": field["source"] for section, fields in result["declaration"].items()
+               for name, field in fields.items()}
+    detected = {name for name, source in sources.items() if source == "detected"}
+    assert detected >= DETECTED_AT_RUN  # a GPU machine also detects its PCIe link, a file tier its storage
+    assert detected - DETECTED_AT_RUN <= DETECTED_WITH_GPU | DETECTED_OR_NOT_APPLICABLE
+    assert all(sources[name] in ("detected", "not applicable") for name in DETECTED_OR_NOT_APPLICABLE)
 
 
 def test_tier_bandwidth_is_bytes_over_that_tiers_active_window(two_tier_run: Any) -> None:

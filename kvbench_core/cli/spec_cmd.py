@@ -29,16 +29,25 @@ DETECTED_AT_RUN = {
     "workload.input_length_mean", "workload.input_length_p99", "workload.prefix_reuse_rate",
     "workload.prefix_length_distribution",
     "workload.concurrency", "workload.arrival_process", "workload.warmup", "access.request_concurrency",
-    # from /proc and /sys (results/environment.py); the storage ones for tiers on a block device
-    "storage.mount_options", "storage.read_ahead_kb", "storage.logical_block_size", "storage.physical_block_size",
-    "storage.volatile_write_cache", "host.transparent_hugepages", "host.dirty_ratios", "host.numa_nodes",
-    "host.kernel_cmdline",
+    # from /proc and /sys (results/environment.py); storage.* below, for tiers on a block device
+    "host.transparent_hugepages", "host.dirty_ratios", "host.numa_nodes", "host.kernel_cmdline",
+    # the route to each endpoint, the tiers' interfaces, and 1.0 without a codec (results/detected_declaration.py)
+    "network.fabric", "distributed.interface", "tensor.compression_ratio",
+}
+#: Fields a run detects, or marks "not applicable" with the reason when it cannot apply (no network tier:
+#: no link speed; no file tier: no mount options; no codec: no codec version; no inference engine).
+DETECTED_OR_NOT_APPLICABLE = {
+    "network.link_speed_gbps", "network.gpudirect_rdma", "network.congestion_control", "network.nvme_of",
+    "tensor.quality_impact", "distributed.erasure_coding", "distributed.shard_placement",
+    "distributed.gpu_to_shard_placement", "host.gpu_pcie_link", "storage.mount_options", "storage.read_ahead_kb",
+    "storage.logical_block_size", "storage.physical_block_size", "storage.volatile_write_cache",
+    *(f"engine.{name}" for name in ("name", "version", "kv_connector", "kv_connector_version",
+                                    "disaggregated_prefill_decode", "transfer_protocol")),
 }
 #: ... and on a machine with an NVIDIA GPU, its PCIe link.
 DETECTED_WITH_GPU = {"host.gpu_pcie_link"}
 #: ... and those it fills in too when a tier runs through a codec (docs/codecs.md).
-DETECTED_WITH_CODEC = {"tensor.codec_version", "tensor.compression_ratio", "tensor.integration_point",
-                       "tensor.overlapped"}
+DETECTED_WITH_CODEC = {"tensor.codec_version", "tensor.integration_point", "tensor.overlapped"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -134,7 +143,8 @@ def handle_schema(args: argparse.Namespace) -> int:
 
 
 def declaration_status(declared: dict, *, coded: bool = False) -> dict[str, str]:
-    """``section.field`` -> declared | detected at run | missing (``coded``: a tier runs a codec)."""
+    """``section.field`` -> declared | detected at run | detected or n/a at run | missing (``coded``: a tier
+    runs a codec; without one its codec fields are not applicable)."""
     detected = DETECTED_AT_RUN | (DETECTED_WITH_CODEC if coded else set())
     status = {}
     for section, fields in CHECKLIST.items():
@@ -144,6 +154,8 @@ def declaration_status(declared: dict, *, coded: bool = False) -> dict[str, str]
                 status[dotted] = "declared"
             elif dotted in detected:
                 status[dotted] = "detected at run"
+            elif dotted in DETECTED_OR_NOT_APPLICABLE or dotted in DETECTED_WITH_CODEC:
+                status[dotted] = "detected or n/a at run"
             else:
                 status[dotted] = "missing"
     return status

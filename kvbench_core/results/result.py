@@ -29,6 +29,7 @@ from kvbench_core.engine.cache_figures import reuse_rate
 from kvbench_core.engine.opstats import measured_queue_depth
 from kvbench_core.engine.runner import RunState
 from kvbench_core.results.checks import run_checks
+from kvbench_core.results.detected_declaration import about_the_run
 from kvbench_core.results.document import RESULT_FORMAT
 from kvbench_core.results.environment import detect_environment
 from kvbench_core.results.metrics import Metrics
@@ -146,9 +147,15 @@ def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,
     describe = redact(state.source.describe(), secrets) if state.source else {}
     paths = {t.name: t.backend.options["path"] for t in state.tiers if isinstance(t.backend.options.get("path"), str)}
     # Declared free text (fabric, notes) may quote a dashboard URL with its token: masked like the spec.
-    environment = redact(detect_environment(paths), secrets)  # tier paths come from the spec
+    endpoints = {name: info["describe"]["endpoint"] for name, info in tiers.items()
+                 if isinstance((info.get("describe") or {}).get("endpoint"), str)}
+    environment = redact(detect_environment(paths, endpoints), secrets)  # tier paths come from the spec
     detected = {**(_detected_declaration(state, tiers, workload, describe) if telemetry else {}),
                 **detected_system(environment)}
+    if telemetry:  # the network, interfaces and what cannot apply (results/detected_declaration.py)
+        found = about_the_run(environment, {name: info["backend"] for name, info in tiers.items()},
+                              state.plan.workload.source.name, detected.get("tensor") or {})
+        detected.update({section: {**fields, **(detected.get(section) or {})} for section, fields in found.items()})
     declaration = redact(merge_declaration(spec.get("declaration") or {}, detected), secrets)
     result = {
         "kvbench_result": RESULT_FORMAT,

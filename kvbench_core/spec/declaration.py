@@ -9,7 +9,20 @@ with its origin, so a reader can tell a measurement from a claim.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
+
+#: A field's source when the run shows it cannot apply (no file tier: no mount options; no codec: no
+#: codec version): neither a measurement nor a gap to declare.
+NOT_APPLICABLE = "not applicable"
+
+
+@dataclass(frozen=True)
+class NotApplicable:
+    """A detected "this field does not apply to this run", with the reason the result states."""
+
+    reason: str
+
 
 _SCALAR = {"type": ["string", "number", "boolean", "null"]}
 _TEXT = {"type": ["string", "null"]}
@@ -117,7 +130,9 @@ def merge_declaration(declared: dict[str, Any], detected: dict[str, dict[str, An
     A declared value wins (the user knows their fabric better than we do), but
     a detected value that disagrees is kept beside it as ``detected``, and
     ``contradictions`` turns each such disagreement into a warning for the
-    result and its summary: never silently kept.
+    result and its summary: never silently kept.  A field detected as
+    ``NotApplicable`` and not declared is ``{value: None, source: "not applicable",
+    reason}``; declared, it is the declaration's (nothing to contradict).
     """
     merged: dict[str, Any] = {}
     for section, fields in CHECKLIST.items():
@@ -125,11 +140,14 @@ def merge_declaration(declared: dict[str, Any], detected: dict[str, dict[str, An
         user = declared.get(section) or {}
         found = detected.get(section) or {}
         for name in fields:
+            applies = not isinstance(found.get(name), NotApplicable)
             if user.get(name) is not None:
                 entry: dict[str, Any] = {"value": user[name], "source": "declared"}
-                if found.get(name) is not None and found[name] != user[name]:
+                if applies and found.get(name) is not None and found[name] != user[name]:
                     entry["detected"] = found[name]
                 out[name] = entry
+            elif not applies:
+                out[name] = {"value": None, "source": NOT_APPLICABLE, "reason": found[name].reason}
             elif found.get(name) is not None:
                 out[name] = {"value": found[name], "source": "detected"}
             else:
@@ -181,14 +199,19 @@ def detected_system(environment: dict[str, Any]) -> dict[str, dict[str, Any]]:
     host = environment.get("host") or {}
     ratios = {key: host.get(key) for key in ("dirty_ratio", "dirty_background_ratio", "dirty_bytes",
                                              "dirty_background_bytes") if host.get(key) is not None}
+    storage = {"mount_options": per_tier(lambda info: info.get("mount_options")),
+               "read_ahead_kb": device("read_ahead_kb"), "logical_block_size": device("logical_block_size"),
+               "physical_block_size": device("physical_block_size"),
+               "volatile_write_cache": device("volatile_write_cache")}
+    if not paths:  # memory and network tiers only: nothing here has a filesystem or a block device
+        storage = dict.fromkeys(storage, NotApplicable("no tier keeps its entries in files"))
+    gpus = [_gpu_link(link) for link in host.get("gpu_pcie_links") or []]
+    no_gpu = NotApplicable("no NVIDIA GPU on the PCI bus") if "gpu_pcie_links" in host else None
     return {
-        "storage": {"mount_options": per_tier(lambda info: info.get("mount_options")),
-                    "read_ahead_kb": device("read_ahead_kb"), "logical_block_size": device("logical_block_size"),
-                    "physical_block_size": device("physical_block_size"),
-                    "volatile_write_cache": device("volatile_write_cache")},
+        "storage": storage,
         "host": {"transparent_hugepages": host.get("transparent_hugepages"), "dirty_ratios": ratios or None,
                  "numa_nodes": host.get("numa_nodes"), "kernel_cmdline": host.get("kernel_cmdline"),
-                 "gpu_pcie_link": [_gpu_link(link) for link in host.get("gpu_pcie_links") or []] or None},
+                 "gpu_pcie_link": gpus or no_gpu},
     }
 
 
