@@ -52,7 +52,9 @@ def write_entry(transfers: Transfers, key: str, name: str, source: ByteSource) -
         with suppress(Exception):  # best effort: cleanup aborts leftover uploads under the prefix anyway
             call("abort_multipart_upload", Bucket=bucket, Key=name, UploadId=upload)
         raise
-    return timing(start, host + parts_host + done_host, device + parts_device + done_device, size, count + 2)
+    # A device command is a request that moves payload bytes (each is in the I/O log with its bytes): the
+    # parts.  Create/Complete move none; their time is in the operation's, their count in counters().
+    return timing(start, host + parts_host + done_host, device + parts_device + done_device, size, count)
 
 
 def _send_filled(transfers: Transfers, key: str, source: ByteSource, offset: int, length: int, turn: threading.Lock,
