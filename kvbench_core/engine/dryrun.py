@@ -41,6 +41,7 @@ from kvbench_core.contracts.units import format_bytes
 from kvbench_core.contracts.workload import Phase, decode_read_count, derive_phase
 from kvbench_core.engine.factory import require_backend
 from kvbench_core.engine.setup import build_source
+from kvbench_core.engine.window_fit import window_fit_warnings
 from kvbench_core.spec.bounds import admits
 from kvbench_core.spec.plan import RunPlan, thaw
 
@@ -129,8 +130,11 @@ def dry_run_estimate(plan: RunPlan, client_plans: Sequence[RunPlan] = ()) -> dic
                    "capacity_entries": (t.capacity / mean_entry
                                         if isinstance(t.capacity, int | float) and mean_entry else None)}
                   for t in plan.tiers],
-        "warnings": tier_fit_warnings(plan, {t.name: t.capacity for t in plan.tiers}, _smallest_entry(draw),
-                                      f"the run's first {draw.drawn} requests"),
+        "warnings": [*tier_fit_warnings(plan, {t.name: t.capacity for t in plan.tiers}, _smallest_entry(draw),
+                                        f"the run's first {draw.drawn} requests"),
+                     *window_fit_warnings(plan, [pair for row in draw.profiles.values()
+                                                 for pair in zip(row["entry_bytes"], row["read_bytes"], strict=True)],
+                                          f"the run's first {draw.drawn} requests")],
         "offered": {"requests_per_s": rate,
                     "bytes_per_s": None if rate is None or not moved else rate * float(np.mean(moved)),
                     "write_bytes_per_s": None if rate is None or not every else rate * mean_entry,
