@@ -79,3 +79,12 @@ def test_an_output_format_without_its_extra_is_refused_by_the_dry_run(tmp_path: 
 def test_a_spec_whose_requirements_are_here_dry_runs_clean(tmp_path: Path) -> None:
     code, err = _cli("run", str(_spec(tmp_path)), "--dry-run")
     assert code == 0 and err == ""
+
+
+def test_live_metrics_without_their_extra_are_refused_by_the_dry_run(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    spec = _spec(tmp_path, output={"directory": str(tmp_path / "out"), "progress": "off", "metrics": {"port": 9}})
+    (dry_code, dry_err), (run_code, run_err) = _dry_and_real(tmp_path, spec)
+    assert dry_code == run_code == 2
+    assert "kvbench-core[metrics]" in dry_err and dry_err == run_err

@@ -10,6 +10,7 @@ import io
 import json
 import os
 import shutil
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -214,3 +215,10 @@ def test_the_trace_loads_in_perfettos_trace_processor(trace: dict[str, Any], run
         pytest.skip(f"perfetto's trace processor cannot start here: {error}")
     rows = processor.query("select count(*) as n from slice where category = 'command'").as_pandas_dataframe()
     assert int(rows["n"][0]) == len(_log(run_dir))
+
+
+def test_without_pyarrow_the_export_names_the_extra(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as on a machine without the export extra
+    code, _, err = _cli("export", str(run_dir / "first.json"), "--to", "parquet", str(run_dir / "none"))
+    assert code == 2 and err.count("\n") == 1 and "pip install 'kvbench-core[export]'" in err
+    assert not (run_dir / "none").exists()

@@ -122,3 +122,13 @@ def test_every_dashboard_query_names_a_metric_the_run_serves(scrapes: dict[str, 
     for query in queries:
         names = set(re.findall(r"kvbench_[a-z0-9_]+", query))
         assert names and names <= served, (query, names - served)
+
+
+def test_without_prometheus_client_the_run_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    spec = yaml.safe_load(tiny_spec(tmp_path).read_text())
+    spec["output"]["metrics"] = {"port": free_port()}
+    code, _, err = run_cli(tmp_path, spec)
+    assert code == 2 and "pip install 'kvbench-core[metrics]'" in err and not (tmp_path / "out").exists()

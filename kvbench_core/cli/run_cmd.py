@@ -15,6 +15,7 @@ from typing import Any
 from kvbench_core.codecs.figures import codec_line
 from kvbench_core.contracts.units import format_bytes
 from kvbench_core.engine.dryrun import dry_run_estimate
+from kvbench_core.exports.live_metrics import require_metrics
 from kvbench_core.reports import require_formats
 from kvbench_core.reports.capacity import answer_line
 from kvbench_core.reports.verdicts import explain, starved_classes
@@ -56,6 +57,7 @@ def handle(args: argparse.Namespace) -> int:
     as_written, plan = load_plan(args.spec, overrides, accept_edited=args.accept_edited)
     if args.dry_run or args.verbose:
         require_formats(list(plan.output.formats))  # as run_session does first: the dry run refuses what it would
+        require_metrics(plan.output.metrics)
         clients = local_client_plans(plan) if plan.clients > 1 else ()
         print(render_plan(plan.spec, dry_run_estimate(plan, clients), dry_run=args.dry_run))
         if args.dry_run:

@@ -166,6 +166,13 @@ class LiveMetrics:
         return printer if self.collector is None else _WatchedPrinter(printer, self.collector)
 
 
+def require_metrics(metrics: Any) -> None:
+    """The metrics extra, when ``output.metrics`` asks for it: what the session needs first, which the dry
+    run asks too (a missing package is one line naming the extra)."""
+    if metrics:
+        optional_module("prometheus_client", EXTRA, "output.metrics")
+
+
 @contextmanager
 def live_metrics(metrics: Any, runner_of: Any, spec_name: str) -> Iterator[LiveMetrics]:
     """Serve ``metrics`` (``output.metrics``, or None: serve nothing) for the ``with`` block; a port that
@@ -174,6 +181,7 @@ def live_metrics(metrics: Any, runner_of: Any, spec_name: str) -> Iterator[LiveM
         yield LiveMetrics()
         return
     settings = metrics_settings(metrics)
+    require_metrics(metrics)
     client = optional_module("prometheus_client", EXTRA, "output.metrics")
     registry = client.CollectorRegistry(auto_describe=False)
     collector = RunCollector(runner_of, spec_name)
