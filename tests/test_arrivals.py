@@ -68,3 +68,45 @@ def test_a_capacity_stage_with_too_few_requests_is_extended_not_judged() -> None
     assert scaler.decide(stage(2, 40, 100.0)).action == "scale_up"
     dip = scaler.decide(stage(4, 3, 94.0))  # a 6 % dip measured on three requests
     assert (dip.action, dip.converged) == ("hold", False)
+
+
+class PacedSource:
+    """Arrivals every ``gap_s`` on the source's clock (0: all at once, a replay at ``speedup: 0``)."""
+
+    def __init__(self, gap_s: float, count: int) -> None:
+        self.gap_s, self.count, self.made = gap_s, count, 0
+
+    def next_request(self, user: int) -> Any:
+        from types import SimpleNamespace
+
+        if self.made >= self.count:
+            return None
+        self.made += 1
+        return SimpleNamespace(arrival_s=(self.made - 1) * self.gap_s)
+
+
+def offered_per_s(gap_s: float, count: int, window_s: float) -> float | None:
+    from kvbench_core.engine.arrivals import OpenLoopArrivals
+
+    arrivals = OpenLoopArrivals(PacedSource(gap_s, count), UserPool(1), started_at=0.0, limit=10**9)
+    arrivals.issue(window_s, 0, lambda request, now: None)
+    return arrivals.stats.as_dict(window_s, served=0)["offered_per_s"]
+
+
+def test_offered_per_s_is_the_arrival_rate_and_null_where_there_is_none() -> None:
+    """#28 §5: it was the scheduler's pass rate for a replay at speedup 0 (9,181/s) and 0.0 for a closed
+    loop.  A paced open loop offers its arrivals per second; arrivals all due at once offer an unbounded
+    rate (null); a closed loop offers what it is served (null)."""
+    from kvbench_core.engine.arrivals import ArrivalStats
+
+    assert offered_per_s(0.01, 1000, 2.0) == 100.5  # 201 arrivals due in [0, 2 s]
+    assert offered_per_s(0.0, 1000, 2.0) is None
+    assert ArrivalStats().as_dict(2.0, served=10)["offered_per_s"] is None  # the closed loop's stats
+
+
+def test_a_closed_loop_run_reports_no_offered_rate(run_spec: Any) -> None:
+    spec = small_spec(duration=0.4)
+    del spec["requests"]
+    _, result = run_spec(spec)
+    arrivals = result["workload"]["arrivals"]
+    assert arrivals["offered_per_s"] is None and arrivals["served_per_s"] > 0

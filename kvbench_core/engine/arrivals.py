@@ -45,6 +45,26 @@ class ArrivalStats:
     backlog_peak: int = 0
     #: Requests issued in the window per QoS class: a class with issued requests and none served is starved.
     issued_by_qos: dict[str, int] = field(default_factory=dict)
+    #: Open loop only: arrivals come on the source's clock, so there is an offered rate (a closed loop's
+    #: users issue when served: what they offer is what was served).  The due instants of the counted
+    #: arrivals tell a paced replay from one replayed as fast as possible (every arrival due at once).
+    open_loop: bool = False
+    first_due: float | None = None
+    last_due: float | None = None
+
+    def count_offered(self, due: float) -> None:
+        self.offered += 1
+        self.first_due = due if self.first_due is None else min(self.first_due, due)
+        self.last_due = due if self.last_due is None else max(self.last_due, due)
+
+    def offered_rate(self, window_s: float) -> float | None:
+        """Arrivals due in the window ÷ the window: None for a closed loop, and for arrivals all due at one
+        instant (``speedup: 0``), whose offered rate is unbounded (the count is then the scheduler's passes)."""
+        if not self.open_loop or window_s <= 0:
+            return None
+        if self.offered > 1 and self.first_due == self.last_due:
+            return None
+        return round(self.offered / window_s, 3)
 
     def count_issued(self, qos: str) -> None:
         self.issued += 1
@@ -56,7 +76,7 @@ class ArrivalStats:
 
         return {"offered": self.offered, "issued": self.issued, "served": served, "late": self.late,
                 "dropped": self.dropped, "backlog_peak": self.backlog_peak,
-                "offered_per_s": rate(self.offered), "served_per_s": rate(served),
+                "offered_per_s": self.offered_rate(window_s), "served_per_s": rate(served),
                 "issued_by_qos": dict(sorted(self.issued_by_qos.items()))}
 
 
@@ -156,6 +176,9 @@ class OpenLoopArrivals:
     _done: bool = False
     _turn: int = 0
 
+    def __post_init__(self) -> None:
+        self.stats.open_loop = True
+
     def issue(self, now: float, waiting: int, submit: Callable[[Request, float], None]) -> None:
         for _ in range(MAX_ARRIVALS_PER_PASS):
             request = self._peek()
@@ -172,7 +195,8 @@ class OpenLoopArrivals:
                 submit(request, now)
                 waiting += 1
                 self.stats.late += counted and now - due > LATE_S
-            self.stats.offered += counted
+            if counted:
+                self.stats.count_offered(due)
             self.stats.backlog_peak = max(self.stats.backlog_peak, waiting)
 
     def _peek(self) -> Request | None:
