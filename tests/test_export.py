@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import os
 import shutil
@@ -222,3 +223,29 @@ def test_without_pyarrow_the_export_names_the_extra(run_dir: Path, monkeypatch: 
     code, _, err = _cli("export", str(run_dir / "first.json"), "--to", "parquet", str(run_dir / "none"))
     assert code == 2 and err.count("\n") == 1 and "pip install 'kvbench-core[export]'" in err
     assert not (run_dir / "none").exists()
+
+
+def test_commands_a_thread_ran_at_once_get_lanes_and_no_track_overlaps(tmp_path: Path) -> None:
+    """io_uring or a queue depth above 1: one thread's commands overlap in time; a trace-event track holds
+    only nested slices, so each parallel command goes on a lane of its own, named after the thread."""
+    from kvbench_core.exports.perfetto import write_trace
+
+    log = tmp_path / "io.jsonl"
+    spans = [(0.000, 0.010), (0.002, 0.012), (0.004, 0.006), (0.011, 0.013), (0.013, 0.014)]
+    log.write_text("".join(json.dumps({"trace_id": 7, "key": f"k{i}", "op": "read", "offset": 0, "bytes": 4096,
+                                       "start_s": 100 + a, "end_s": 100 + b, "tier": "nvme",
+                                       "thread": "kvbench-worker-0", "request": "u0.1"}) + "\n"
+                           for i, (a, b) in enumerate(spans)))
+    assert write_trace(log, tmp_path / "t.json") == len(spans)
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"
+             and e["pid"] != 0}
+    commands = [e for e in events if e["ph"] == "X" and e["cat"] == "command"]
+    by_track: dict[int, list[dict[str, Any]]] = {}
+    for event in commands:
+        by_track.setdefault(event["tid"], []).append(event)
+    assert sorted(names.values()) == ["kvbench-worker-0", "kvbench-worker-0 (parallel 2)",
+                                      "kvbench-worker-0 (parallel 3)"]
+    for track in by_track.values():
+        track.sort(key=lambda e: e["ts"])
+        assert all(a["ts"] + a["dur"] <= b["ts"] for a, b in itertools.pairwise(track))

@@ -1,7 +1,8 @@
 """``kvbench export --to perfetto``: a run's I/O log as a Chrome trace-event timeline the Perfetto UI opens.
 
 One process per tier with one thread track per thread that issued its commands (``kvbench-worker-N``,
-or a tier's own pool), one slice per device command (name = op, args = key, bytes, offset, trace id), and
+or a tier's own pool; a thread that ran several commands at once gets a lane per parallel command, since
+a track holds only nested slices), one slice per device command (name = op, args = key, bytes, offset, trace id), and
 a ``requests`` process with one track per worker on which each request is a slice spanning its commands
 (the I/O log knows when a request's first command started and its last ended, not when the request was
 issued; the span is labelled so).  A flow arrow goes from each request to every command it issued.  Two
@@ -37,12 +38,23 @@ class _Layout:
 
     origin: float | None = None
     tiers: dict[str, int] = field(default_factory=dict)
-    threads: dict[tuple[str, str], int] = field(default_factory=dict)
     requests: dict[str, _Span] = field(default_factory=dict)
     workers: dict[str, int] = field(default_factory=dict)
+    #: (tier, thread, lane) -> tid, and each (tier, thread)'s lanes' latest end, filled by the second pass.
+    threads: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    lanes: dict[tuple[str, str], list[float]] = field(default_factory=dict)
 
-    def tid(self, tier: str, thread: str) -> int:
-        return self.threads.setdefault((tier, thread), len(self.threads) + 1)
+    def place(self, tier: str, thread: str, start: float, end: float) -> int:
+        """The track of a command: its thread's first lane whose slices all ended by ``start`` (a trace
+        event track holds only nested slices, and one thread may run several commands at once: io_uring,
+        queue depth), a new lane when none has."""
+        ends = self.lanes.setdefault((tier, thread), [])
+        lane = next((i for i, last in enumerate(ends) if last <= start), len(ends))
+        if lane == len(ends):
+            ends.append(end)
+        else:
+            ends[lane] = end
+        return self.threads.setdefault((tier, thread, lane), len(self.threads) + 1)
 
 
 def _commands(path: Path) -> Iterator[dict[str, Any]]:
@@ -65,9 +77,7 @@ def _layout(path: Path) -> _Layout:
     for record in _commands(path):
         start, end = record["start_s"], record["end_s"]
         layout.origin = start if layout.origin is None else min(layout.origin, start)
-        tier = record.get("tier") or UNNAMED_TIER
-        layout.tiers.setdefault(tier, len(layout.tiers) + 1)
-        layout.tid(tier, record.get("thread") or "main")
+        layout.tiers.setdefault(record.get("tier") or UNNAMED_TIER, len(layout.tiers) + 1)
         request = record.get("request")
         if request:
             span = layout.requests.get(request)
@@ -90,8 +100,14 @@ def _metadata(layout: _Layout) -> Iterator[dict[str, Any]]:
         yield {"ph": "M", "name": "thread_name", "pid": REQUESTS_PID, "tid": tid, "args": {"name": thread}}
     for tier, pid in layout.tiers.items():
         yield {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"tier {tier}"}}
-    for (tier, thread), tid in layout.threads.items():
-        yield {"ph": "M", "name": "thread_name", "pid": layout.tiers[tier], "tid": tid, "args": {"name": thread}}
+
+
+def _thread_names(layout: _Layout) -> Iterator[dict[str, Any]]:
+    """Each command track's name, known once every command is placed: the thread, and a lane's number
+    after the first (``kvbench-worker-0 (parallel 2)``)."""
+    for (tier, thread, lane), tid in layout.threads.items():
+        name = thread if lane == 0 else f"{thread} (parallel {lane + 1})"
+        yield {"ph": "M", "name": "thread_name", "pid": layout.tiers[tier], "tid": tid, "args": {"name": name}}
 
 
 def _request_slices(layout: _Layout, origin: float) -> Iterator[dict[str, Any]]:
@@ -104,7 +120,8 @@ def _request_slices(layout: _Layout, origin: float) -> Iterator[dict[str, Any]]:
 def _command_events(path: Path, layout: _Layout, origin: float) -> Iterator[dict[str, Any]]:
     for flow, record in enumerate(_commands(path), 1):
         tier = record.get("tier") or UNNAMED_TIER
-        pid, tid = layout.tiers[tier], layout.tid(tier, record.get("thread") or "main")
+        pid = layout.tiers[tier]
+        tid = layout.place(tier, record.get("thread") or "main", record["start_s"], record["end_s"])
         ts = _us(record["start_s"], origin)
         args = {name: record.get(name) for name in ("key", "bytes", "offset", "trace_id", "request")
                 if record.get(name) is not None}
@@ -141,6 +158,7 @@ def write_trace(log: Path, target: Path, window: dict[str, Any] | None = None) -
         for event in _command_events(log, layout, origin):
             count += event["ph"] == "X"
             _dump(out, [event])
+        _dump(out, list(_thread_names(layout)))
         out.write("\n]}\n")
     return count
 
