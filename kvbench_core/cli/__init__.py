@@ -61,6 +61,7 @@ COMMAND_MODULES = [
     "replay_cmd",
     "score_cmd",
     "fio_cmd",
+    "clean_cmd",
 ]
 
 

@@ -182,6 +182,9 @@ class CodecTier(StorageBackend):
     def notes(self) -> list[str]:
         return self.inner.notes()
 
+    def leftovers(self) -> dict[str, Any] | None:
+        return self.inner.leftovers()
+
     def capacity_bytes(self) -> int | None:
         return self.inner.capacity_bytes()
 

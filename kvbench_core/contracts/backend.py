@@ -231,6 +231,13 @@ class StorageBackend(Configurable, abc.ABC):
         removed), each naming the tier (``context.label``).  The default says nothing."""
         return []
 
+    def leftovers(self) -> dict[str, Any] | None:
+        """What this run's cleanup could not remove (a server that stopped answering), named so a person
+        or a later run can remove it (``{"objects": [...], "uploads": [...]}``, ``{"keys": [...]}``), read
+        after ``close`` into the result's ``sections.leftovers.<tier>``; None when nothing is left.  A tier
+        that leaves something records it too (``kvbench_core.contracts.leftovers``)."""
+        return None
+
 
 class ClientBackend(StorageBackend):
     """A tier reached through a client object (a Redis connection pool, a boto3 client).

@@ -41,6 +41,10 @@ from kvbench_core.engine.placement import Placement, lock_lru_victim
 from kvbench_core.engine.telemetry import Telemetry
 from kvbench_core.engine.tier_ops import TierOperations
 
+#: How long the end-of-run clear waits for an entry's lock: the drain is over, so a lock still held belongs
+#: to a worker abandoned at the drain limit, which may hold it for as long as its stuck operation lasts.
+CLEAR_WAIT_S = 1.0
+
 
 class MultiTierCache:
     """Waterfall LRU over ``tiers``; payload bytes come from ``payload_for(key, size)``."""
@@ -202,12 +206,19 @@ class MultiTierCache:
         return moved
 
     def clear(self) -> None:
-        """Delete every entry (end of run); errors are left to the backends' own cleanup."""
+        """Delete every entry (end of run); errors are left to the backends' own cleanup.  An entry whose
+        lock a worker abandoned at the drain limit still holds (its operation stuck on a server that stopped
+        answering) is left to them too: waiting for it held the run for the operation's whole timeout."""
         with self._lock:
             entries = list(self._entries.values())
         for entry in entries:
-            with entry.lock, contextlib.suppress(StorageError):
-                self._remove(entry)
+            if not entry.lock.acquire(timeout=CLEAR_WAIT_S):
+                continue
+            try:
+                with contextlib.suppress(StorageError):
+                    self._remove(entry)
+            finally:
+                entry.lock.release()
 
     # -- eviction: making room ---------------------------------------------------------------------------
     def _make_room(self, index: int, size: int, depth: int) -> bool:
@@ -371,4 +382,3 @@ class MultiTierCache:
         return {"promotion": self.promotion, "policy": self.policy.__dict__,
                 "tiers": [{"name": t.name, "capacity": None if math.isinf(t.capacity) else t.capacity,
                            "cold_after": t.cold_after} for t in self.tiers]}
-

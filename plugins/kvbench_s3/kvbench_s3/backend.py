@@ -7,6 +7,12 @@ options (``options``), the session and its credentials, kept out of every log
 reading (``ranged``), and the bucket's lifecycle (``bucket``).  See
 docs/tiers/s3.md.
 
+A server that stops answering never holds the run past its limits: requests end at their timeouts, the
+entry deletes of the run's cleanup are not sent while the server does not answer, and the close's cleanup
+waits at most ``cleanup_timeout``; what is left is listed in the result (``leftovers()``: the objects and
+the unfinished uploads' ids) and recorded (``kvbench_core.contracts.leftovers``), so the next tier opened
+on the bucket, or ``kvbench clean SPEC``, removes it.
+
 An entry of at most ``part_size`` bytes is one PutObject / one GetObject.  A
 larger one is CreateMultipartUpload + one UploadPart per part + Complete, and
 is read with one ranged GET per part.  Every request is counted
@@ -20,10 +26,12 @@ scaled down in proportion to fit ``total``.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, ClassVar
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, ClientBackend, IOTiming, check_key
 from kvbench_core.contracts.errors import BackendUnavailable
+from kvbench_core.contracts.leftovers import Leftovers, Unanswered, forget, pending, record, within
 from kvbench_core.contracts.units import parse_duration, parse_size
 from kvbench_s3 import ranged, upload
 from kvbench_s3.bucket import delete_prefix, ensure_bucket
@@ -53,6 +61,12 @@ class S3Backend(ClientBackend):
         self._transfers = Transfers(self.s3, self.bucket, self.part_size, self.max_concurrency,
                                     context.tier_name, context.io_log)
         self._mask: MaskSecrets | None = None
+        self.cleanup_timeout_s = parse_duration(self.options["cleanup_timeout"])
+        self._stored: set[str] = set()  # objects this run wrote and has not deleted: what a failed cleanup lists
+        self._stored_lock = threading.Lock()
+        self._unanswered: Unanswered | None = None  # set at open, with botocore's timeout and connection errors
+        self._left: Leftovers | None = None
+        self._notes: list[str] = []
 
     @property
     def _client(self) -> Any:  # type: ignore[override]  # ClientBackend.close asks whether open() connected
@@ -75,6 +89,8 @@ class S3Backend(ClientBackend):
             self._transfers.start(connections - self.context.concurrency)
             ensure_bucket(self.s3, self.bucket, create=self.options["create_bucket"], where=where,
                           endpoint=self.endpoint)
+            self._unanswered = Unanswered(_timeouts())
+            self._remove_recorded_leftovers()
         except ClientError as error:
             self._disconnect()
             raise BackendUnavailable(f"{where}: bucket '{self.bucket}' at {self.endpoint}: {error}") from None
@@ -95,16 +111,34 @@ class S3Backend(ClientBackend):
     # -- data path -----------------------------------------------------------------------------
 
     def write(self, key: str, source: ByteSource) -> IOTiming:
-        return upload.write_entry(self._transfers, key, self.object_name(key), source)
+        name = self.object_name(key)
+        with self._stored_lock:
+            self._stored.add(name)  # before the first byte: a write cut short may still leave the object
+        assert self._unanswered is not None
+        with self._unanswered.watching():
+            return upload.write_entry(self._transfers, key, name, source)
 
     def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
-        return ranged.read_entry(self._transfers, key, self.object_name(key), size, sink)
+        assert self._unanswered is not None
+        with self._unanswered.watching():
+            return ranged.read_entry(self._transfers, key, self.object_name(key), size, sink)
 
     def read_range(self, key: str, offset: int, out: memoryview) -> None:
-        ranged.read_range(self._transfers, key, self.object_name(key), offset, out)
+        assert self._unanswered is not None
+        with self._unanswered.watching():
+            ranged.read_range(self._transfers, key, self.object_name(key), offset, out)
 
     def delete(self, key: str) -> None:
-        self.s3.call("delete_object", Bucket=self.bucket, Key=self.object_name(key))
+        """Delete the entry's object; while the server does not answer, not sent (the object stays listed
+        as this run's, for the close's cleanup or, failing that, the leftovers)."""
+        assert self._unanswered is not None
+        if self._unanswered.now:
+            return
+        name = self.object_name(key)
+        with self._unanswered.watching():
+            self.s3.call("delete_object", Bucket=self.bucket, Key=name)
+        with self._stored_lock:
+            self._stored.discard(name)
 
     def object_name(self, key: str) -> str:
         """The object key of the entry ``key``: the run's prefix and the checked entry key."""
@@ -138,5 +172,54 @@ class S3Backend(ClientBackend):
         }
 
     def _cleanup(self) -> None:
-        """Delete every object under this run's prefix and abort its unfinished multipart uploads."""
-        delete_prefix(self.s3, self.bucket, self.key_prefix, self.context.tier_name)
+        """Delete every object under this run's prefix and abort its unfinished multipart uploads, waiting at
+        most ``cleanup_timeout``; what is left then is listed and recorded for a later run to remove."""
+        failure = within(self.cleanup_timeout_s, lambda: delete_prefix(self.s3, self.bucket, self.key_prefix,
+                                                                       self.context.tier_name),
+                         name=f"kvbench-s3-cleanup-{self.context.tier_name}")
+        if failure is None:
+            return
+        with self._stored_lock:
+            objects = sorted(self._stored)
+        uploads = [{"key": name, "upload_id": upload_id} for name, upload_id in sorted(self._transfers.uploads.items())]
+        self._left = record(Leftovers(self._place, self.context.run_id,
+                                      {"prefix": self.key_prefix, "objects": objects, "uploads": uploads}))
+        self._notes.append(
+            f"{self.context.label('s3')}: could not clean up ({type(failure).__name__}: {failure}): "
+            f"{len(objects)} objects and {len(uploads)} unfinished multipart uploads left under "
+            f"s3://{self.bucket}/{self.key_prefix} (listed in sections.leftovers); the next run on this bucket "
+            "removes them, or kvbench clean SPEC")
+
+    @property
+    def _place(self) -> str:
+        """Where leftovers are recorded for: the endpoint, the bucket and the user's prefix."""
+        return f"s3 {self.endpoint} {self.bucket}/{self.options['prefix']}"
+
+    def _remove_recorded_leftovers(self) -> None:
+        """What earlier runs recorded as left on this bucket: removed (under the cleanup deadline), said."""
+        for left in pending(self._place):
+            prefix = str(left.items.get("prefix", ""))
+            if not prefix.startswith(f"{self.options['prefix']}kvbench/"):
+                continue  # not a run prefix of this place: never delete outside kvbench's own
+            failure = within(self.cleanup_timeout_s, lambda prefix=prefix: delete_prefix(
+                self.s3, self.bucket, prefix, self.context.tier_name), name="kvbench-s3-leftovers")
+            if failure is None:
+                forget(left)
+                self._notes.append(f"{self.context.label('s3')}: removed what run {left.run_id} left under "
+                                   f"s3://{self.bucket}/{prefix} ({left.count} objects and uploads listed)")
+
+    def notes(self) -> list[str]:
+        return list(self._notes)
+
+    def leftovers(self) -> dict[str, Any] | None:
+        if self._left is None:
+            return None
+        return {**self._left.items, "record": str(self._left.path) if self._left.path else None}
+
+
+def _timeouts() -> tuple[type[BaseException], ...]:
+    """botocore's errors of a server that does not answer: timeouts and lost or refused connections."""
+    from botocore.exceptions import ConnectionError as NoConnection
+    from botocore.exceptions import HTTPClientError
+
+    return (NoConnection, HTTPClientError)

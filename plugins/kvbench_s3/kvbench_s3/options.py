@@ -49,6 +49,10 @@ OPTIONS_SCHEMA: dict[str, Any] = {
         "complete_timeout": {**_DURATION, "default": "15m",
                              "description": "how long CompleteMultipartUpload may take (the server assembles "
                                             "the object meanwhile: minutes for a large one); one attempt"},
+        "cleanup_timeout": {**_DURATION, "default": "30s",
+                            "description": "the most the close's cleanup waits for the server: what is left "
+                                           "then is listed in the result and removed by the next run on the "
+                                           "bucket, or by kvbench clean SPEC"},
         "checksum": {"enum": ["when_supported", "when_required"], "default": "when_supported",
                      "description": "botocore request checksums; some S3-compatible stores need when_required"},
     },

@@ -35,6 +35,9 @@ class Transfers:
     io_log: Any  # the run's per-command log (BackendContext.io_log), or None
     buffers: ThreadBuffers = field(default_factory=ThreadBuffers)  # one part-sized buffer per thread
     helpers: ThreadPoolExecutor | None = None
+    #: Multipart uploads begun and not yet completed or aborted: object name -> upload id (what a cleanup
+    #: that could not reach the server lists as left over).
+    uploads: dict[str, str] = field(default_factory=dict)
 
     def start(self, threads: int) -> None:
         """Start the pool of ``threads`` helpers that carry the parts beyond the caller's own."""
@@ -42,9 +45,10 @@ class Transfers:
             self.helpers = ThreadPoolExecutor(threads, thread_name_prefix=f"kvbench-s3-{self.tier_name}")
 
     def stop(self) -> None:
-        """Wait for the helpers and let them go; safe to call twice."""
+        """Let the helpers go without waiting for one stuck on a frozen server (a part's request ends at
+        its read timeout, not before: the close's deadline must not wait on it); safe to call twice."""
         if self.helpers is not None:
-            self.helpers.shutdown(wait=True)
+            self.helpers.shutdown(wait=False, cancel_futures=True)
             self.helpers = None
 
     def part_count(self, size: int) -> int:

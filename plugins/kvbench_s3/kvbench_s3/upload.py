@@ -34,6 +34,7 @@ def write_entry(transfers: Transfers, key: str, name: str, source: ByteSource) -
     count = transfers.part_count(size)
     reply, host, device = call("create_multipart_upload", Bucket=bucket, Key=name)
     upload, etags = answer(reply, "UploadId", "CreateMultipartUpload", name), [""] * count
+    transfers.uploads[name] = upload  # until completed or aborted: a leftover if the server stops answering
 
     def part(index: int) -> tuple[float, float]:
         reply, host, device = _send_filled(transfers, key, source, index * transfers.part_size,
@@ -51,7 +52,9 @@ def write_entry(transfers: Transfers, key: str, name: str, source: ByteSource) -
     except BaseException:
         with suppress(Exception):  # best effort: cleanup aborts leftover uploads under the prefix anyway
             call("abort_multipart_upload", Bucket=bucket, Key=name, UploadId=upload)
+            transfers.uploads.pop(name, None)
         raise
+    transfers.uploads.pop(name, None)
     # A device command is a request that moves payload bytes (each is in the I/O log with its bytes): the
     # parts.  Create/Complete move none; their time is in the operation's, their count in counters().
     return timing(start, host + parts_host + done_host, device + parts_device + done_device, size, count)

@@ -1,0 +1,92 @@
+"""A server that stops answering (SIGSTOP: a hung endpoint, a partitioned network) never holds a run past
+its limits (issue #29): requests end at their timeouts, the run's cleanup sends no more deletes to a server
+that does not answer, and the close's cleanup waits at most the tier's ``cleanup_timeout``.  What could not
+be removed is listed in the result (``sections.leftovers``: objects and upload ids, keys), said in its
+warnings, recorded, and removed once the server answers again, by ``kvbench clean SPEC`` or the next run on
+that bucket or namespace.
+
+Before, a 30 s S3 run whose server froze 8 s in ended after 921 s (the end-of-run clear waited on an entry
+whose worker was stuck in a CompleteMultipartUpload under its 15-minute ``complete_timeout``), and a hung
+Redis left 12 keys behind, reported only as delete errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_faults import _moto_tier, fault_spec, finish, start, the_result, wait_until, write_spec
+
+from kvbench_core.cli import main
+
+DURATION_S, FREEZE_AT_S, DRAIN_S, CLEANUP_S = 30, 8, 5, 10
+#: What "a few seconds" may add: the drain's cancel grace (5 s), start-up, writing the result, exiting.
+SLACK_S = 15
+
+
+@pytest.fixture
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where kvbench records leftovers (``$XDG_STATE_HOME/kvbench/leftovers``), under the test's directory."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    return tmp_path / "state" / "kvbench" / "leftovers"
+
+
+def frozen_run(tmp_path: Path, tier: dict[str, Any], server: Any, stored: Callable[[], int]) -> tuple[Any, float]:
+    """A 30 s run with on_error: stop whose server is frozen (SIGSTOP) 8 s after the run started; the outcome
+    and how long the run took.  The server is thawed (SIGCONT) before returning."""
+    spec = fault_spec(tmp_path, tier, on_error="stop", duration=f"{DURATION_S}s", warmup="0s",
+                      drain_timeout=f"{DRAIN_S}s")
+    process = start(write_spec(tmp_path, spec))
+    started = time.monotonic()
+    try:
+        wait_until(lambda: stored() > 0, "entries stored", process)
+        time.sleep(max(0.0, FREEZE_AT_S - (time.monotonic() - started)))
+        os.kill(server.process.pid, signal.SIGSTOP)
+        outcome = finish(process)
+        return outcome, time.monotonic() - started
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(server.process.pid, signal.SIGCONT)
+        if process.poll() is None:
+            process.kill()
+
+
+def check_bounded_and_listed(outcome: Any, took: float, tmp_path: Path, tier: str) -> dict[str, Any]:
+    assert outcome.code == 4, outcome.stderr[-3000:]
+    assert took < DURATION_S + DRAIN_S + CLEANUP_S + SLACK_S, f"the run took {took:.0f} s"
+    result = the_result(tmp_path / "out")
+    left = result["sections"]["leftovers"][tier]
+    assert any("could not clean up" in warning and "kvbench clean SPEC" in warning
+               for warning in result["warnings"]), result["warnings"]
+    return left
+
+
+@pytest.mark.s3
+@pytest.mark.slow
+def test_a_frozen_s3_server_ends_the_run_in_time_and_kvbench_clean_removes_what_it_listed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state: Path) -> None:
+    server, tier, stored = _moto_tier(tmp_path, monkeypatch, "kvb-hung", read_timeout="3s", max_attempts=1,
+                                      part_size="256KiB", cleanup_timeout=f"{CLEANUP_S}s")
+    try:
+        outcome, took = frozen_run(tmp_path, tier, server, stored)
+        left = check_bounded_and_listed(outcome, took, tmp_path, "s3")
+        assert left["objects"] or left["uploads"], left
+        assert all(name.startswith(left["prefix"]) for name in left["objects"])
+        assert all(upload["upload_id"] and upload["key"].startswith(left["prefix"]) for upload in left["uploads"])
+        assert len(list(state.glob("*.json"))) == 1
+        assert stored() > 0  # the server answers again, the objects are still there
+        assert main(["clean", str(tmp_path / "spec.yaml")]) == 0
+        import boto3
+
+        client = boto3.client("s3", endpoint_url=tier["options"]["endpoint_url"], region_name="us-east-1")
+        assert client.list_objects_v2(Bucket="kvb-hung").get("KeyCount", 0) == 0
+        assert client.list_multipart_uploads(Bucket="kvb-hung").get("Uploads", []) == []
+        assert list(state.glob("*.json")) == []  # the record goes with what it listed
+    finally:
+        server.stop()
