@@ -11,7 +11,12 @@ from kvbench_core.capacity.interval import answer
 from kvbench_core.capacity.search import Bisection, steps_needed
 from kvbench_core.capacity.step import NOT_JUDGED, OVER, WITHIN, JudgedStep, Step
 from kvbench_core.contracts.autoscaler import TelemetrySample
+from kvbench_core.contracts.workload import Request
+from kvbench_core.engine.arrivals import OpenLoopArrivals, UserPool
+from kvbench_core.engine.executor import StepOutcome
 from kvbench_core.engine.histogram import LatencyHistogram
+from kvbench_core.engine.load_requests import LoadRequests
+from kvbench_core.engine.workers import Finished
 
 SLA = {"responsive": 0.100}
 
@@ -90,6 +95,47 @@ def test_a_step_round_trips_through_its_result_record() -> None:
     step = step_at(16, list(np.linspace(0.01, 0.12, 40)))
     again = Step.from_dict(step.as_dict(), LatencyHistogram.from_dict)
     assert again.as_dict() == step.as_dict() and again.verdict == OVER
+
+
+def test_a_step_counts_the_requests_issued_once_the_old_loads_last_one_finished() -> None:
+    """Two requests of the old load are outstanding at the change (t=10): the ones issued at t=10.5 queued
+    behind them and are left out; once the last old one finished (served at 11) new ones count.  A request
+    issued before the window (never seen issued) does not hold the step open."""
+    load = LoadRequests(0.0)
+
+    def done(enqueued: float, served: float) -> Finished:
+        return Finished(Request(0, 0, "responsive", 4, 1), "complete", enqueued, enqueued, served, served,
+                        StepOutcome(storage_s=served - enqueued, decode_tokens_read=0))
+
+    for t in (9.0, 9.5):
+        load.issued(t)
+    load.issued(10.5)
+    load.finished(done(-1.0, 9.9))  # a warm-up request
+    load.load_changed(10.0)
+    load.finished(done(9.0, 10.6))
+    for finished in (done(9.5, 11.0), done(10.5, 11.2)):
+        load.finished(finished)
+        load.add(finished)
+    load.issued(11.5)
+    load.finished(late := done(11.5, 11.7))
+    load.add(late)
+    histograms, split = load.take()
+    assert histograms["responsive"].count == 1 and histograms["responsive"].max == pytest.approx(0.2)
+    assert split == {"queue": 0.0}
+
+
+def test_an_open_loops_arrival_rate_changes_live_from_the_instant_it_is_set() -> None:
+    """The source's clock runs ``scale`` times as fast from each change on; what was due before stays due."""
+    arrivals = OpenLoopArrivals(source=None, users=UserPool(1), started_at=100.0, limit=64)  # type: ignore[arg-type]
+
+    def due(arrival_s: float) -> float:
+        return arrivals._due(Request(0, 0, "responsive", 4, 1, arrival_s=arrival_s))
+
+    assert due(5.0) == 105.0
+    arrivals.set_scale(102.0, 2.0)  # the source is at 2 s: 5 s is 3 source seconds = 1.5 s away
+    assert (due(5.0), due(1.0)) == (103.5, 101.5)
+    arrivals.set_scale(104.0, 0.5)  # the source is at 2 + 2 x 2 = 6 s, now at half speed
+    assert due(7.0) == 106.0
 
 
 # -- the search ----------------------------------------------------------------------------------------------------

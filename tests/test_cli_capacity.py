@@ -129,3 +129,23 @@ def test_a_spec_the_search_cannot_run_is_refused_in_one_line(perbyte_tier: None,
     assert main(["capacity", capacity_spec(write_spec, tmp_path), "--budget", "2s", "--step", "1s"]) != 0
     assert "--budget 2s: leaves 1 s for the search after warm-up 0 s and the drain limit 1 s" in capsys.readouterr().err
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.slow
+def test_an_open_loop_searches_its_arrival_rate(perbyte_tier: None, write_spec: Any, tmp_path: Any,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Poisson arrivals at 2/s onto one worker of ~100 ms: 800 % (16/s) is past what it serves, 100 % is far
+    inside; the served rate of each step within follows the searched rate, and the answer lies between."""
+    path = capacity_spec(write_spec, tmp_path, workload={"options": {"arrival": {"process": "poisson", "rate": 2}}})
+    code = main(["capacity", path, "--budget", "90s", "--step", "1s", "--resolution", "0.1", "--json", "-q"])
+    captured = capsys.readouterr()
+    document = json.loads(captured.out)
+    assert code == 0 and "open loop (arrival rate, in % of the spec's)" in captured.err
+    assert document["load_kind"] == "arrival_rate_percent" and "max_users_within_sla" not in document
+    steps = document["steps"]
+    assert [s["load"] for s in steps][:3] == [100, 200, 400]
+    for step in steps:
+        if step["verdict"] == "within":
+            assert step["requests_per_s"] == pytest.approx(2 * step["load"] / 100, rel=0.35)
+    assert 100 <= document["max_arrival_rate_percent_within_sla"] < 800
+    assert any(s["verdict"] == "over" for s in steps)

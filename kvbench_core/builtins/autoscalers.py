@@ -23,10 +23,11 @@ _RATIO = {"type": "number", "minimum": 0}
 MIN_P95_REQUESTS = 20
 
 
-def judged_summary(steps: list[Step]) -> dict[str, Any]:
+def judged_summary(steps: list[Step], load_kind: str = "users") -> dict[str, Any]:
     """What an autoscaler that judges steps reports: the answer, its interval and the curve it measured
-    (``autoscaling.summary`` in the result; docs/autoscaling.md)."""
-    return {**answer(steps).as_dict(), "load_kind": "users", "steps": [step.as_dict() for step in steps]}
+    (``autoscaling.summary`` in the result; docs/autoscaling.md).  ``load_kind``: ``users``, or
+    ``arrival_rate_percent`` (an open loop's arrival rate, in percent of the source's)."""
+    return {**answer(steps).as_dict(load_kind), "load_kind": load_kind, "steps": [step.as_dict() for step in steps]}
 
 
 class QoSAutoscaler(Autoscaler):

@@ -17,10 +17,15 @@ from kvbench_core.contracts.autoscaler import Autoscaler, Decision, TelemetrySam
 
 #: A step longer than this without its requests is not judged (and counts as over the SLA).
 MAX_STEP_S = 60.0
+#: Open loop: the search's loads are percents of the source's arrival rate, up to this many times it.
+OPEN_LOOP_CEILING = 64
 
 
 class SLASearchAutoscaler(Autoscaler):
-    """Highest user count at which every QoS class's service p95 is within its SLA: doubling, then bisection."""
+    """Highest load at which every QoS class's service latency is within its SLA: doubling, then bisection.
+
+    Closed loop, the load is the user count; open loop (the first sample says which), the arrival rate as a
+    percent of the source's own (100 = as the spec says it), set through ``Decision.arrival_scale``."""
 
     name = "sla_search"
     options_schema: ClassVar[dict[str, Any]] = {
@@ -41,34 +46,57 @@ class SLASearchAutoscaler(Autoscaler):
         super().__init__(options, initial_users=initial_users, max_users=max_users)
         self.min_requests = int(self.options["min_requests"])
         self.max_step_s = float(self.options["max_step_s"])
-        self.search = Bisection(initial_users, max(max_users, initial_users), float(self.options["resolution"]))
-        self.users = initial_users
+        self.resolution = float(self.options["resolution"])
+        self.search = Bisection(initial_users, max(max_users, initial_users), self.resolution)
+        self.users = self.load = initial_users
+        self.open_loop: bool | None = None  # the first sample says
         self.steps: list[Step] = []
         self._step = self._new_step(0.0)
 
     def _new_step(self, started_s: float) -> JudgedStep:
-        return JudgedStep(self.users, started_s, min_requests=self.min_requests, max_step_s=self.max_step_s)
+        return JudgedStep(self.load, started_s, min_requests=self.min_requests, max_step_s=self.max_step_s)
+
+    def _first(self, sample: TelemetrySample) -> None:
+        """An open loop's load is its arrival rate: search percents of the source's, from 100."""
+        self.open_loop = sample.open_loop
+        if self.open_loop:
+            self.load = 100
+            self.search = Bisection(100, 100 * OPEN_LOOP_CEILING, self.resolution)
+            self._step = self._new_step(self._step.started_s)
+
+    def _decision(self, action: str, saturation: float | None = None, **rest: Any) -> Decision:
+        scale = self.load / 100 if self.open_loop else None
+        return Decision(self.users, action, saturation, arrival_scale=scale, **rest)
 
     def decide(self, sample: TelemetrySample) -> Decision:
+        if self.open_loop is None:
+            self._first(sample)
         if self.search.done:
-            return Decision(self.users, "found", converged=True, reason="search finished")
+            return self._decision("found", converged=True, reason="search finished")
         self._step.add(sample)
         short = self._step.shortfall()
+        unit = self.unit
         if short is not None and not self._step.timed_out():
-            return Decision(self.users, "hold", reason=f"step at {self.users} users not judged yet: {short}")
+            return self._decision("hold", reason=f"step at {self.load} {unit} not judged yet: {short}")
         step = self._step.judge()
         self.steps.append(step)
         following = self.search.next(int(step.load), step.verdict == WITHIN)
+        judged = f"{step.verdict} at {step.load:g} {unit} ({step.reason})"
         if following is None:
-            return Decision(self.users, "found", step.saturation, converged=True,
-                            reason=f"{step.verdict} at {step.load:g} users ({step.reason}); "
-                                   f"search finished: {self.search.bracket()}")
-        action = "scale_up" if following > self.users else "scale_down"
-        self.users = following
+            return self._decision("found", step.saturation, converged=True,
+                                  reason=f"{judged}; search finished: {self.search.bracket(unit)}")
+        action = "scale_up" if following > self.load else "scale_down"
+        self.load = following
+        if not self.open_loop:
+            self.users = following
         self._step = self._new_step(sample.t_s)
-        return Decision(self.users, action, step.saturation,
-                        reason=f"{step.verdict} at {step.load:g} users ({step.reason}); {self.search.bracket()}")
+        return self._decision(action, step.saturation, reason=f"{judged}; {self.search.bracket(unit)}")
+
+    @property
+    def unit(self) -> str:
+        return "% of the arrival rate" if self.open_loop else "users"
 
     def summary(self) -> dict[str, Any]:
-        return {**judged_summary(self.steps), "final_users": self.users, "search_finished": self.search.done,
-                "bracket": self.search.bracket()}
+        return {**judged_summary(self.steps, "arrival_rate_percent" if self.open_loop else "users"),
+                "final_users": self.users, "search_finished": self.search.done,
+                "bracket": self.search.bracket(self.unit)}

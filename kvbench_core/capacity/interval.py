@@ -28,6 +28,8 @@ from kvbench_core.capacity.step import NOT_JUDGED, OVER, WITHIN, ClassFigures, S
 
 REPLICATES = 1000
 CONFIDENCE = 0.95
+#: The answer's name in the result, by what the load is.
+KEYS = {"users": "max_users_within_sla", "arrival_rate_percent": "max_arrival_rate_percent_within_sla"}
 
 
 @dataclass(frozen=True)
@@ -41,8 +43,10 @@ class Answer:
     limited_by: str | None  # "responsive: service p95 97 ms of 100 ms, mostly nvme read device time"
     steps: int
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"max_users_within_sla": self.load, "ci95": [self.ci_low, self.ci_high], "at_least": self.at_least,
+    def as_dict(self, load_kind: str = "users") -> dict[str, Any]:
+        """The result's record: ``max_users_within_sla`` for users, ``max_arrival_rate_percent_within_sla``
+        for an open loop's arrival rate (percent of the source's)."""
+        return {KEYS[load_kind]: self.load, "ci95": [self.ci_low, self.ci_high], "at_least": self.at_least,
                 "limited_by": self.limited_by, "judged_steps": self.steps, "confidence": CONFIDENCE,
                 "method": f"percentile bootstrap over requests, {REPLICATES} replicates"}
 
@@ -50,17 +54,20 @@ class Answer:
     def from_dict(cls, data: dict[str, Any]) -> Answer:
         """The answer as ``as_dict`` recorded it (an autoscaler summary in a result)."""
         low, high = data.get("ci95") or (None, None)
-        return cls(data.get("max_users_within_sla"), low, high, bool(data.get("at_least")), data.get("limited_by"),
-                   int(data.get("judged_steps") or 0))
+        return cls(data.get(KEYS[data.get("load_kind") or "users"]), low, high, bool(data.get("at_least")),
+                   data.get("limited_by"), int(data.get("judged_steps") or 0))
 
-    def line(self, noun: str = "users") -> str:
-        """``max users within SLA: 48 (95 % CI 44-52), limited by responsive: ...``."""
+    def line(self, load_kind: str = "users") -> str:
+        """``max users within SLA: 48 (95 % CI 44-52), limited by responsive: ...`` (an open loop:
+        ``max arrival rate within SLA: 250 % of the spec's (95 % CI 230-270 %)``)."""
+        noun, unit = ("users", "") if load_kind == "users" else ("arrival rate", " %")
         if self.load is None:
             return f"max {noun} within SLA: not found (no step had enough requests to judge)"
         bound = "at least " if self.at_least else ""
-        ci = f" (95 % CI {self.ci_low}-{self.ci_high})" if self.ci_low is not None else ""
+        whose = " of the spec's" if unit else ""
+        ci = f" (95 % CI {self.ci_low}-{self.ci_high}{unit})" if self.ci_low is not None else ""
         limit = f", limited by {self.limited_by}" if self.limited_by else ""
-        return f"max {noun} within SLA: {bound}{self.load}{ci}{limit}"
+        return f"max {noun} within SLA: {bound}{self.load}{unit}{whose}{ci}{limit}"
 
 
 def answer(steps: list[Step], *, seed: int = 0, replicates: int = REPLICATES) -> Answer:

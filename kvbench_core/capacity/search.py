@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 @dataclass
 class Bisection:
-    """Doubling then bisection over whole users in ``[1, ceiling]``."""
+    """Doubling then bisection over whole loads in ``[1, ceiling]`` (users, or percents of an arrival rate)."""
 
     start: int
     ceiling: int
@@ -39,11 +39,11 @@ class Bisection:
             return None
         return (self.lo + self.hi) // 2 if self.lo else max(1, self.hi // 2)
 
-    def bracket(self) -> str:
+    def bracket(self, unit: str = "users") -> str:
         """The state in words, for the plan and a search the budget ended."""
         if self.hi is None:
-            return f"within at {self.lo} users, nothing over yet" if self.lo else "nothing judged yet"
-        return f"within at {self.lo}, over at {self.hi} users" if self.lo else f"over already at {self.hi} users"
+            return f"within at {self.lo} {unit}, nothing over yet" if self.lo else "nothing judged yet"
+        return f"within at {self.lo}, over at {self.hi} {unit}" if self.lo else f"over already at {self.hi} {unit}"
 
 
 def steps_needed(start: int, ceiling: int, resolution: float) -> int:

@@ -13,6 +13,7 @@ import json
 import sys
 from typing import Any
 
+from kvbench_core.builtins.sla_search import OPEN_LOOP_CEILING
 from kvbench_core.capacity.search import steps_needed
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.contracts.units import parse_duration
@@ -111,11 +112,13 @@ def _refuse_what_cannot_search(plan: RunPlan) -> None:
     if plan.window.request_limit is not None:
         raise SpecError(f"requests: {plan.window.request_limit} would end the search after that many requests; "
                         "remove it (the budget bounds the search)")
-    arrival = ((plan.workload.source.options.get("arrival") or {}) if plan.workload.source.name == "synthetic"
-               else {})
-    if arrival.get("process") == "poisson" or getattr(plan.workload.source.cls, "open_loop", False):
-        raise SpecError("workload: an open loop's load is its arrival rate, which kvbench capacity does not "
-                        "search yet (docs/autoscaling.md); use a closed loop (users)")
+
+
+def open_loop(plan: RunPlan) -> bool:
+    """Whether the spec's load is an arrival rate: poisson synthetic arrivals, or a timestamped trace."""
+    source = plan.workload.source
+    arrival = (source.options.get("arrival") or {}) if source.name == "synthetic" else {}
+    return arrival.get("process") == "poisson" or bool(getattr(source.cls, "open_loop", False))
 
 
 def plan_lines(plan: RunPlan, *, budget: float, warmup: float, search_s: float, drain: float,
@@ -123,16 +126,20 @@ def plan_lines(plan: RunPlan, *, budget: float, warmup: float, search_s: float, 
     """What the search will do and what the budget holds, before anything runs."""
     assert plan.autoscaler is not None
     options = plan.autoscaler.choice.options
-    start, ceiling = plan.workload.users, autoscaler_ceiling(plan.autoscaler, plan.workload.users)
+    if open_loop(plan):
+        kind, unit, start, ceiling = "open loop (arrival rate, in % of the spec's)", "%", 100, 100 * OPEN_LOOP_CEILING
+    else:
+        kind, unit = "closed loop (users)", " users"
+        start, ceiling = plan.workload.users, autoscaler_ceiling(plan.autoscaler, plan.workload.users)
     steps = steps_needed(start, ceiling, float(options["resolution"]))
     shortest = steps * float(options["interval_s"])
     fits = "fits" if shortest <= search_s else "does NOT fit: the answer may be a bracket"
     sla = ", ".join(f"{name} {c.p95_target_s * 1000:,.0f} ms" for name, c in plan.qos.items())
-    lines = [f"capacity search: {plan.spec.get('name') or 'run'}, closed loop (users)",
+    lines = [f"capacity search: {plan.spec.get('name') or 'run'}, {kind}",
              f"  budget {budget:g} s = warm-up {warmup:g} s + search {search_s:g} s + drain limit {drain:g} s "
              "(set-up, preload and clean-up come on top)",
-             f"  doubling from {start} users, then bisection to {float(options['resolution']):.0%} "
-             f"(at least 1 user), at most {ceiling} users",
+             f"  doubling from {start}{unit}, then bisection to {float(options['resolution']):.0%} "
+             f"(at least 1{unit}), at most {ceiling}{unit}",
              f"  each step: at least {float(options['interval_s']):g} s and until every QoS class has "
              f"{options['min_requests']} completed requests; over the SLA if not after "
              f"{float(options['max_step_s']):g} s",
@@ -146,8 +153,8 @@ def plan_lines(plan: RunPlan, *, budget: float, warmup: float, search_s: float, 
 def json_answer(result: dict[str, Any] | None, path: str | None, budget: float) -> dict[str, Any]:
     """The answer for scripts: the figures of the summary, the steps without their histograms."""
     summary = (capacity_of(result) if result else None) or {}
-    keep = ("max_users_within_sla", "ci95", "at_least", "limited_by", "confidence", "method", "search_finished",
-            "bracket", "judged_steps")
-    return {**{key: summary.get(key) for key in keep}, "budget_s": budget,
+    keep = ("load_kind", "max_users_within_sla", "max_arrival_rate_percent_within_sla", "ci95", "at_least",
+            "limited_by", "confidence", "method", "search_finished", "bracket", "judged_steps")
+    return {**{key: summary[key] for key in keep if key in summary}, "budget_s": budget,
             "status": (result or {}).get("run", {}).get("status"), "result": path,
             "steps": [{k: v for k, v in step.items() if k != "histograms"} for step in summary.get("steps") or []]}

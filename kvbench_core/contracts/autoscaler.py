@@ -43,6 +43,8 @@ class TelemetrySample:
     service_split_s: dict[str, float] = field(default_factory=dict)
     #: Per tier, ``read``/``write`` bytes per second over the interval (the time series' tier bytes).
     tier_bytes_per_s: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: Open loop: the load is the arrival rate, set by ``Decision.arrival_scale``; ``users`` does not set it.
+    open_loop: bool = False
 
     @property
     def throughput_tokens_per_s(self) -> float:
@@ -60,6 +62,9 @@ class Decision:
     converged: bool = False
     reason: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Open loop: the arrival rate as a multiple of the workload source's own (1.0: as the spec says it);
+    #: None leaves it as it is.  A closed loop ignores it (its load is ``users``).
+    arrival_scale: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

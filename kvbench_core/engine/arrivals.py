@@ -172,6 +172,10 @@ class OpenLoopArrivals:
     limit: int
     stats: ArrivalStats = field(default_factory=ArrivalStats)
     counting: Callable[[], bool] = lambda: True  # whether the measured window is open
+    #: The arrival rate as a multiple of the source's (an autoscaler's ``arrival_scale``): the source's clock
+    #: runs ``scale`` times as fast from ``_anchor`` on, (wall instant, source seconds) at the last change.
+    scale: float = 1.0
+    _anchor: tuple[float, float] | None = None
     _next: Request | None = None
     _done: bool = False
     _turn: int = 0
@@ -184,7 +188,7 @@ class OpenLoopArrivals:
             request = self._peek()
             if request is None:
                 return
-            due = self.started_at + (request.arrival_s or 0.0)
+            due = self._due(request)
             if due > now:
                 return
             self._next = None
@@ -208,7 +212,18 @@ class OpenLoopArrivals:
 
     def next_due(self) -> float | None:
         request = self._peek()
-        return None if request is None else self.started_at + (request.arrival_s or 0.0)
+        return None if request is None else self._due(request)
+
+    def _due(self, request: Request) -> float:
+        """The wall instant an arrival is due: the source's time, sped up by ``scale`` since the last change."""
+        wall, source = self._anchor or (self.started_at, 0.0)
+        return wall + ((request.arrival_s or 0.0) - source) / self.scale
+
+    def set_scale(self, now: float, scale: float) -> None:
+        """From ``now`` on, arrivals come ``scale`` times as fast as the source's clock says."""
+        wall, source = self._anchor or (self.started_at, 0.0)
+        self._anchor = (now, source + (now - wall) * self.scale)
+        self.scale = scale
 
     def on_event(self, kind: str, payload: Any, now: float) -> bool:
         return False

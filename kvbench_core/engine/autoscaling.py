@@ -15,7 +15,8 @@ from kvbench_core.engine.load_requests import LoadRequests
 
 
 def telemetry_sample(series: list[dict[str, Any]], *, t_s: float, interval_s: float, users: int,
-                     qos: dict[str, QoSClass], load: LoadRequests | None = None) -> TelemetrySample:
+                     qos: dict[str, QoSClass], load: LoadRequests | None = None,
+                     open_loop: bool = False) -> TelemetrySample:
     """The sample for a decision at ``t_s`` seconds into the window, from the points of the last interval;
     ``load`` adds the per-class histograms of the requests issued at the current load (and empties it)."""
     window = [p for p in series if p["t_s"] >= t_s - interval_s]
@@ -37,6 +38,7 @@ def telemetry_sample(series: list[dict[str, Any]], *, t_s: float, interval_s: fl
         sla_p99_s={q: c.p99_target_s for q, c in qos.items()},
         storage_p95_s=(last.get("storage_p95_ms") or 0.0) / 1000.0,
         service_histograms=histograms, service_split_s=split, tier_bytes_per_s=_tier_rates(window, span),
+        open_loop=open_loop,
     )
 
 

@@ -13,7 +13,7 @@ load's last request had finished.  The scheduler thread alone books here (``Runn
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from kvbench_core.engine.histogram import LatencyHistogram
 from kvbench_core.engine.workers import Finished
@@ -22,9 +22,11 @@ from kvbench_core.engine.workers import Finished
 class LoadRequests:
     """Per-class service histograms and the time split of the requests issued since ``since``."""
 
-    def __init__(self, since: float, outstanding: int = 0) -> None:
+    def __init__(self, since: float) -> None:
         self.since = since  # requests enqueued before this are the old load's, or queued behind it
-        self._outstanding = outstanding  # issued, not finished yet (warm-up's included)
+        # Issued here and not finished yet, by their enqueue instant (what ``Finished.enqueued`` reads back):
+        # a request this never saw issued (warm-up's) cannot hold a step unsettled.
+        self._outstanding: Counter[float] = Counter()
         self._old = 0  # of those, issued before the load last changed
         self._changed_at = since
         self._reset()
@@ -35,15 +37,21 @@ class LoadRequests:
 
     def load_changed(self, now: float) -> None:
         """The user count changed at ``now``: requests issued from here count once the old ones finished."""
-        self._changed_at, self._old = now, self._outstanding
+        self._changed_at = now
+        self._old = sum(n for enqueued, n in self._outstanding.items() if enqueued < now)
         self.since = math.inf if self._old else now
 
-    def issued(self) -> None:
-        self._outstanding += 1
+    def issued(self, now: float) -> None:
+        """A request enqueued at ``now``."""
+        self._outstanding[now] += 1
 
     def finished(self, done: Finished) -> None:
         """Any request that ended (completed, failed or cancelled): the old load's last one settles the step."""
-        self._outstanding = max(0, self._outstanding - 1)
+        if not self._outstanding.get(done.enqueued):
+            return
+        self._outstanding[done.enqueued] -= 1
+        if not self._outstanding[done.enqueued]:
+            del self._outstanding[done.enqueued]
         if self._old and done.enqueued < self._changed_at:
             self._old -= 1
             if self._old == 0:
@@ -55,7 +63,7 @@ class LoadRequests:
             return
         self.service[done.request.qos].add(done.served - done.enqueued)
         self.split_s["queue"] += done.started - done.enqueued
-        for record in done.outcome.tally.ops:
+        for record in done.outcome.tally.ops if done.outcome.tally is not None else ():
             if record.timing.transferred:
                 device = min(record.timing.device, record.timing.total)
                 self.split_s[f"{record.tier} {record.op} device"] += device

@@ -220,8 +220,7 @@ class Runner:
         self._next_tick = now + self._interval  # intervals of the measured window start with it
         state.measure_start, state.measure_start_wall = now, time.time()
         self._next_scale = now + self.autoscaler.interval_s if self.autoscaler else None
-        self._load = LoadRequests(now, self.pool.waiting + self.pool.inflight + self._events.pending("finished")) \
-            if self.autoscaler else None
+        self._load = LoadRequests(now) if self.autoscaler else None
         return True
 
     def _submit(self, request: Any, now: float) -> None:
@@ -229,7 +228,7 @@ class Runner:
             self.state.requests_issued += 1
             self.arrivals.stats.count_issued(request.qos)
         if self._load is not None:
-            self._load.issued()
+            self._load.issued(now)
         self.pool.submit(request, now)
 
     def _storage_error(self, error: StorageError) -> None:
@@ -312,11 +311,16 @@ class Runner:
         assert self.autoscaler is not None and self.state.telemetry is not None
         sample = telemetry_sample(self.state.telemetry.series, t_s=self.window.elapsed(now),
                                   interval_s=self.autoscaler.interval_s, users=len(self.users), qos=self.qos,
-                                  load=self._load)
+                                  load=self._load, open_loop=isinstance(self.arrivals, OpenLoopArrivals))
         decision = self.autoscaler.decide(sample)
         self.state.autoscaling.append(trajectory_entry(self.window.elapsed(now), len(self.users), sample, decision))
-        if self._load is not None and max(1, decision.users) != len(self.users):
+        open_loop = self.arrivals if isinstance(self.arrivals, OpenLoopArrivals) else None
+        scale = decision.arrival_scale if open_loop is not None else None  # a closed loop's load is its users
+        rescaled = open_loop is not None and scale is not None and scale != open_loop.scale
+        if self._load is not None and (rescaled or max(1, decision.users) != len(self.users)):
             self._load.load_changed(now)
+        if open_loop is not None and scale is not None:
+            open_loop.set_scale(now, scale)
         self.users.resize(decision.users)
         if decision.converged and self.plan.autoscaler is not None and self.plan.autoscaler.stop_when_converged:
             self.request_stop(f"autoscaler converged: {decision.reason}")

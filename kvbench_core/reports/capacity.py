@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvbench_core.capacity.interval import Answer
+from kvbench_core.capacity.interval import KEYS, Answer
 
 GB = 1e9
 
@@ -19,7 +19,13 @@ GB = 1e9
 def capacity_of(result: dict[str, Any]) -> dict[str, Any] | None:
     """The judged search's summary, or None when the run's autoscaler judged no steps."""
     summary = (result.get("autoscaling") or {}).get("summary") or {}
-    return summary if isinstance(summary.get("steps"), list) and "max_users_within_sla" in summary else None
+    return summary if isinstance(summary.get("steps"), list) and any(key in summary for key in KEYS.values()) \
+        else None
+
+
+def load_label(result: dict[str, Any]) -> str:
+    """What a step's load is: users, or an open loop's arrival rate in percent of the spec's."""
+    return "users" if (capacity_of(result) or {}).get("load_kind", "users") == "users" else "% of arrival rate"
 
 
 def answer_line(result: dict[str, Any]) -> str | None:
@@ -27,7 +33,7 @@ def answer_line(result: dict[str, Any]) -> str | None:
     summary = capacity_of(result)
     if summary is None:
         return None
-    line = Answer.from_dict(summary).line()
+    line = Answer.from_dict(summary).line(summary.get("load_kind") or "users")
     if summary.get("search_finished") is False:
         line += f" [search not finished in the budget: {summary.get('bracket')}]"
     return line
@@ -45,7 +51,7 @@ def curve_table(result: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     """Headers and one row per judged step, in the order judged: the curve load -> p95, throughput, bandwidth."""
     steps = (capacity_of(result) or {}).get("steps") or []
     classes, tiers = classes_of(steps), tiers_of(steps)
-    headers = ["users", "verdict", "requests", "seconds",
+    headers = [load_label(result), "verdict", "requests", "seconds",
                *(f"{q} p95 ms / SLA" for q in classes), "tok/s",
                *(f"{t} {what}" for t in tiers for what in ("read GB/s", "write GB/s", "device share"))]
     rows = []
@@ -104,10 +110,11 @@ def curve_figure(result: dict[str, Any]) -> Any:
         latency.axhline(points[0][1]["sla_p95_ms"], color=color, linestyle="--", linewidth=1,
                         label=f"{name} SLA {points[0][1]['sla_p95_ms']:,.0f} ms")
     found = capacity_of(result) or {}
-    if found.get("max_users_within_sla") is not None:
-        latency.axvline(found["max_users_within_sla"], color="0.4", linestyle=":", label="max users within SLA")
+    best = found.get(KEYS[found.get("load_kind") or "users"])
+    if best is not None:
+        latency.axvline(best, color="0.4", linestyle=":", label=f"max {load_label(result)} within SLA")
     latency.set_yscale("log")
-    latency.set_xlabel("users")
+    latency.set_xlabel(load_label(result))
     latency.set_ylabel("service p95 (ms)")
     latency.grid(alpha=0.3)
     latency.legend(loc="upper left", fontsize="small")
@@ -115,7 +122,7 @@ def curve_figure(result: dict[str, Any]) -> Any:
     loads = [s["load"] for s in steps]
     rates.plot(loads, [s["generated_tokens_per_s"] for s in steps], "o-", color="black", label="generated tok/s")
     rates.set_ylabel("tokens/s")
-    rates.set_xlabel("users")
+    rates.set_xlabel(load_label(result))
     rates.grid(alpha=0.3)
     bandwidth = rates.twinx()
     for index, tier in enumerate(tiers_of(steps)):
@@ -133,13 +140,13 @@ def curve_numbers(result: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     """The curve as numbers, one row per step in order of load: what the workbook's table and chart plot."""
     steps = sorted((capacity_of(result) or {}).get("steps") or [], key=lambda s: s["load"])
     classes, tiers = classes_of(steps), tiers_of(steps)
-    headers = ["users", "verdict", "requests", "seconds",
+    headers = [load_label(result), "verdict", "requests", "seconds", "requests/s",
                *(f"{q} {what}" for q in classes for what in ("service p95 (ms)", "SLA p95 (ms)")), "tok/s",
                *(f"{t} {what}" for t in tiers for what in ("read GB/s", "write GB/s", "device share"))]
     rows = []
     for step in steps:
         figures, rates = step.get("classes") or {}, step.get("tiers") or {}
-        rows.append([step["load"], step["verdict"], step["requests"], step["duration_s"],
+        rows.append([step["load"], step["verdict"], step["requests"], step["duration_s"], step["requests_per_s"],
                      *(value for q in classes for value in
                        ((figures[q]["service_p95_ms"], figures[q]["sla_p95_ms"]) if q in figures else (None, None))),
                      step["generated_tokens_per_s"],
@@ -163,8 +170,8 @@ def capacity_sheet(book: Any, result: dict[str, Any]) -> None:
             dashed = {"line": {"dash_type": "dash"}, "marker": {"type": "none"}} if "SLA" in name else {}
             chart.add_series({"name": name, "categories": ["Capacity", top + 1, 0, last, 0],
                               "values": ["Capacity", top + 1, column, last, column], **dashed})
-    chart.set_title({"name": "service p95 and SLA against users", "name_font": {"size": 11}})
-    chart.set_x_axis({"name": "users"})
+    chart.set_title({"name": f"service p95 and SLA against {load_label(result)}", "name_font": {"size": 11}})
+    chart.set_x_axis({"name": load_label(result)})
     chart.set_y_axis({"name": "ms", "log_base": 10})
     chart.set_size({"width": 620, "height": 320})
     sheet.insert_chart(top + len(rows) + 3, 0, chart)
