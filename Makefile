@@ -27,8 +27,8 @@ $(VENV)/.installed: pyproject.toml $(wildcard plugins/*/pyproject.toml)
 ## prometheus-client (kvbench export, output.metrics), and torch so
 ## the gpu tier's logic runs on torch's CPU device (torch==2.13.0: a CPU wheel on this project's machines).
 $(VENV)/.test-installed: $(VENV)/.installed
-	@echo "== installing the test tools (pytest, hypothesis, mpi4py, moto, cramjam, pyarrow, prometheus-client, torch CPU)"
-	@$(PIP) install -q -e '.[test,mpi,gpu,codecs,export,metrics]' 'moto[server]'
+	@echo "== installing the test tools (pytest, hypothesis, mpi4py, moto, cramjam, pyarrow, prometheus-client, simpy, torch CPU)"
+	@$(PIP) install -q -e '.[test,mpi,gpu,codecs,export,metrics,forecast]' 'moto[server]'
 	@# NIXL's wheel (~235 MB) requires torch: installed after the gpu extra's torch==2.13.0, so pip keeps that CPU build
 	@$(PIP) install -q -e 'plugins/kvbench_nixl[nixl]'
 	@# LMCache 0.5.6 CPU-only (~160 MB) for tests/test_lmcache_io.py, after that torch too, so pip keeps the CPU build

@@ -21,7 +21,7 @@ PLUGIN_CLIENT_MODULES = ("__main__.py",)
 #: of kvbench-nixl); the only plugin-to-plugin import.
 PLUGIN_TO_PLUGIN = {("kvbench_nixl", "kvbench_s3")}
 FLOOR = {"contracts": 1, "spec": 2, "filetiers": 2, "codecs": 3, "capacity": 3, "builtins": 3, "engine": 4,
-         "results": 5, "reports": 5, "exports": 5, "kvio": 5, "scaleout": 6, "cli": 7}
+         "results": 5, "reports": 5, "exports": 5, "kvio": 5, "scaleout": 6, "forecast": 6, "cli": 7}
 #: (importing package, imported room): the conformance suite exercises backends the way a run does.
 ALLOWED_UPWARDS = {("kvbench_core.contracts.conformance", "engine")}
 

@@ -40,6 +40,11 @@ class MissingDependency(UserError):
     """An optional heavy dependency is not installed; the message says what to install."""
 
 
+class ForecastRefused(UserError):
+    """``kvbench forecast`` was asked what its fitted model cannot say (a tier it has no measurement of, a
+    concurrency far past the measured one); the message names why."""
+
+
 class BackendUnavailable(UserError):
     """A tier cannot be used on this machine or endpoint (server down, no GPU, no driver)."""
 

@@ -1,0 +1,130 @@
+"""Service models fitted from a measured result: what one operation of a given size costs on each tier.
+
+The raw material is what every result already records per tier and operation (docs/metrics.md): the
+device commands' latency histogram (``metrics.tiers.<t>.<op>.histograms.command``), their bytes and count,
+and the operations' own latency total.  An operation of ``n`` bytes is modelled as ``ceil(n / c)`` commands
+(``c`` the measured mean command size) whose latencies are drawn from the measured histogram, scaled by the
+measured ratio of operation time to command time (the host work around the commands).  Each tier serves
+at most ``k`` operations at once, ``k`` the most the measured run could have had in flight there (its
+workers; all clients' workers at a persistent tier they share): those latencies were measured with up to
+``k`` operations in flight, so up to ``k`` an operation costs what it cost in the measured run, and past it
+operations queue.  So the bandwidth ceiling the model assumes is the one measured at the measured
+concurrency: it forecasts a tier pushed past it as saturated, never faster, and one given fewer operations
+at once as no faster either (an upper bound on latency there).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kvbench_core.contracts.errors import ForecastRefused
+from kvbench_core.engine.histogram import LatencyHistogram
+
+#: Draws kept per operation model: enough that a forecast's tail is not the pool's.
+POOL_DRAWS = 1 << 18
+
+
+@dataclass
+class OpModel:
+    """One tier operation's fitted service time."""
+
+    tier: str
+    op: str
+    ops: int  # measured operations: the fit's sample size
+    command_bytes: float  # mean bytes per device command
+    host_scale: float  # operation seconds / command seconds (the host work around the commands)
+    concurrency: float  # mean operations in flight in the measured run
+    pool: np.ndarray  # command latencies (s) drawn from the measured histogram
+    speedup: float = 1.0  # a what-if: --tier T.bandwidth=xN
+    _cursor: int = 0
+
+    def service_s(self, nbytes: int) -> float:
+        """Seconds one operation of ``nbytes`` takes once the tier serves it."""
+        commands = max(1, math.ceil(nbytes / self.command_bytes))
+        start = self._cursor
+        end = start + commands
+        if end > len(self.pool):
+            start, end = 0, commands
+        self._cursor = end
+        return float(self.pool[start:end].sum()) * self.host_scale / self.speedup
+
+
+@dataclass
+class TierModel:
+    """One measured tier: its operation models and whether clients share its device."""
+
+    name: str
+    backend: str
+    volatile: bool  # DRAM/GPU: each client has its own; a persistent tier's device is shared
+    ops: dict[str, OpModel]
+    servers: int  # operations the tier serves at once (k)
+
+    def op(self, op: str) -> OpModel:
+        model = self.ops.get(op)
+        if model is None:
+            raise ForecastRefused(f"forecast: tier '{self.name}' has no measured {op} operations in the result, "
+                                  f"so the model cannot say what a {op} there costs")
+        return model
+
+
+@dataclass
+class MeasuredRange:
+    """What the fit saw: beyond it the model extrapolates, and past ``CONCURRENCY_REACH`` it refuses."""
+
+    users: int
+    workers: int  # worker threads per client
+    clients: int
+    measured_s: float
+
+
+def _pool(histogram: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
+    """``POOL_DRAWS`` latencies drawn from a result's histogram (its buckets' representative values)."""
+    sketch = LatencyHistogram.from_dict(histogram)
+    indices = sorted(sketch.buckets)
+    values = np.array([sketch._value(i) for i in indices] + [0.0] * (1 if sketch.zeros else 0))
+    counts = np.array([sketch.buckets[i] for i in indices] + ([sketch.zeros] if sketch.zeros else []), float)
+    return rng.choice(values, size=POOL_DRAWS, p=counts / counts.sum())
+
+
+def fit_op(tier: str, op: str, figures: dict[str, Any], measured_s: float, seed: int) -> OpModel | None:
+    """The model of ``tier``'s ``op`` from its result figures; None when the run did none."""
+    if not figures.get("ops"):
+        return None
+    histograms = figures.get("histograms") or {}
+    command = histograms.get("command") or {}
+    total = histograms.get("total") or {}
+    if not command.get("count") or not total.get("count"):
+        raise ForecastRefused(f"forecast: the result has no command latency histogram for tier '{tier}' {op} "
+                              "(metrics.tiers.<tier>.<op>.histograms.command): nothing to fit")
+    commands = int(figures.get("commands") or command["count"])
+    command_bytes = float(figures.get("command_bytes") or figures["bytes"]) / max(1, commands)
+    op_seconds = float(total["total"])
+    command_seconds = float(command["total"])
+    rng = np.random.default_rng([seed, zlib.crc32(f"{tier}.{op}".encode())])
+    return OpModel(tier=tier, op=op, ops=int(figures["ops"]), command_bytes=max(1.0, command_bytes),
+                   host_scale=op_seconds / command_seconds if command_seconds > 0 else 1.0,
+                   concurrency=op_seconds / measured_s if measured_s > 0 else 1.0,
+                   pool=_pool(command, rng))
+
+
+def fit_tiers(result: dict[str, Any], *, workers: int, clients: int, seed: int = 0) -> dict[str, TierModel]:
+    """Every measured tier's model, from a result document (a dict read from its JSON) of a run with
+    ``workers`` per client and ``clients`` clients."""
+    metrics = result.get("metrics") or {}
+    measured_s = float((metrics.get("window") or {}).get("measured_s") or 0.0)
+    if measured_s <= 0:
+        raise ForecastRefused("forecast: the result has no measured window (metrics.window.measured_s): "
+                              "nothing to fit")
+    models = {}
+    for name, figures in (metrics.get("tiers") or {}).items():
+        ops = {op: model for op in ("read", "write")
+               if (model := fit_op(name, op, figures.get(op) or {}, measured_s, seed)) is not None}
+        volatile = bool(figures.get("volatile"))
+        models[name] = TierModel(name=name, backend=str(figures.get("backend")), volatile=volatile,
+                                 ops=ops, servers=max(1, workers * (1 if volatile else clients)))
+    return models

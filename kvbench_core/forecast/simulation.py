@@ -1,0 +1,192 @@
+"""The forecast's discrete-event simulation: the run's own request stream, cache and scheduling on simpy's
+clock, each tier a queue in front of its fitted service model (``fit.py``).
+
+What is the engine's, unchanged: the workload source (its per-user RNG streams, so the same requests),
+``RequestExecutor`` and ``MultiTierCache`` (the same reads, writes, hits, demotions and evictions, over
+``ModelTier`` backends), the backlog limit and the worker pool with its QoS priority, think time after a
+response, generation time after storage.  What the simulation adds: time.  A request's cache bookkeeping
+runs when a worker takes it (in the engine it runs while its operations do), and then each of its
+operations, in the order the cache issued them, waits for a free server at its tier and holds it for its
+service time.  A persistent tier's servers are shared by every client; a volatile tier (DRAM) is each
+client's own.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvbench_core.contracts.errors import ForecastRefused, MissingDependency
+from kvbench_core.contracts.workload import Request
+from kvbench_core.engine.arrivals import backlog_limit
+from kvbench_core.engine.cache_types import EvictionPolicy, Tier
+from kvbench_core.engine.executor import RequestExecutor
+from kvbench_core.engine.histogram import LatencyHistogram
+from kvbench_core.engine.setup import build_source, preload
+from kvbench_core.engine.telemetry import Telemetry
+from kvbench_core.engine.waterfall import MultiTierCache
+from kvbench_core.forecast.fit import TierModel
+from kvbench_core.forecast.model_tier import Ledger, ModelTier, SizedSource
+from kvbench_core.scaleout.clients import client_seed
+from kvbench_core.spec.plan import RunPlan, users_for_client
+
+
+def simpy_module() -> Any:
+    """simpy, imported when a forecast runs (the ``forecast`` extra)."""
+    try:
+        return importlib.import_module("simpy")
+    except ImportError as error:
+        raise MissingDependency("kvbench forecast needs simpy: pip install 'kvbench[forecast]'") from error
+
+
+@dataclass
+class Tally:
+    """What the measured window of the simulation saw (requests issued after warm-up, ended before its end)."""
+
+    window_s: float
+    service: dict[str, LatencyHistogram]
+    queue_wait: LatencyHistogram = field(default_factory=LatencyHistogram)
+    requests: int = 0
+    write_failed: int = 0
+    dropped: int = 0
+    context_tokens: int = 0
+    generated_tokens: int = 0
+    hits: dict[str, int] = field(default_factory=dict)
+    misses: int = 0
+    tier_bytes: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+@dataclass
+class Window:
+    start: float
+    end: float
+
+    def holds(self, begin: float, finish: float) -> bool:
+        return begin >= self.start and finish <= self.end
+
+
+class Simulation:
+    """One forecast: ``plan`` (with its what-ifs applied) on ``clients`` clients over the fitted ``models``."""
+
+    def __init__(self, plan: RunPlan, models: dict[str, TierModel], *, clients: int,
+                 capacities: dict[str, float]) -> None:
+        self.simpy = simpy_module()
+        self.env = self.simpy.Environment()
+        self.plan, self.models, self.clients, self.capacities = plan, models, clients, capacities
+        duration = plan.window.duration_s
+        if duration is None:
+            raise ForecastRefused("forecast: the spec has no duration (a request-limited run): give one with "
+                                  "--set duration=60s")
+        self.window = Window(plan.window.warmup_s, plan.window.warmup_s + duration)
+        self.tally = Tally(window_s=duration, service={name: LatencyHistogram() for name in plan.qos})
+        self.shared = {name: self.simpy.Resource(self.env, capacity=model.servers)
+                       for name, model in models.items() if not model.volatile}
+        self.priority = {name: cls.priority for name, cls in plan.qos.items()}
+
+    def run(self) -> Tally:
+        for index in range(self.clients):
+            self._start_client(index)
+        self.env.run(until=self.window.end)
+        return self.tally
+
+    # -- one client: its source, cache, backlog and workers --------------------------------------------------
+    def _start_client(self, index: int) -> None:
+        plan = self.plan if index == 0 else self.plan.for_client(
+            seed=client_seed(self.plan.seed, index), clients_total=self.clients, directory_of={})
+        users = users_for_client(plan.workload.users, plan.workload.users_scope, self.clients, index)
+        source = build_source(plan, users)
+        ledger = Ledger()
+        tiers = [Tier(name=t.name, backend=ModelTier(t.name, ledger), capacity=self.capacities[t.name],
+                      cold_after=t.cold_after) for t in plan.enabled_tiers]
+        telemetry = Telemetry(list(plan.qos), clock=lambda: self.env.now)
+        cache = MultiTierCache(tiers, telemetry, lambda key, size: SizedSource(size),
+                               policy=EvictionPolicy(**plan.eviction), promotion=plan.promotion,
+                               clock=lambda: self.env.now)
+        bytes_per_token = plan.model.bytes_per_token_all_ranks
+        preload(source, cache, 1, bytes_per_token)  # not measured, as in a run
+        ledger.take()
+        client = _Client(executor=RequestExecutor(cache, telemetry, bytes_per_token, plan.workload.decode_batch),
+                         ledger=ledger, workers=self.simpy.PriorityResource(self.env, capacity=plan.workers(users)),
+                         devices={name: self.shared.get(name) or self.simpy.Resource(self.env, capacity=model.servers)
+                                  for name, model in self.models.items()})
+        client.backlog = self.simpy.Resource(self.env, capacity=backlog_limit(client.workers.capacity))
+        if source.open_loop:
+            self.env.process(self._arrivals(source, client))
+        else:
+            for user in range(users):
+                self.env.process(self._user(source, client, user))
+
+    def _user(self, source: Any, client: _Client, user: int) -> Generator[Any, Any, None]:
+        """A closed-loop user: wait for room in the backlog, issue, wait for the response, think, again."""
+        while True:
+            slot = client.backlog.request()
+            yield slot
+            request = source.next_request(user)
+            if request is None:
+                client.backlog.release(slot)
+                return
+            yield from self._serve(request, client, slot)
+            yield self.env.timeout(request.think_s)
+
+    def _arrivals(self, source: Any, client: _Client) -> Generator[Any, Any, None]:
+        """Open loop: each request at its own arrival offset; one that finds the backlog full is dropped."""
+        while (request := source.next_request(0)) is not None:
+            due = self.window.start + float(request.arrival_s or 0.0)
+            if due > self.window.end:
+                return
+            yield self.env.timeout(max(0.0, due - self.env.now))
+            if client.backlog.count >= client.backlog.capacity:
+                self.tally.dropped += self.window.holds(due, due)
+                continue
+            slot = client.backlog.request()
+            self.env.process(self._serve(request, client, slot))
+
+    def _serve(self, request: Request, client: _Client, slot: Any) -> Generator[Any, Any, None]:
+        env = self.env
+        enqueued = env.now
+        worker = client.workers.request(priority=-self.priority.get(request.qos, 0))
+        yield worker
+        client.backlog.release(slot)
+        started = env.now
+        outcome = client.executor.execute(request, book=False)
+        for tier, op, nbytes in client.ledger.take():
+            service = self.models[tier].op(op).service_s(nbytes)
+            device = client.devices[tier].request()
+            yield device
+            yield env.timeout(service)
+            client.devices[tier].release(device)
+            if self.window.start <= env.now <= self.window.end:
+                booked = self.tally.tier_bytes.setdefault(tier, {"read": 0, "write": 0})
+                booked[op] += nbytes
+        served = env.now
+        client.workers.release(worker)
+        yield env.timeout(request.generate_tokens * self.plan.workload.generation_s_per_token)
+        if self.window.holds(enqueued, env.now):
+            self._book(request, outcome, enqueued, started, served)
+
+    def _book(self, request: Request, outcome: Any, enqueued: float, started: float, served: float) -> None:
+        tally = self.tally
+        if outcome.write_failed:
+            tally.write_failed += 1
+            return
+        tally.requests += 1
+        tally.service[request.qos].add(served - enqueued)
+        tally.queue_wait.add(started - enqueued)
+        tally.context_tokens += request.context_tokens
+        tally.generated_tokens += request.generate_tokens
+        for tier in outcome.tally.outcomes:
+            if tier is None:
+                tally.misses += 1
+            else:
+                tally.hits[tier] = tally.hits.get(tier, 0) + 1
+
+
+@dataclass
+class _Client:
+    executor: RequestExecutor
+    ledger: Ledger
+    workers: Any
+    devices: dict[str, Any]
+    backlog: Any = None
