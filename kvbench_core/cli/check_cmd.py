@@ -19,6 +19,7 @@ from rich.table import Table
 from kvbench_core.cli.console import console
 from kvbench_core.reports.rules import RULESETS, check
 from kvbench_core.results.document import ResultDocument, read_json
+from kvbench_core.results.result import require_sections
 
 FAILED_EXIT = 1
 
@@ -36,7 +37,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     # Read unchecked: a format or schema the document breaks is a rule's failure to report, not a refusal.
-    result = ResultDocument.unchecked(read_json(args.result), args.result)
+    data = read_json(args.result)
+    require_sections(data, args.result, ("run", "spec", "metrics"))  # the one line every command says
+    result = ResultDocument.unchecked(data, args.result)
     outcomes = check(result, args.rules, Path(args.result).parent)
     failed = sum(not o.passed for o in outcomes)
     if args.json:

@@ -24,6 +24,7 @@ from typing import Any
 from kvbench_core.engine.run_state import PHASES
 from kvbench_core.engine.telemetry import SERIES_COUNTS, series_rates
 from kvbench_core.results.checks import run_checks
+from kvbench_core.results.document import ResultDocument, RunRecord, SpecRecord
 from kvbench_core.results.merge_declaration import merge_declarations
 from kvbench_core.results.metrics import Metrics, sum_dicts
 from kvbench_core.results.result import rerun_section, spec_section
@@ -65,76 +66,112 @@ class ClientReport:
 
 def merge_results(clients: list[ClientReport], *, mode: str, label: str, run_id: str, trial: int,
                   as_written: dict[str, Any], spec: dict[str, Any], started_at: float) -> dict[str, Any]:
-    """One result for the whole run; ``clients`` in index order, at least one of them with a result."""
+    """One result for the whole run; ``clients`` in index order, at least one of them with a result.  Built
+    as a ``ResultDocument`` (its sections merged one function each) and stamped with the status the rules
+    give it (results/status.py)."""
     reported = [c for c in clients if c.result is not None]
     if not reported:
         raise ValueError("no client reported a result")
     measured = [c.result for c in reported if c.result["metrics"]]
     base = measured[0] if measured else reported[0].result  # a client that got furthest describes the run
+    metrics = _merged_metrics(measured, base, spec)
+    workload = _merge_workload([c.result["workload"] for c in reported], base["workload"]["source"])
+    declaration = _merged_declaration(clients, measured or [base], workload, metrics, label, spec)
+    failures = [c.describe_failure(label) for c in clients if c.failed]
+    document = ResultDocument(
+        format=base["kvbench_result"], kvbench_version=base["kvbench_version"], plugins=base["plugins"],
+        run=_merged_run(reported, failures, run_id=run_id, trial=trial, spec=spec, started_at=started_at),
+        spec=SpecRecord.from_json(spec_section(spec, as_written)), model=base["model"],
+        environment=base["environment"], declaration=declaration,
+        warnings=_merged_warnings(reported, label, declaration),
+        workload=workload, metrics=metrics, timeseries=tuple(_merge_series([c.result["timeseries"] for c in reported])),
+        autoscaling={"trajectory": [], "summary": {}, "note": f"each {label} scales its own users: see "
+                                                              "clients[].autoscaling"},
+        sections={}, errors=_merged_errors(reported, label),
+        scale_out=_scale_out(clients, mode=mode, label=label, spec=spec),
+        clients=tuple(_client_section(c, label) for c in clients), checks={})
+    merged = document.to_json()
+    merged["checks"] = run_checks(merged)
+    # The merged counts decide (results/status.py), with every client's own violated invariants beside the
+    # merged result's.
+    stamp(merged["run"], decide_result(merged, _stopped(reported, failures), _client_violations(reported, label)))
+    return merged
+
+
+def _stopped(reported: list[ClientReport], failures: list[str]) -> str | None:
+    """A client's failure fails the run, a client's interruption interrupts it; else it ran to its end."""
+    if failures:
+        return "failed"
+    interrupted = any(c.result is not None and recorded_stop(c.result["run"]) == "interrupted" for c in reported)
+    return "interrupted" if interrupted else None
+
+
+def _merged_metrics(measured: list[dict[str, Any]], base: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    """The clients' metrics read back, merged and rendered by the one model (empty when none measured)."""
+    if not measured:
+        return {}
     per_token = base["model"]["bytes_per_token_all_ranks"] if base["model"] else 0
     qos = qos_classes(spec.get("qos"))
-    metrics = Metrics.merge([Metrics.from_json(r["metrics"], bytes_per_token=per_token, qos=qos)
-                             for r in measured]).to_json() if measured else {}
-    failures = [c.describe_failure(label) for c in clients if c.failed]
-    # A client's failure fails the run, a client's interruption interrupts it; else the merged counts decide
-    # (results/status.py), with every client's own violated invariants beside the merged result's.
-    stopped = "failed" if failures else next(("interrupted" for c in reported
-                                              if recorded_stop(c.result["run"]) == "interrupted"), None)
-    reasons = sorted({c.result["run"]["stop_reason"] for c in reported if c.result["run"]["stop_reason"]})
-    users = [c.users for c in clients]
-    merged_workload = _merge_workload([c.result["workload"] for c in reported], base["workload"]["source"])
-    released = [c.released_at for c in clients if c.released_at is not None]
+    return Metrics.merge([Metrics.from_json(r["metrics"], bytes_per_token=per_token, qos=qos)
+                          for r in measured]).to_json()
+
+
+def _merged_warnings(reported: list[ClientReport], label: str, declaration: dict[str, Any]) -> tuple[str, ...]:
+    """Each client's own (a tier no entry of its requests fit), then the merged declaration's contradictions
+    (each client's declaration warnings are the merged declaration's to say once)."""
+    own = [f"{label} {c.index}: {warning}" for c in reported if c.result is not None
+           for warning in c.result.get("warnings") or [] if not warning.startswith("declaration ")]
+    return (*own, *contradictions(declaration))
+
+
+def _merged_errors(reported: list[ClientReport], label: str) -> tuple[dict[str, Any], ...]:
+    errors = [{label: c.index, **error} for c in reported if c.result is not None for error in c.result["errors"]]
+    return tuple(errors[:MAX_LISTED_ERRORS])
+
+
+def _client_violations(reported: list[ClientReport], label: str) -> list[str]:
+    return [f"{label} {c.index}: {line}" for c in reported if c.result is not None
+            for line in (c.result.get("checks") or {}).get("violations") or []]
+
+
+def _merged_run(reported: list[ClientReport], failures: list[str], *, run_id: str, trial: int,
+                spec: dict[str, Any], started_at: float) -> RunRecord:
+    """The run section; its status is stamped once the merged result's invariants are known."""
+    runs = [c.result["run"] for c in reported if c.result is not None]
+    reasons = sorted({run["stop_reason"] for run in runs if run["stop_reason"]})
+    return RunRecord(id=run_id, name=spec.get("name"), status="ended",
+                     stop_reason="; ".join(failures) if failures else "; ".join(reasons),
+                     error="; ".join(failures) if failures else None, trial=trial, client_index=None,
+                     started_at=started_at, finished_at=time.time(), traced=any(run["traced"] for run in runs),
+                     phases_s=_slowest_phases([run.get("phases_s") or {} for run in runs]),
+                     rerun_of=rerun_section(spec).get("rerun_of"))
+
+
+def _merged_declaration(clients: list[ClientReport], results: list[dict[str, Any]], workload: dict[str, Any],
+                        metrics: dict[str, Any], label: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """The clients' declarations merged; the concurrency says how the users were spread."""
     counters = (metrics.get("cache") or {}).get("counters") or {}
-    declaration = merge_declarations([r["declaration"] for r in measured] or [base["declaration"]],
-                                     workload=merged_workload, counters=counters)
+    declaration = merge_declarations([r["declaration"] for r in results], workload=workload, counters=counters)
     concurrency = declaration.get("workload", {}).get("concurrency")
     if isinstance(concurrency, dict):
-        concurrency.update(value=f"{sum(users)} users over {len(clients)} {label}s "
+        concurrency.update(value=f"{sum(c.users for c in clients)} users over {len(clients)} {label}s "
                                  f"({spec['workload']['users_scope']}), max_inflight "
                                  f"{spec['workload']['max_inflight']} per {label}", source="detected")
-    merged = {
-        "kvbench_result": base["kvbench_result"],
-        "kvbench_version": base["kvbench_version"],
-        "plugins": base["plugins"],
-        "run": {"id": run_id, "name": spec.get("name"), "status": stopped or "ended",
-                "stop_reason": "; ".join(failures) if failures else "; ".join(reasons),
-                "error": "; ".join(failures) if failures else None,
-                "trial": trial, "client_index": None, "started_at": started_at, "finished_at": time.time(),
-                "traced": any(c.result["run"]["traced"] for c in reported),
-                "phases_s": _slowest_phases([c.result["run"].get("phases_s") or {} for c in reported]),
-                **rerun_section(spec)},
-        "spec": spec_section(spec, as_written),
-        "model": base["model"],
-        "environment": base["environment"],
-        "declaration": declaration,
-        # each client's own (a tier no entry of its requests fit), then the merged declaration's contradictions
-        "warnings": [*(f"{label} {c.index}: {w}" for c in reported for w in c.result.get("warnings") or []
-                       if not w.startswith("declaration ")), *contradictions(declaration)],
-        "workload": merged_workload,
-        "metrics": metrics,
-        "timeseries": _merge_series([c.result["timeseries"] for c in reported]),
-        "autoscaling": {"trajectory": [], "summary": {},
-                        "note": f"each {label} scales its own users: see clients[].autoscaling"},
-        "sections": {},
-        "errors": [{label: c.index, **e} for c in reported for e in c.result["errors"]][:MAX_LISTED_ERRORS],
-        "scale_out": {
-            "mode": mode, "label": label, "clients": len(clients),
-            "users_scope": spec["workload"]["users_scope"], "users_requested": spec["workload"]["users"],
-            "users_per_client": users, "users_total": sum(users),
-            "seeds": [c.seed for c in clients],
-            "cache_subdirectory": f"<tier path>/{label}<i>",
-            "hosts": sorted({c.host for c in clients if c.host}),
-            "clock_skew_s": round(max(released) - min(released), 6) if len(released) > 1 else 0.0,
-            "merge": "percentiles from merged histograms; counts and bytes summed; bandwidth = summed bytes "
-                     "over the union of the clients' I/O windows (wall clock); time series aligned by interval",
-        },
-        "clients": [_client_section(c, label) for c in clients],
+    return declaration
+
+
+def _scale_out(clients: list[ClientReport], *, mode: str, label: str, spec: dict[str, Any]) -> dict[str, Any]:
+    users = [c.users for c in clients]
+    released = [c.released_at for c in clients if c.released_at is not None]
+    return {
+        "mode": mode, "label": label, "clients": len(clients),
+        "users_scope": spec["workload"]["users_scope"], "users_requested": spec["workload"]["users"],
+        "users_per_client": users, "users_total": sum(users), "seeds": [c.seed for c in clients],
+        "cache_subdirectory": f"<tier path>/{label}<i>", "hosts": sorted({c.host for c in clients if c.host}),
+        "clock_skew_s": round(max(released) - min(released), 6) if len(released) > 1 else 0.0,
+        "merge": "percentiles from merged histograms; counts and bytes summed; bandwidth = summed bytes "
+                 "over the union of the clients' I/O windows (wall clock); time series aligned by interval",
     }
-    merged["checks"] = run_checks(merged)
-    own = [f"{label} {c.index}: {line}" for c in reported
-           for line in (c.result.get("checks") or {}).get("violations") or []]
-    stamp(merged["run"], decide_result(merged, stopped, own))
-    return merged
 
 
 def _merge_series(series: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:

@@ -30,7 +30,7 @@ from kvbench_core.engine.opstats import measured_queue_depth
 from kvbench_core.engine.runner import RunState
 from kvbench_core.results.checks import run_checks
 from kvbench_core.results.detected_declaration import about_the_run
-from kvbench_core.results.document import RESULT_FORMAT
+from kvbench_core.results.document import RESULT_FORMAT, ResultDocument, RunRecord, SpecRecord
 from kvbench_core.results.environment import detect_environment
 from kvbench_core.results.metrics import Metrics
 from kvbench_core.results.schema import VALIDATE_ENV, assert_conforms
@@ -137,7 +137,8 @@ def rerun_section(spec: dict[str, Any]) -> dict[str, Any]:
 
 def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,
                  started_at: float | None = None) -> dict[str, Any]:
-    """The complete result document for one run (one trial of one client)."""
+    """The complete result document for one run (one trial of one client), built as a ``ResultDocument``
+    and stamped with the status the rules give it (results/status.py)."""
     spec = state.spec
     telemetry = state.telemetry
     secrets = environment_secrets()
@@ -145,50 +146,59 @@ def build_result(state: RunState, as_written: dict[str, Any], *, trial: int = 1,
     tiers = metrics.get("tiers", {})
     workload = _workload_stats(state) if telemetry else {}
     describe = redact(state.source.describe(), secrets) if state.source else {}
-    paths = {t.name: t.backend.options["path"] for t in state.tiers if isinstance(t.backend.options.get("path"), str)}
-    # Declared free text (fabric, notes) may quote a dashboard URL with its token: masked like the spec.
-    endpoints = {name: info["describe"]["endpoint"] for name, info in tiers.items()
-                 if isinstance((info.get("describe") or {}).get("endpoint"), str)}
-    environment = redact(detect_environment(paths, endpoints), secrets)  # tier paths come from the spec
-    detected = {**(_detected_declaration(state, tiers, workload, describe) if telemetry else {}),
-                **detected_system(environment)}
-    if telemetry:  # the network, interfaces and what cannot apply (results/detected_declaration.py)
-        found = about_the_run(environment, {name: info["backend"] for name, info in tiers.items()},
-                              state.plan.workload.source.name, detected.get("tensor") or {})
-        detected.update({section: {**fields, **(detected.get(section) or {})} for section, fields in found.items()})
-    declaration = redact(merge_declaration(spec.get("declaration") or {}, detected), secrets)
-    result = {
-        "kvbench_result": RESULT_FORMAT,
-        "kvbench_version": __version__,
-        "plugins": plugin_versions(),
-        "run": {"id": state.run_id, "name": spec.get("name"), "status": state.status,
-                "stop_reason": redact(state.stop_reason, secrets),
-                "error": redact(str(state.error), secrets) if state.error else None,
-                "trial": trial, "client_index": state.client_index,
-                "started_at": started_at, "finished_at": time.time(),
-                "traced": bool(state.plugin_sections.get("block_trace")),
-                "phases_s": state.clock.phases_s(state.measure_start, state.measure_end),
-                **rerun_section(spec)},
-        "spec": spec_section(spec, as_written),
-        "model": state.model.to_dict() if state.model is not None else None,
-        "environment": environment,
-        "declaration": declaration,
-        "warnings": [*state.warnings, *contradictions(declaration)],
-        "workload": {"source": describe, "stats": workload, "preload": state.preload,
-                     "precondition": state.precondition, "users_final": state.users_final,
-                     "arrivals": state.arrivals,
-                     "workers": state.worker_count},
-        "metrics": metrics,
-        "timeseries": telemetry.series if telemetry else [],
-        "autoscaling": {"trajectory": state.autoscaling, "summary": state.autoscaler_summary},
-        "sections": redact(state.plugin_sections, secrets),
-        "errors": redact(telemetry.errors, secrets) if telemetry else [],
-    }
+    environment = _environment(state, tiers, secrets)
+    declaration = _declaration(state, tiers, workload, describe, environment, secrets)
+    document = ResultDocument(
+        format=RESULT_FORMAT, kvbench_version=__version__, plugins=plugin_versions(),
+        run=_run_record(state, trial=trial, started_at=started_at, secrets=secrets),
+        spec=SpecRecord.from_json(spec_section(spec, as_written)),
+        model=state.model.to_dict() if state.model is not None else None, environment=environment,
+        declaration=declaration, warnings=(*state.warnings, *contradictions(declaration)),
+        workload={"source": describe, "stats": workload, "preload": state.preload,
+                  "precondition": state.precondition, "users_final": state.users_final, "arrivals": state.arrivals,
+                  "workers": state.worker_count},
+        metrics=metrics, timeseries=tuple(telemetry.series if telemetry else ()),
+        autoscaling={"trajectory": state.autoscaling, "summary": state.autoscaler_summary},
+        sections=redact(state.plugin_sections, secrets),
+        errors=tuple(redact(telemetry.errors, secrets) if telemetry else ()), checks={})
+    result = document.to_json()
     result["checks"] = run_checks(result)
     verdict = decide_result(result, state.status if state.status in ("failed", "interrupted") else None)
     stamp(result["run"], verdict)
     state.status = verdict.status  # the run's status, decided (results/status.py)
     return result
+
+
+def _run_record(state: RunState, *, trial: int, started_at: float | None, secrets: Any) -> RunRecord:
+    """Which run this is and how it ended; its status is stamped once its invariants are known."""
+    return RunRecord(id=state.run_id, name=state.spec.get("name"), status=state.status,
+                     stop_reason=redact(state.stop_reason, secrets),
+                     error=redact(str(state.error), secrets) if state.error else None, trial=trial,
+                     client_index=state.client_index, started_at=started_at, finished_at=time.time(),
+                     traced=bool(state.plugin_sections.get("block_trace")),
+                     phases_s=state.clock.phases_s(state.measure_start, state.measure_end),
+                     rerun_of=rerun_section(state.spec).get("rerun_of"))
+
+
+def _environment(state: RunState, tiers: dict[str, Any], secrets: Any) -> dict[str, Any]:
+    """The detected machine, its file tiers' paths (from the spec) and network tiers' endpoints included."""
+    paths = {t.name: t.backend.options["path"] for t in state.tiers if isinstance(t.backend.options.get("path"), str)}
+    endpoints = {name: info["describe"]["endpoint"] for name, info in tiers.items()
+                 if isinstance((info.get("describe") or {}).get("endpoint"), str)}
+    return redact(detect_environment(paths, endpoints), secrets)
+
+
+def _declaration(state: RunState, tiers: dict[str, Any], workload: dict[str, Any], describe: dict[str, Any],
+                 environment: dict[str, Any], secrets: Any) -> dict[str, Any]:
+    """The declared infrastructure merged with what was detected.  Declared free text (fabric, notes) may
+    quote a dashboard URL with its token: masked like the spec."""
+    detected = {**(_detected_declaration(state, tiers, workload, describe) if state.telemetry else {}),
+                **detected_system(environment)}
+    if state.telemetry:  # the network, interfaces and what cannot apply (results/detected_declaration.py)
+        found = about_the_run(environment, {name: info["backend"] for name, info in tiers.items()},
+                              state.plan.workload.source.name, detected.get("tensor") or {})
+        detected.update({section: {**fields, **(detected.get(section) or {})} for section, fields in found.items()})
+    return redact(merge_declaration(state.spec.get("declaration") or {}, detected), secrets)
 
 
 def write_result(result: dict[str, Any], path: str | os.PathLike[str]) -> Path:
