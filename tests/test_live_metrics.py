@@ -75,6 +75,8 @@ def test_a_scrape_during_the_measured_window_has_every_figure(scrapes: dict[str,
     assert {dict(labels)["tier"] for labels in moved} == tiers
     assert sum(moved.values()) > 0
     assert _samples(last["kvbench_users"]) == {(): 3.0}
+    assert _samples(last["kvbench_run"], "kvbench_run_info") == {
+        (("run_id", scrapes["result"]["run"]["id"]), ("spec", "tiny")): 1.0}
     requests = _samples(last["kvbench_requests"], "kvbench_requests_total")
     assert {dict(labels)["qos_class"] for labels in requests} == set(scrapes["result"]["metrics"]["qos"])
     assert sum(requests.values()) > 0

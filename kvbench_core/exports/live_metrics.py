@@ -80,17 +80,17 @@ class RunCollector:
     def _snapshot(self) -> tuple[str | None, dict[str, Any], dict[str, Any], dict[str, Any]]:
         """(run id, tiers: {tier: {op: OpStats figures}}, service and e2e histograms by class), copied under
         the telemetry's lock, so a scrape never reads a histogram a worker is adding to."""
-        runner = self._runner_of()
-        telemetry = getattr(getattr(runner, "state", None), "telemetry", None)
+        state = getattr(self._runner_of(), "state", None)
+        run_id, telemetry = getattr(state, "run_id", None), getattr(state, "telemetry", None)
         if telemetry is None:
-            return getattr(runner, "run_id", None), {}, {}, {}
+            return run_id, {}, {}, {}
         with telemetry._lock:
             tiers = {tier: {op: {"bytes": stats.physical_bytes or stats.bytes, "ops": stats.ops,
                                  "commands": stats.commands, "errors": stats.errors, "latency": _copy(stats.total)}
                             for op, stats in ops.items()} for tier, ops in telemetry.tiers.items()}
             service = {qos: _copy(h) for qos, h in telemetry.service.items()}
             e2e = {qos: _copy(h) for qos, h in telemetry.e2e.items()}
-        return getattr(runner, "run_id", None), tiers, service, e2e
+        return run_id, tiers, service, e2e
 
     def collect(self) -> Iterator[Any]:
         core = optional_module("prometheus_client.core", EXTRA, "output.metrics")
