@@ -171,3 +171,23 @@ def test_the_trial_files_of_a_summary_are_re_derived_too(session: tuple[Path, Pa
     outcomes = check(ResultDocument.unchecked(copy.deepcopy(doc)), "invariants", directory)
     failed = {o.rule: o.reason for o in outcomes if not o.passed}
     assert "trial 1: metrics.headline.cache_hit_rate" in failed["figures re-derived"], failed
+
+
+@pytest.mark.slow
+def test_a_merged_multi_client_result_re_derives_and_an_edit_of_it_fails(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """The merged result of two local clients: its figures come from the merged histograms, so they re-derive
+    exactly as a single run's; its merged bandwidth edited fails like any other."""
+    from tiny_spec import history_spec
+
+    tier = {"name": TIER, "backend": "nvme", "capacity": "64MiB",
+            "options": {"path": str(tmp_path / "cache"), "fsync": False}}
+    spec = history_spec([tier], users=4, requests=60, name="merged",
+                        output={"directory": str(tmp_path / "out"), "progress": "off"})
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["run", str(tmp_path / "spec.yaml"), "--clients", "2", "--quiet"]) == 0
+    merged = next((tmp_path / "out").glob("*.json"))
+    assert json.loads(merged.read_text())["scale_out"]["clients"] == 2
+    assert _check(merged, capsys) == (0, {})
+    code, failed = _check(_edited(merged, _scale(f"{HEAD}.end_to_end_latency_p95_ms", by=0.5)), capsys)
+    assert code == 1 and "metrics.headline.end_to_end_latency_p95_ms" in failed["figures re-derived"], failed
