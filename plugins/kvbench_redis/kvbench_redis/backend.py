@@ -11,6 +11,11 @@ This module ties the parts together: ``options`` (the spec's schema),
 ``endpoint`` (where to connect), ``server`` (connecting, server facts, pooled
 connections, cleanup scans), ``parts`` (the pipelined data path and its L4
 split), ``namespace`` and ``shared`` (the reference-counted shared entries).
+
+A server that stops answering never holds the run past its limits: commands end at ``socket_timeout``, no
+entry delete is sent while the server does not answer, and the close's cleanup of the run's private keys
+waits at most ``cleanup_timeout``; the keys left then are listed in the result (``leftovers()``) and
+recorded (``kvbench_core.contracts.leftovers``), for the next tier opened on the server or ``kvbench clean``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import uuid
 from typing import Any, ClassVar
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, ClientBackend, IOTiming
+from kvbench_core.contracts.leftovers import Leftovers, Unanswered, forget, pending, record, within
 from kvbench_core.contracts.units import parse_duration, parse_size
 from kvbench_core.contracts.validation import with_defaults
 from kvbench_redis import server
@@ -80,6 +86,10 @@ class RedisBackend(ClientBackend):
         self._pipeline = PartPipeline(self.part_size, self._expiry, context)
         self._client: Any = None
         self._redirects: tuple[type[BaseException], ...] = ()
+        self.cleanup_timeout_s = parse_duration(self.options["cleanup_timeout"])
+        self._unanswered = Unanswered(_timeouts())
+        self._left: Leftovers | None = None
+        self._notes: list[str] = []
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -94,6 +104,7 @@ class RedisBackend(ClientBackend):
                 server.check_scripting(self._client, where)
                 # this instance, as a holder of shared entries
                 self._shared.attach(self._client, f"{os.getpid()}-{uuid.uuid4().hex[:12]}")
+            self._remove_recorded_leftovers()
         except BaseException:
             self._disconnect()
             raise
@@ -109,16 +120,27 @@ class RedisBackend(ClientBackend):
     # -- data path -----------------------------------------------------------------------------
 
     def write(self, key: str, source: ByteSource) -> IOTiming:
-        return server.rerouted(self._client, self._redirects, self._write, key, source)
+        with self._unanswered.watching():
+            return server.rerouted(self._client, self._redirects, self._write, key, source)
 
     def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
-        return server.rerouted(self._client, self._redirects, self._read, key, size, sink)
+        with self._unanswered.watching():
+            return server.rerouted(self._client, self._redirects, self._read, key, size, sink)
 
     def read_range(self, key: str, offset: int, out: memoryview) -> None:
         if len(out):
-            server.rerouted(self._client, self._redirects, self._read_range, key, offset, out)
+            with self._unanswered.watching():
+                server.rerouted(self._client, self._redirects, self._read_range, key, offset, out)
 
     def delete(self, key: str) -> None:
+        """Unlink the entry's parts; while the server does not answer, not sent (its part count stays known,
+        for the close's cleanup or, failing that, the leftovers)."""
+        if self._unanswered.now:
+            return
+        with self._unanswered.watching():
+            self._delete(key)
+
+    def _delete(self, key: str) -> None:
         if self._is_shared(key):
             self._shared.release_latest(key)  # deleting what this process does not hold touches nothing
             return
@@ -234,11 +256,55 @@ class RedisBackend(ClientBackend):
             super().close()
 
     def _cleanup(self) -> None:
-        """Unlink this run's private keys; shared entries were released by ``close``.  Never FLUSH."""
+        """Unlink this run's private keys, waiting at most ``cleanup_timeout``; shared entries were released
+        by ``close``.  Never FLUSH.  The keys left when the deadline passes are listed and recorded."""
         with self._lock:
-            self._parts.clear()
-        server.unlink_matching(self._client, self.key_prefix)
+            parts, self._parts = dict(self._parts), {}
+        failure = within(self.cleanup_timeout_s, lambda: server.unlink_matching(self._client, self.key_prefix),
+                         name=f"kvbench-redis-cleanup-{self.context.tier_name}")
+        if failure is None:
+            return
+        keys = sorted(f"{self.key_prefix}{{{key}}}:p{i}" for key, count in parts.items() for i in range(count))
+        self._left = record(Leftovers(self._place, self.context.run_id, {"prefix": self.key_prefix, "keys": keys}))
+        self._notes.append(
+            f"{self.context.label('redis')}: could not clean up ({type(failure).__name__}: {failure}): {len(keys)} "
+            f"keys left under {self.key_prefix} on {self.endpoint} (listed in sections.leftovers); the next run on "
+            "this server removes them, or kvbench clean SPEC")
+
+    @property
+    def _place(self) -> str:
+        """Where leftovers are recorded for: the server (its endpoint and database)."""
+        return f"redis {self.endpoint}/{self.endpoint.db}"
+
+    def _remove_recorded_leftovers(self) -> None:
+        """What earlier runs recorded as left on this server: unlinked (under the cleanup deadline), said."""
+        for left in pending(self._place):
+            prefix = str(left.items.get("prefix", ""))
+            if not prefix.startswith("kvbench:") or prefix.startswith("kvbench:shared:"):
+                continue  # only a run's private prefix: never a shared namespace, never a user's keys
+            failure = within(self.cleanup_timeout_s, lambda prefix=prefix: server.unlink_matching(
+                self._client, prefix), name="kvbench-redis-leftovers")
+            if failure is None:
+                forget(left)
+                self._notes.append(f"{self.context.label('redis')}: removed what run {left.run_id} left under "
+                                   f"{prefix} on {self.endpoint} ({left.count} keys listed)")
+
+    def notes(self) -> list[str]:
+        return list(self._notes)
+
+    def leftovers(self) -> dict[str, Any] | None:
+        if self._left is None:
+            return None
+        return {**self._left.items, "record": str(self._left.path) if self._left.path else None}
 
     def counters(self) -> dict[str, Any] | None:
         """What the shared namespace did to this process's stores and holds (see ``SharedHolds``)."""
         return {"shared": self._shared.counters()} if self._shared is not None else None
+
+
+def _timeouts() -> tuple[type[BaseException], ...]:
+    """redis-py's errors of a server that does not answer: timeouts and lost or refused connections."""
+    from redis.exceptions import ConnectionError as NoConnection
+    from redis.exceptions import TimeoutError as NoAnswer
+
+    return (NoConnection, NoAnswer)

@@ -61,5 +61,9 @@ OPTIONS_SCHEMA: dict[str, Any] = {
                                        "private to its run"},
         "connect_timeout": {**_DURATION, "default": "5s"},
         "socket_timeout": {**_DURATION, "default": "30s"},
+        "cleanup_timeout": {**_DURATION, "default": "30s",
+                            "description": "the most the close's cleanup waits for the server: the keys left "
+                                           "then are listed in the result and removed by the next run on the "
+                                           "server, or by kvbench clean SPEC"},
     },
 }
