@@ -41,7 +41,8 @@ def shortened(tmp_path: Path, name: str, **options: Any) -> dict[str, Any]:
 
 @needs_nixl
 def test_posix_spec_runs(tmp_path: Path) -> None:
-    code, _, stderr = run_cli(tmp_path, shortened(tmp_path, "nixl-posix", path=str(tmp_path / "kv")))
+    # 2 s: the spec runs, not its status (too few requests for a p95: inconclusive, exit 7 without --exit-zero)
+    code, _, stderr = run_cli(tmp_path, shortened(tmp_path, "nixl-posix", path=str(tmp_path / "kv")), "--exit-zero")
     assert code == 0, stderr
     assert not (tmp_path / "kv").exists()
 
@@ -51,7 +52,7 @@ def test_posix_spec_runs(tmp_path: Path) -> None:
 def test_obj_spec_runs(tmp_path: Path, moto_server: MotoServer) -> None:
     spec = shortened(tmp_path, "nixl-obj", endpoint_url=moto_server.url, bucket="kvbn-spec", transfer_size="1MiB")
     spec["model"] = {"name": "llama3.2-1b", "dtype": "bf16"}  # smaller entries: moto is slow on two cores
-    code, _, stderr = run_cli(tmp_path, spec)
+    code, _, stderr = run_cli(tmp_path, spec, "--exit-zero")  # 2 s: too few requests for a p95 (inconclusive)
     assert code == 0, stderr
 
 
