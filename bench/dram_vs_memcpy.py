@@ -13,8 +13,9 @@ same size (the floor it must stay at or below) and, for reference, ``memcpy`` in
 (the destination the tier used before, which stays in the cache).
 
 Every measure runs once per repeat, in an order that rotates, so drift hits all alike.  Prints one JSON
-document with the medians (GB/s, 10^9 bytes), the tier / memcpy ratios and every repeat; record them in
-docs/PERFORMANCE.md.
+document with the medians (GB/s, 10^9 bytes), the ratios of the medians, the paired ratios (median and
+range of the per-repeat ratios: the figure to quote on a machine whose load drifts) and every repeat;
+record them in docs/PERFORMANCE.md.
 
     .venv/bin/python bench/dram_vs_memcpy.py --entry-mib 256 --entries 2 --repeats 9
 """
@@ -114,6 +115,14 @@ def main() -> None:
             entries[:] = [backend._entry(key) for key in keys]
     backend.close()
     median = {name: statistics.median(values) for name, values in runs.items()}
+
+    def paired(tier: str, floor: str) -> dict[str, float]:
+        """The median and range of the per-repeat ratios: both measured minutes apart at most, so drift in
+        the machine's load between repeats cancels, which a ratio of two medians does not do."""
+        ratios = [a / b for a, b in zip(runs[tier], runs[floor], strict=True)]
+        return {"median": round(statistics.median(ratios), 3), "min": round(min(ratios), 3),
+                "max": round(max(ratios), 3)}
+
     print(json.dumps({
         "entry_mib": args.entry_mib, "entries": args.entries, "repeats": args.repeats,
         "restore_ring_mib": backend._restore.nbytes >> 20,
@@ -121,6 +130,9 @@ def main() -> None:
         "write_tier_over_memcpy": round(median["write_tier"] / median["write_memcpy"], 3),
         "read_tier_over_memcpy_ring": round(median["read_tier"] / median["read_memcpy_ring"], 3),
         "one_buffer_over_ring": round(median["read_memcpy_one_buffer"] / median["read_memcpy_ring"], 3),
+        "paired": {"write_tier_over_memcpy": paired("write_tier", "write_memcpy"),
+                   "read_tier_over_memcpy_ring": paired("read_tier", "read_memcpy_ring"),
+                   "one_buffer_over_ring": paired("read_memcpy_one_buffer", "read_memcpy_ring")},
         "runs": {name: [round(value, 3) for value in values] for name, values in runs.items()},
         "load_average": os.getloadavg(),
     }, indent=2))
