@@ -3,6 +3,8 @@ answer with its bootstrap interval, on scripted samples with known latencies."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -75,6 +77,14 @@ def test_the_p99_target_is_judged_once_it_is_a_percentile() -> None:
     assert forty.classes["responsive"].service_p99_ms == pytest.approx(250.0)
 
 
+def test_a_load_at_which_requests_failed_is_over_whatever_the_served_ones_say() -> None:
+    step = JudgedStep(8, 0.0, min_requests=20, max_step_s=60.0)
+    step.add(dataclasses.replace(sample(5.0, {"responsive": [0.01] * 30}), failed_requests=2))
+    judged = step.judge()
+    assert (judged.verdict, judged.failed) == (OVER, 2) and judged.reason.startswith("2 requests failed")
+    assert answer([step_at(4, [0.01] * 30), judged]).load == 4
+
+
 def test_a_step_without_its_requests_is_not_judged_and_its_rates_are_weighted_by_time() -> None:
     step = JudgedStep(4, 10.0, min_requests=20, max_step_s=60.0)
     step.add(sample(12.0, {"responsive": [0.01] * 5}, tokens_per_s=100.0, split={"queue": 1.0, "dram read host": 3.0},
@@ -119,9 +129,11 @@ def test_a_step_counts_the_requests_issued_once_the_old_loads_last_one_finished(
     load.issued(11.5)
     load.finished(late := done(11.5, 11.7))
     load.add(late)
-    histograms, split = load.take()
+    load.issued(12.0)
+    load.finished(dataclasses.replace(done(12.0, 12.1), kind="failed", outcome=None))
+    histograms, split, failed = load.take()
     assert histograms["responsive"].count == 1 and histograms["responsive"].max == pytest.approx(0.2)
-    assert split == {"queue": 0.0}
+    assert (split, failed) == ({"queue": 0.0}, 1)
 
 
 def test_an_open_loops_arrival_rate_changes_live_from_the_instant_it_is_set() -> None:

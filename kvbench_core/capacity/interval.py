@@ -108,9 +108,11 @@ def _merge(group: list[Step]) -> Step:
                 histograms[name] = copy.deepcopy(histogram)
     worst = max(judged, key=lambda s: -math.inf if s.saturation is None else s.saturation)
     classes = _reread(worst, histograms)
+    failed = sum(s.failed for s in group)
     verdict = worst.verdict if worst.verdict == NOT_JUDGED else (
-        OVER if any(c.saturation > 1.0 for c in classes.values()) else WITHIN)
-    return Step(**{**vars(worst), "histograms": histograms, "classes": classes, "verdict": verdict})
+        OVER if failed or any(c.saturation > 1.0 for c in classes.values()) else WITHIN)
+    return Step(**{**vars(worst), "histograms": histograms, "classes": classes, "verdict": verdict,
+                   "failed": failed})
 
 
 def _reread(step: Step, histograms: dict[str, Any]) -> dict[str, Any]:
@@ -126,14 +128,15 @@ def _reread(step: Step, histograms: dict[str, Any]) -> dict[str, Any]:
 
 
 def _saturation(step: Step) -> float:
-    """Not judged reads as over: a load whose p95 was not measured is not known to be within."""
-    return math.inf if step.verdict == NOT_JUDGED or step.saturation is None else step.saturation
+    """Not judged reads as over: a load whose p95 was not measured is not known to be within; nor is one at
+    which requests failed."""
+    return math.inf if step.verdict == NOT_JUDGED or step.saturation is None or step.failed else step.saturation
 
 
 def _resampled_saturation(step: Step, replicates: int, rng: np.random.Generator) -> np.ndarray:
     """The step's saturation in each bootstrap replicate: the worst of its classes' p95 / SLA p95 (and p99 /
     SLA p99 where the step judged the p99), each class's requests redrawn from its merged histogram."""
-    if step.verdict == NOT_JUDGED or not step.classes:
+    if step.verdict == NOT_JUDGED or not step.classes or step.failed:
         return np.full(replicates, np.inf)
     ratios = []
     for name, figures in step.classes.items():

@@ -76,6 +76,7 @@ class Step:
     split: dict[str, float]  # share of the requests' service time: queue, "<tier> <op> device|host"
     reason: str = ""
     histograms: dict[str, Any] = field(default_factory=dict, repr=False)
+    failed: int = 0  # requests of the step that failed: any makes it over (not served is not within)
 
     @property
     def requests(self) -> int:
@@ -106,7 +107,7 @@ class Step:
                 "generated_tokens_per_s": round(self.generated_tokens_per_s, 3),
                 "requests_per_s": round(self.requests_per_s, 3),
                 "tiers": {t: {k: round(v, 4) for k, v in row.items()} for t, row in self.tiers.items()},
-                "split": {part: round(share, 4) for part, share in self.split.items()},
+                "split": {part: round(share, 4) for part, share in self.split.items()}, "failed": self.failed,
                 "histograms": {q: h.to_dict() for q, h in self.histograms.items()}}
 
     @classmethod
@@ -116,7 +117,7 @@ class Step:
                    verdict=data["verdict"], reason=data.get("reason", ""),
                    classes={q: ClassFigures(**c) for q, c in data["classes"].items()},
                    generated_tokens_per_s=data["generated_tokens_per_s"], requests_per_s=data["requests_per_s"],
-                   tiers=data["tiers"], split=data["split"],
+                   tiers=data["tiers"], split=data["split"], failed=int(data.get("failed", 0)),
                    histograms={q: histogram(h) for q, h in data.get("histograms", {}).items()})
 
 
@@ -133,6 +134,7 @@ class JudgedStep:
         self._tier_bytes: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self._sla_p95_s: dict[str, float] = {}
         self._sla_p99_s: dict[str, float] = {}
+        self._failed = 0
 
     def add(self, sample: TelemetrySample) -> None:
         """One decision's sample: its requests' histograms merged in, its rates weighted by its length."""
@@ -144,6 +146,7 @@ class JudgedStep:
                 self._histograms[name].merge(histogram)
             else:
                 self._histograms[name] = copy.deepcopy(histogram)
+        self._failed += sample.failed_requests
         for part, seconds in sample.service_split_s.items():
             self._split[part] += seconds
         self._tokens += sample.generated_tokens_per_s * span
@@ -179,14 +182,16 @@ class JudgedStep:
         else:
             worst = max(classes, key=lambda q: classes[q].saturation)
             figures = classes[worst]
-            verdict = WITHIN if all(c.saturation <= 1.0 for c in classes.values()) else OVER
+            verdict = WITHIN if all(c.saturation <= 1.0 for c in classes.values()) and not self._failed else OVER
             reason = f"{worst} {figures.limit()} over {sum(c.requests for c in classes.values())} requests"
+            if self._failed:
+                reason = f"{self._failed} requests failed at this load; {reason}"
         span = max(self.duration_s, 1e-9)
         return Step(load=self.load, started_s=self.started_s, duration_s=self.duration_s, verdict=verdict,
                     classes=classes, generated_tokens_per_s=self._tokens / span,
                     requests_per_s=sum(h.count for h in self._histograms.values()) / span,
                     tiers=self._tiers(span), split=self._shares(), reason=reason,
-                    histograms=dict(self._histograms))
+                    histograms=dict(self._histograms), failed=self._failed)
 
     def _figures(self, name: str, histogram: Any) -> ClassFigures:
         return ClassFigures.of(histogram, self._sla_p95_s[name] * 1000.0, self._sla_p99_s.get(name, 0.0) * 1000.0)

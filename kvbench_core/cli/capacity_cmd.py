@@ -139,7 +139,7 @@ def plan_lines(plan: RunPlan, *, budget: float, warmup: float, search_s: float, 
              f"  budget {budget:g} s = warm-up {warmup:g} s + search {search_s:g} s + drain limit {drain:g} s "
              "(set-up, preload and clean-up come on top)",
              f"  doubling from {start}{unit}, then bisection to {float(options['resolution']):.0%} "
-             f"(at least 1{unit}), at most {ceiling}{unit}",
+             f"(at least 1{unit.rstrip('s')}), at most {ceiling}{unit}",
              f"  each step: at least {float(options['interval_s']):g} s and until every QoS class has "
              f"{options['min_requests']} completed requests; over the SLA if not after "
              f"{float(options['max_step_s']):g} s",

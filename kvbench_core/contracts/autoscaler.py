@@ -45,6 +45,8 @@ class TelemetrySample:
     tier_bytes_per_s: dict[str, dict[str, float]] = field(default_factory=dict)
     #: Open loop: the load is the arrival rate, set by ``Decision.arrival_scale``; ``users`` does not set it.
     open_loop: bool = False
+    #: Requests issued at the current load whose storage failed (or found no tier with room) this interval.
+    failed_requests: int = 0
 
     @property
     def throughput_tokens_per_s(self) -> float:

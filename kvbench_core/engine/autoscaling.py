@@ -26,7 +26,7 @@ def telemetry_sample(series: list[dict[str, Any]], *, t_s: float, interval_s: fl
         return sum(p[count] for p in window) / span if span > 0 else 0.0
 
     last = window[-1] if window else {}
-    histograms, split = load.take() if load is not None else ({}, {})
+    histograms, split, failed = load.take() if load is not None else ({}, {}, 0)
     return TelemetrySample(
         t_s=t_s, users=users, requests=sum(p["requests"] for p in window),
         generated_tokens_per_s=rate("generated_tokens"), context_tokens_per_s=rate("context_tokens"),
@@ -38,7 +38,7 @@ def telemetry_sample(series: list[dict[str, Any]], *, t_s: float, interval_s: fl
         sla_p99_s={q: c.p99_target_s for q, c in qos.items()},
         storage_p95_s=(last.get("storage_p95_ms") or 0.0) / 1000.0,
         service_histograms=histograms, service_split_s=split, tier_bytes_per_s=_tier_rates(window, span),
-        open_loop=open_loop,
+        open_loop=open_loop, failed_requests=failed,
     )
 
 

@@ -34,6 +34,7 @@ class LoadRequests:
     def _reset(self) -> None:
         self.service: dict[str, LatencyHistogram] = defaultdict(LatencyHistogram)
         self.split_s: dict[str, float] = defaultdict(float)
+        self.failed = 0  # requests of this load whose storage failed or found no room: not served at all
 
     def load_changed(self, now: float) -> None:
         """The user count changed at ``now``: requests issued from here count once the old ones finished."""
@@ -46,7 +47,10 @@ class LoadRequests:
         self._outstanding[now] += 1
 
     def finished(self, done: Finished) -> None:
-        """Any request that ended (completed, failed or cancelled): the old load's last one settles the step."""
+        """Any request that ended (completed, failed or cancelled): the old load's last one settles the step;
+        a failed one of this load is counted (a load at which requests fail is not one the system carries)."""
+        if done.kind in ("failed", "write_failed") and done.enqueued >= self.since:
+            self.failed += 1
         if not self._outstanding.get(done.enqueued):
             return
         self._outstanding[done.enqueued] -= 1
@@ -69,8 +73,9 @@ class LoadRequests:
                 self.split_s[f"{record.tier} {record.op} device"] += device
                 self.split_s[f"{record.tier} {record.op} host"] += record.timing.total - device
 
-    def take(self) -> tuple[dict[str, LatencyHistogram], dict[str, float]]:
-        """What was booked since the last decision; the next decision starts empty."""
-        taken = dict(self.service), dict(self.split_s)
+    def take(self) -> tuple[dict[str, LatencyHistogram], dict[str, float], int]:
+        """What was booked since the last decision (histograms, time split, failed requests); the next
+        decision starts empty."""
+        taken = dict(self.service), dict(self.split_s), self.failed
         self._reset()
         return taken
