@@ -86,6 +86,10 @@ def _with_samples(result: dict[str, Any], samples: np.ndarray, wall_start: float
     metrics["window"].update(started_at=wall_start, ended_at=io[1], monotonic_start=monotonic_start)
     write.update(bytes=nbytes, ops=len(samples), first_start=monotonic_start + io[0] - wall_start,
                  last_end=monotonic_start + io[1] - wall_start)
+    # the device's window (booked by time): the same bytes and span, so the bandwidth is known too
+    write["device"]["window"].update(bytes=nbytes, first_start=write["first_start"], last_end=write["last_end"])
+    write["device"]["warmup"]["bytes"] = write["device"]["drain"]["bytes"] = 0
+    write["device"]["moved_bytes"] = nbytes
     return crafted
 
 
@@ -285,3 +289,25 @@ def test_the_merged_declaration_is_the_whole_runs_not_client_0s(single: Any) -> 
     assert tiers["working_set_vs_tier"]["value"] == {"stored_bytes": 400, "multiple_of_capacity": {"nvme": 1.5}}
     assert workload["prefix_reuse_rate"]["value"] == 5 / 8
     assert workload["input_length_mean"]["value"] == merged["workload"]["stats"]["input_length"]["mean"]
+
+
+@pytest.mark.slow
+def test_three_clients_merge_their_series_on_one_wall_clock_grid(tmp_path: Path) -> None:
+    """#28 §4: merged by position, timestamps went backwards and the intervals added up to more than the
+    window, and kvbench's own check skipped the merged series.  On one grid: increasing, covering the merged
+    window exactly, every client's counts in it, and window_series / tier_bytes checked like a single run's."""
+    spec = tiny_spec(tmp_path, duration="2s", workload={"users": 3, "users_scope": "split", "max_inflight": 2})
+    done = _run_cli(["run", str(spec), "--clients", "3", "--exit-zero"])
+    assert done.returncode == 0, done.stderr
+    result = _only_result(tmp_path)
+    series, metrics, clients = result["timeseries"], result["metrics"], result["clients"]
+    times = [p["t_s"] for p in series]
+    assert times == sorted(times) and len(set(times)) == len(times)
+    covered = sum(p["interval_s"] for p in series)
+    assert covered == pytest.approx(metrics["window"]["measured_s"], abs=0.0005 * len(series))
+    for name in ("requests", "generated_tokens"):
+        assert sum(p[name] for p in series) == pytest.approx(sum(p[name] for c in clients for p in c["timeseries"]))
+    checked = {item["name"]: item["passed"] for item in result["checks"]["items"]}
+    assert checked["window_series"] and checked["tier_bytes.nvme.write"], result["checks"]["violations"]
+    offsets = [c["window_offset_s"] for c in clients]
+    assert min(offsets) == 0.0 and all(0 <= o < 5 for o in offsets)

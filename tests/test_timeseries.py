@@ -72,17 +72,32 @@ def test_an_intervals_p95_is_over_the_operations_it_books() -> None:
     assert row["read_bytes"] == 4096 and row["read_p95_ms"] == pytest.approx(200.0, rel=0.02)
 
 
-def test_merged_points_add_counts_and_divide_once() -> None:
-    """Client a's last interval lasted 5 s, b's 2.5 s: summing b's rate (over 2.5 s) with a's over-counts."""
-    a = {"t_s": 10.0, "interval_s": 5.0, "users": 1, "requests": 5, "generated_tokens": 500, "context_tokens": 5000,
-         "read_bytes": 5e9, "write_bytes": 1e9, "tiers": {"nvme": {"read_bytes": 5e9, "write_bytes": 1e9}}}
-    b = {"t_s": 7.5, "interval_s": 2.5, "users": 1, "requests": 5, "generated_tokens": 500, "context_tokens": 5000,
-         "read_bytes": 5e9, "write_bytes": 1e9, "tiers": {"nvme": {"read_bytes": 5e9, "write_bytes": 1e9}}}
-    [merged] = _merge_series([[a], [b]])
-    assert merged["read_bytes"] == 10e9 and merged["interval_s"] == 5.0
-    assert merged["read_bytes_per_s"] == pytest.approx(2e9)  # 10 GB over the 5 s interval, not 1 + 2 GB/s
-    assert merged["generated_tokens_per_s"] == pytest.approx(200.0)
-    assert merged["tiers"]["nvme"]["read_bytes_per_s"] == pytest.approx(2e9)
+def _client(opened: float, points: list[tuple[float, float, float]]) -> Any:
+    """A client's result: its window opened at ``opened`` (wall clock); points (t_s, interval_s, read bytes)."""
+    from types import SimpleNamespace
+
+    series = [{"t_s": t, "interval_s": span, "users": 1, "requests": 1, "generated_tokens": 10,
+               "context_tokens": 100, "read_bytes": nbytes, "write_bytes": 0,
+               "tiers": {"nvme": {"read_bytes": nbytes, "write_bytes": 0}}} for t, span, nbytes in points]
+    return SimpleNamespace(result={"metrics": {"window": {"started_at": opened}}, "timeseries": series})
+
+
+def test_merged_points_are_placed_on_one_wall_clock_grid() -> None:
+    """#28 §4: merged by position, a 3-client run's timestamps went backwards and its intervals added up to
+    14.73 s for a 12.39 s window.  Client b opened 0.5 s after a: each of its points straddles two of the
+    grid's intervals and goes half to each; the grid covers the merged window, counts add up exactly, and a
+    rate is the interval's summed count over its own length (never a sum of rates)."""
+    gb = 1e9
+    a = _client(100.0, [(1.0, 1.0, gb), (2.0, 1.0, gb)])
+    b = _client(100.5, [(1.0, 1.0, gb), (2.0, 1.0, gb)])
+    merged = _merge_series([a, b], {"window": {"started_at": 100.0, "ended_at": 102.5}},
+                           {"output": {"interval": 1.0}})
+    assert [(p["t_s"], p["interval_s"], p["clients"]) for p in merged] == [(1.0, 1.0, 2), (2.0, 1.0, 2), (2.5, 0.5, 1)]
+    assert [p["read_bytes"] for p in merged] == [1.5 * gb, 2 * gb, 0.5 * gb]
+    assert merged[-1]["read_bytes_per_s"] == pytest.approx(1 * gb)  # 0.5 GB over its 0.5 s
+    assert merged[1]["tiers"]["nvme"]["read_bytes_per_s"] == pytest.approx(2 * gb)
+    assert sum(p["requests"] for p in merged) == pytest.approx(4) and sum(p["interval_s"] for p in merged) == 2.5
+    assert [p["users"] for p in merged] == [2, 2, 2]  # gauges: both clients were measuring at every end
 
 
 def test_tokens_per_second_means_one_thing_everywhere(run_spec: Any) -> None:

@@ -17,6 +17,8 @@ The rules (seed §11.6; docs/scale-out.md):
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,12 +86,12 @@ def merge_results(clients: list[ClientReport], *, mode: str, label: str, run_id:
         spec=SpecRecord.from_json(spec_section(spec, as_written)), model=base["model"],
         environment=base["environment"], declaration=declaration,
         warnings=_merged_warnings(reported, label, declaration),
-        workload=workload, metrics=metrics, timeseries=tuple(_merge_series([c.result["timeseries"] for c in reported])),
+        workload=workload, metrics=metrics, timeseries=tuple(_merge_series(reported, metrics, spec)),
         autoscaling={"trajectory": [], "summary": {}, "note": f"each {label} scales its own users: see "
                                                               "clients[].autoscaling"},
         sections={}, errors=_merged_errors(reported, label),
         scale_out=_scale_out(clients, mode=mode, label=label, spec=spec),
-        clients=tuple(_client_section(c, label) for c in clients), checks={})
+        clients=tuple(_client_section(c, label, metrics.get("window")) for c in clients), checks={})
     merged = document.to_json()
     merged["checks"] = run_checks(merged)
     # The merged counts decide (results/status.py), with every client's own violated invariants beside the
@@ -170,29 +172,112 @@ def _scale_out(clients: list[ClientReport], *, mode: str, label: str, spec: dict
         "cache_subdirectory": f"<tier path>/{label}<i>", "hosts": sorted({c.host for c in clients if c.host}),
         "clock_skew_s": round(max(released) - min(released), 6) if len(released) > 1 else 0.0,
         "merge": "percentiles from merged histograms; counts and bytes summed; bandwidth = summed bytes "
-                 "over the union of the clients' I/O windows (wall clock); time series aligned by interval",
+                 "over the union of the clients' I/O windows (wall clock); time series on one wall-clock interval grid",
     }
 
 
-def _merge_series(series: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Aggregate points by interval index (clients start measuring together and share the interval).
+def _merge_series(clients: list[ClientReport], metrics: dict[str, Any], spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The clients' points on one wall-clock interval grid: ``output.interval`` steps from the merged window's start
+    (the first client's window open) to its end (the last one's close), the last one partial, so the merged
+    series covers the merged window as a single run's covers its own and is checked the same way.
 
-    Counts and occupancy add up; rates are the summed counts over the merged interval's length, never a
-    sum of rates measured over different lengths (a client's last, shorter interval would be overweighted).
+    Each client's point covers a wall-clock span (its window's open, ``metrics.window.started_at``, is its
+    offset to the common start, plus the point's ``t_s``); its counts go to the grid intervals it overlaps in
+    proportion to the overlap, apportioned in whole units (largest remainder), so they stay integers and add
+    up exactly.  Rates are an interval's summed counts over its own length, never a sum of rates.  Users,
+    queue and occupancy are gauges: each client's latest point ending by the interval's end (or covering it).
     Interval percentiles cannot be merged from a point's summary, so they stay in each client's own series."""
-    merged = []
-    for i in range(max((len(s) for s in series), default=0)):
-        points = [s[i] for s in series if i < len(s)]
-        span = max(p["interval_s"] for p in points)
-        counts = {name: sum(_count(p, name) for p in points) for name in SERIES_COUNTS}
-        merged.append({
-            "t_s": max(p["t_s"] for p in points), "interval_s": span, "clients": len(points),
-            "users": sum(p.get("users", 0) for p in points), "queue": sum(p.get("queue", 0) for p in points),
+    window = metrics.get("window") or {}
+    if window.get("started_at") is None or window.get("ended_at") is None:
+        return []
+    edges = _grid(window["started_at"], window["ended_at"], float(spec["output"]["interval"]))
+    spans = [_wall_points(client.result) for client in clients if client.result is not None]
+    counts: list[dict[str, float]] = [dict.fromkeys(SERIES_COUNTS, 0) for _ in edges[1:]]
+    tiers: list[dict[str, dict[str, float]]] = [{} for _ in edges[1:]]
+    present: list[int] = [0] * (len(edges) - 1)
+    for points in spans:
+        touched: set[int] = set()
+        for a, b, point in points:
+            shares = _shares(a, b, edges)
+            touched.update(index for index, _ in shares)
+            for name in SERIES_COUNTS:
+                _spread(counts, name, _count(point, name), shares)
+            for tier, figures in (point.get("tiers") or {}).items():
+                for op in ("read", "write"):
+                    moved = figures.get(f"{op}_bytes", figures.get(f"{op}_bytes_per_s", 0.0) * point["interval_s"])
+                    _spread([row.setdefault(tier, {}) for row in tiers], f"{op}_bytes", moved, shares)
+        for index in touched:
+            present[index] += 1
+    return [_grid_point(edges, i, counts[i], tiers[i], present[i], spans) for i in range(len(edges) - 1)]
+
+
+def _grid(start: float, end: float, step_s: float) -> list[float]:
+    """The grid's edges: ``step_s`` apart from ``start``, the last one ``end`` (a shorter last interval)."""
+    edges = [start]
+    while edges[-1] < end - 1e-6:
+        edges.append(min(edges[-1] + step_s, end))
+    edges[-1] = end
+    return edges if len(edges) > 1 else []
+
+
+def _wall_points(result: dict[str, Any]) -> list[tuple[float, float, dict[str, Any]]]:
+    """A client's points as (wall start, wall end, point); none for a client that measured nothing."""
+    opened = ((result.get("metrics") or {}).get("window") or {}).get("started_at")
+    if opened is None:
+        return []
+    return [(opened + p["t_s"] - p["interval_s"], opened + p["t_s"], p) for p in result.get("timeseries") or []]
+
+
+def _shares(a: float, b: float, edges: list[float]) -> list[tuple[int, float]]:
+    """(grid interval, share) of point [a, b]: its overlap with each interval ÷ its overlap with the whole grid,
+    so a point is placed whole even where clock rounding puts an edge a millisecond outside the grid; an empty
+    point (or one outside) goes wholly to the interval holding its instant."""
+    inside = min(b, edges[-1]) - max(a, edges[0])
+    if inside <= 0:
+        instant = min(max(a, edges[0]), edges[-1])
+        return [(min(bisect.bisect_right(edges, instant), len(edges) - 1) - 1, 1.0)]
+    shares = [(i, (min(b, right) - max(a, left)) / inside) for i, (left, right) in enumerate(itertools.pairwise(edges))
+              if min(b, right) > max(a, left)]
+    whole = sum(share for _, share in shares)
+    return [(i, share / whole) for i, share in shares]
+
+
+def _spread(rows: list[dict[str, float]], name: str, total: float, shares: list[tuple[int, float]]) -> None:
+    """Add ``total`` to ``rows[i][name]`` by the shares: whole units by largest remainder for a count (so the
+    parts are integers that add up to it), in proportion for a rate-derived float (an old result's)."""
+    if isinstance(total, int):
+        parts = [int(total * share) for _, share in shares]
+        order = sorted(range(len(shares)), key=lambda k: total * shares[k][1] - parts[k], reverse=True)
+        for k in order[:total - sum(parts)]:
+            parts[k] += 1
+    else:
+        parts = [total * share for _, share in shares]
+    for (index, _), part in zip(shares, parts, strict=True):
+        rows[index][name] = rows[index].get(name, 0) + part
+
+
+def _grid_point(edges: list[float], i: int, counts: dict[str, float], tiers: dict[str, dict[str, float]],
+                clients: int, spans: list[list[tuple[float, float, dict[str, Any]]]]) -> dict[str, Any]:
+    """Interval ``i`` of the merged grid: its counts, rates over its length, and the clients' gauges."""
+    left, right = edges[i], edges[i + 1]
+    span = right - left
+    gauges = [gauge for gauge in (_gauge(points, right) for points in spans) if gauge is not None]
+    for row in tiers.values():
+        for op in ("read", "write"):
+            row[f"{op}_bytes"] = row.get(f"{op}_bytes", 0)
+            row[f"{op}_bytes_per_s"] = row[f"{op}_bytes"] / max(span, 1e-9)
+    return {"t_s": round(right - edges[0], 3), "interval_s": round(span, 3), "clients": clients,
+            "users": sum(p.get("users", 0) for p in gauges), "queue": sum(p.get("queue", 0) for p in gauges),
             **counts, **series_rates(counts, span),
-            "occupancy": sum_dicts(p.get("occupancy", {}) for p in points),
-            "tiers": _merge_tier_points(points, span),
-        })
-    return merged
+            "occupancy": sum_dicts(p.get("occupancy", {}) for p in gauges), "tiers": tiers}
+
+
+def _gauge(points: list[tuple[float, float, dict[str, Any]]], right: float) -> dict[str, Any] | None:
+    """A client's state at the grid interval's end: its latest point ending by then, else one covering it."""
+    ended = [p for a, b, p in points if b <= right + 1e-6]
+    if ended:
+        return ended[-1]
+    return next((p for a, b, p in points if a <= right), None)
 
 
 def _count(point: dict[str, Any], name: str) -> float:
@@ -201,19 +286,6 @@ def _count(point: dict[str, Any], name: str) -> float:
         return point[name]
     rate = {"generated_tokens": "tokens_per_s"}.get(name, f"{name}_per_s")
     return point.get(rate, 0.0) * point["interval_s"]
-
-
-def _merge_tier_points(points: list[dict[str, Any]], span: float) -> dict[str, dict[str, float]]:
-    """Per tier: bytes summed, bandwidth = summed bytes / the merged interval."""
-    out: dict[str, dict[str, float]] = {}
-    for point in points:
-        for tier, figures in (point.get("tiers") or {}).items():
-            row = out.setdefault(tier, {})
-            for op in ("read", "write"):
-                moved = figures.get(f"{op}_bytes", figures.get(f"{op}_bytes_per_s", 0.0) * point["interval_s"])
-                row[f"{op}_bytes"] = row.get(f"{op}_bytes", 0) + moved
-                row[f"{op}_bytes_per_s"] = row[f"{op}_bytes"] / max(span, 1e-9)
-    return out
 
 
 def _merge_workload(sections: list[dict[str, Any]], source: dict[str, Any]) -> dict[str, Any]:
@@ -241,7 +313,9 @@ def _merge_length_stats(stats: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # -- per-client sections -------------------------------------------------------------------------------
-def _client_section(client: ClientReport, label: str) -> dict[str, Any]:
+def _client_section(client: ClientReport, label: str, window: dict[str, Any] | None) -> dict[str, Any]:
+    """One client's own figures; ``window_offset_s`` is its window's open after the first client's (wall
+    clock): where its own series' points sit on the merged grid."""
     section: dict[str, Any] = {
         "index": client.index, "host": client.host, "pid": client.pid, "run_id": client.run_id,
         "seed": client.seed, "users": client.users, "directories": client.directories,
@@ -255,6 +329,7 @@ def _client_section(client: ClientReport, label: str) -> dict[str, Any]:
         "status": result["run"]["status"], "stop_reason": result["run"]["stop_reason"],
         "error": result["run"]["error"], "traced": result["run"]["traced"],
         "phases_s": result["run"].get("phases_s") or {},
+        "window_offset_s": _offset(result, window),
         "metrics": _without_histograms(result["metrics"]),
         "workload": {k: v for k, v in result["workload"].items() if k != "source"},
         "timeseries": result["timeseries"],
@@ -263,6 +338,12 @@ def _client_section(client: ClientReport, label: str) -> dict[str, Any]:
         "errors": result["errors"],
         "checks": result.get("checks"),
     }
+
+
+def _offset(result: dict[str, Any], window: dict[str, Any] | None) -> float | None:
+    opened = ((result.get("metrics") or {}).get("window") or {}).get("started_at")
+    return None if opened is None or not window or window.get("started_at") is None \
+        else round(opened - window["started_at"], 6)
 
 
 def _without_histograms(metrics: dict[str, Any]) -> dict[str, Any]:
