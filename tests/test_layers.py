@@ -1,8 +1,7 @@
 """The core's rooms import only downwards (docs/ARCHITECTURE.md, "The packages"): a module may import its
-own room or a lower floor, never a higher one, function-level imports included.  The one exception is
-written in the map: the public conformance suite drives a backend through the engine's factory, as a run
-does.  And a plugin comes in through one door: ``kvbench_core.contracts`` (plus ``kvbench_core.filetiers``,
-what file-backed tiers share), never the engine, the spec loader, results or reports."""
+own room or a lower floor, never a higher one, function-level imports included.  And a plugin comes in
+through one door: ``kvbench_core.contracts`` (plus ``kvbench_core.filetiers``, what file-backed tiers
+share), never the engine, the spec loader, results or reports."""
 
 from __future__ import annotations
 
@@ -22,8 +21,8 @@ PLUGIN_CLIENT_MODULES = ("__main__.py",)
 PLUGIN_TO_PLUGIN = {("kvbench_nixl", "kvbench_s3")}
 FLOOR = {"contracts": 1, "spec": 2, "filetiers": 2, "codecs": 3, "capacity": 3, "builtins": 3, "engine": 4,
          "results": 5, "reports": 5, "exports": 5, "kvio": 5, "scaleout": 6, "forecast": 6, "cli": 7}
-#: (importing package, imported room): the conformance suite exercises backends the way a run does.
-ALLOWED_UPWARDS = {("kvbench_core.contracts.conformance", "engine")}
+#: (importing package, imported room): none; the conformance suite builds its tiers through the registry.
+ALLOWED_UPWARDS: set[tuple[str, str]] = set()
 
 
 def imported_modules(path: Path) -> Iterator[tuple[int, str]]:

@@ -8,6 +8,7 @@ class is *selected*, fsspec-style, so ``kvbench plugins`` works without them.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import importlib.util
 import sys
@@ -18,7 +19,9 @@ from typing import Any
 import pluggy
 
 from kvbench_core.contracts import hookspecs
+from kvbench_core.contracts.backend import BackendContext, StorageBackend
 from kvbench_core.contracts.errors import MissingDependency, SpecError
+from kvbench_core.contracts.validation import validate_or_raise
 
 hookimpl = pluggy.HookimplMarker("kvbench")
 
@@ -123,6 +126,20 @@ def require_dependencies(cls: type, *, what: str) -> None:
     for module, hint in getattr(cls, "requires", {}).items():
         if importlib.util.find_spec(module) is None:
             raise MissingDependency(f"{what} needs the Python package '{module}': {hint}")
+
+
+def new_backend(name: str, options: dict[str, Any], context: BackendContext, *, path: str,
+                options_path: str | None = None) -> StorageBackend:
+    """An unopened backend of the registered ``name``, its options judged as a spec's tier options are
+    (schema, ``check_options``, ``requires``): what a caller with no run plan builds a tier through (the
+    conformance suite, ``plugins --conformance``, a vendor's own tests).  Errors name ``path``
+    (``options_path`` for the options, by default ``<path>.options``: a command line names its flag)."""
+    cls = lookup("backend", name, path=f"{path}.backend")
+    options_path = options_path or f"{path}.options"
+    validate_or_raise(options, cls.options_schema, root=options_path)
+    cls.check_options(options, options_path)  # what the schema cannot say, as spec validation asks it
+    require_dependencies(cls, what=f"{path} (backend '{name}')")
+    return cls(dict(options), dataclasses.replace(context, options_path=options_path))
 
 
 def extra_schema() -> dict[str, Any]:

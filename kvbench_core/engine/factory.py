@@ -3,16 +3,14 @@ entry of a spec for a caller that has no plan (``plugins --conformance``, ``repl
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from kvbench_core.codecs.stage import with_codec
 from kvbench_core.contracts.backend import BackendContext, StorageBackend
-from kvbench_core.contracts.plugins import lookup, require_dependencies
-from kvbench_core.contracts.validation import validate_or_raise
+from kvbench_core.contracts.plugins import new_backend, require_dependencies
 from kvbench_core.spec.codec_choices import check_codec
-from kvbench_core.spec.plan import PluginChoice, freeze, thaw
+from kvbench_core.spec.plan import PluginChoice, thaw
 
 
 def require_backend(choice: PluginChoice) -> None:
@@ -33,12 +31,7 @@ def create_backend(tier: dict[str, Any], context: BackendContext, *, path: str =
     """An unopened backend for ``{name, backend, options, codec}`` outside a run plan: its options are
     validated against the backend's schema here; errors name ``path`` (``options_path`` for the options,
     by default ``<path>.options``: a command line names the flag the user wrote them in)."""
-    cls = lookup("backend", tier["backend"], path=f"{path}.backend")
-    options = dict(tier.get("options") or {})
-    options_path = options_path or f"{path}.options"
-    validate_or_raise(options, cls.options_schema, root=options_path)
-    cls.check_options(options, options_path)  # what the schema cannot say, as spec validation asks it
+    backend = new_backend(tier["backend"], dict(tier.get("options") or {}), context, path=path,
+                          options_path=options_path)
     codec = check_codec(tier.get("codec"), path=path)  # any form the spec allows, resolved
-    choice = PluginChoice(kind="backend", name=tier["backend"], cls=cls, field=path,
-                          options=freeze(options))
-    return build_backend(choice, dataclasses.replace(context, options_path=options_path), codec=codec)
+    return with_codec(backend, codec, path=path)

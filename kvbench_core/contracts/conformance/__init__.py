@@ -22,7 +22,7 @@ That collects ``test_conformance[<check>]`` once per check in ``CHECKS``
 (``pytest -k round_trip`` selects one).  Optional hooks, override as needed:
 
 - ``make_backend(context, tmp_path)``: build the unopened backend yourself
-  (default: the real selection path, ``kvbench_core.engine.factory.create_backend``,
+  (default: the registry's selection path, ``kvbench_core.contracts.plugins.new_backend``,
   so option validation and ``requires`` are exercised too).
 - ``remaining_entries(backend)``: after ``close()``, what of this run is still
   stored (file names, keys, objects).  Without it the ``cleanup`` check skips.

@@ -17,16 +17,14 @@ from kvbench_core.contracts.conformance.harness import BackendHarness, CheckSkip
 from kvbench_core.contracts.conformance.lifecycle import reopen_probe
 from kvbench_core.contracts.conformance.pytest_plugin import SETTINGS
 from kvbench_core.contracts.conformance.suite import BackendConformance, FileTierConformance, substitute_tmp_path
-from kvbench_core.contracts.plugins import registry
+from kvbench_core.contracts.plugins import new_backend, registry
 
 _OWNS_A_DIRECTORY = bool(SETTINGS.backend and registry("backend")[SETTINGS.backend].directory_option)
 
 
 def _create(options: dict[str, object], context: BackendContext, tmp_path: Path, flag: str) -> StorageBackend:
-    from kvbench_core.engine.factory import create_backend
-
-    tier = {"name": "conformance", "backend": SETTINGS.backend, "options": substitute_tmp_path(options, tmp_path)}
-    return create_backend(tier, context, path="--kvbench-conformance", options_path=flag)
+    return new_backend(SETTINGS.backend, substitute_tmp_path(options, tmp_path), context,
+                       path="--kvbench-conformance", options_path=flag)
 
 
 class TestConformance(FileTierConformance if _OWNS_A_DIRECTORY else BackendConformance):  # type: ignore[misc]

@@ -144,7 +144,7 @@ def kvbench_scratch_tier(tmp_path: Path) -> Iterator[Callable[..., Any]]:
     directory under ``tmp_path``; a unique run id each; every one closed after the test."""
     from kvbench_core.contracts.backend import BackendContext
     from kvbench_core.contracts.conformance.suite import substitute_tmp_path
-    from kvbench_core.engine.factory import create_backend
+    from kvbench_core.contracts.plugins import new_backend
 
     opened: list[Any] = []
 
@@ -153,10 +153,9 @@ def kvbench_scratch_tier(tmp_path: Path) -> Iterator[Callable[..., Any]]:
         if not name:
             raise pytest.UsageError("kvbench_scratch_tier: name a backend, or run with --kvbench-conformance")
         chosen = options if options is not None else (SETTINGS.options if name == SETTINGS.backend else {})
-        tier = {"name": "scratch", "backend": name, "options": substitute_tmp_path(chosen, tmp_path)}
         context = BackendContext(tier_name="scratch", run_id=f"scratch-{uuid.uuid4().hex[:8]}",
                                  concurrency=concurrency)
-        backend = create_backend(tier, context, path="kvbench_scratch_tier")
+        backend = new_backend(name, substitute_tmp_path(chosen, tmp_path), context, path="kvbench_scratch_tier")
         backend.open()
         opened.append(backend)
         return backend

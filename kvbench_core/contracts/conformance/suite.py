@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import itertools
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -17,6 +16,7 @@ from kvbench_core.contracts.conformance.checks import CHECKS
 from kvbench_core.contracts.conformance.harness import BackendHarness, CheckSkipped
 from kvbench_core.contracts.conformance.lifecycle import remaining_files
 from kvbench_core.contracts.payload import NoisePool, VerifySink
+from kvbench_core.contracts.plugins import new_backend
 
 
 def substitute_tmp_path(value: Any, tmp_path: Path) -> Any:
@@ -30,7 +30,6 @@ def substitute_tmp_path(value: Any, tmp_path: Path) -> Any:
     return value
 
 
-_tier_counter = itertools.count()
 
 
 class BackendConformance:
@@ -45,11 +44,8 @@ class BackendConformance:
 
     def make_backend(self, context: BackendContext, tmp_path: Path) -> StorageBackend:
         """The unopened backend under test; by default through the same factory a run spec uses."""
-        from kvbench_core.engine.factory import create_backend
-
-        tier = {"name": f"conformance{next(_tier_counter)}", "backend": self.backend_name,
-                "options": substitute_tmp_path(self.backend_options, tmp_path)}
-        return create_backend(tier, context, path=f"{type(self).__name__}.backend_options")
+        return new_backend(self.backend_name, substitute_tmp_path(self.backend_options, tmp_path), context,
+                           path=f"{type(self).__name__}.backend_options")
 
     def remaining_entries(self, backend: StorageBackend) -> Iterable[str] | None:
         """Override: what ``backend`` (already closed) left stored.  None skips the cleanup check."""
@@ -111,12 +107,10 @@ class FileTierConformance(BackendConformance):
         return remaining_files(backend.options[self._directory_option()])
 
     def make_dead_backend(self, context: BackendContext, tmp_path: Path) -> StorageBackend | None:
-        from kvbench_core.engine.factory import create_backend
-
         (tmp_path / "plain-file").write_text("not a directory")
         options = {**substitute_tmp_path(self.backend_options, tmp_path),
                    self._directory_option(): str(tmp_path / "plain-file" / "tier")}
-        return create_backend({"name": "dead", "backend": self.backend_name, "options": options}, context)
+        return new_backend(self.backend_name, options, context, path="tier")
 
 
 # --- helpers for a tier's own tests -----------------------------------------------------------
