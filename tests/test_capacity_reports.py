@@ -47,6 +47,16 @@ def test_the_summary_says_the_answer_of_a_judged_search(searched: dict[str, Any]
     assert curve_lines(searched)[0].split()[0] == "users"
 
 
+def test_the_answer_is_what_its_steps_say_and_an_edited_one_fails_the_checks(searched: dict[str, Any]) -> None:
+    from kvbench_core.results.checks import run_checks
+
+    names = {item["name"]: item["passed"] for item in searched["checks"]["items"]}
+    assert names["capacity_answer"] and names["capacity_ci_low"] and names["capacity_ci_high"]
+    edited = copy.deepcopy(searched)
+    edited["autoscaling"]["summary"]["max_users_within_sla"] += 7
+    assert any(line.startswith("capacity_answer: ") for line in run_checks(edited)["violations"])
+
+
 def test_every_report_carries_the_curve(searched: dict[str, Any], tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     pytest.importorskip("xlsxwriter")

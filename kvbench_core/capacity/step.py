@@ -112,13 +112,16 @@ class Step:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], histogram: Callable[[dict[str, Any]], Any]) -> Step:
-        """A recorded step; ``histogram`` rebuilds a histogram from its dict (``LatencyHistogram.from_dict``)."""
+        """A recorded step; ``histogram`` rebuilds a histogram from its dict (``LatencyHistogram.from_dict``).
+        A class's figures are read again from its histogram where the step kept it (the record rounds them)."""
+        histograms = {q: histogram(h) for q, h in data.get("histograms", {}).items()}
+        classes = {q: ClassFigures.of(histograms[q], c["sla_p95_ms"], c.get("sla_p99_ms", 0.0)) if q in histograms
+                   else ClassFigures(**c) for q, c in data["classes"].items()}
         return cls(load=data["load"], started_s=data["started_s"], duration_s=data["duration_s"],
-                   verdict=data["verdict"], reason=data.get("reason", ""),
-                   classes={q: ClassFigures(**c) for q, c in data["classes"].items()},
+                   verdict=data["verdict"], reason=data.get("reason", ""), classes=classes,
                    generated_tokens_per_s=data["generated_tokens_per_s"], requests_per_s=data["requests_per_s"],
                    tiers=data["tiers"], split=data["split"], failed=int(data.get("failed", 0)),
-                   histograms={q: histogram(h) for q, h in data.get("histograms", {}).items()})
+                   histograms=histograms)
 
 
 class JudgedStep:

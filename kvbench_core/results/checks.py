@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from kvbench_core.results.capacity_check import capacity_answer
+
 GB = 1e9
 #: Relative slack for figures computed along two float paths (counts compare exactly).
 REL_TOL = 1e-6
@@ -259,7 +261,7 @@ def run_checks(result: dict[str, Any]) -> dict[str, Any]:
     found = [*_tier_bytes(metrics, series), *_requests(metrics, series), *_logical_bytes(metrics),
              *_command_bytes(metrics), *bytes_by_time(metrics), *_reads(metrics), *_decode_bytes(result, metrics),
              *_written(metrics), *_stored_entries(metrics), *_throughput(metrics), *_window(result, metrics, series),
-             *_integrity(metrics)]
+             *_integrity(metrics), *capacity_answer(result, _check)]
     violations = [c.line() for c in found if not c.passed]
     return {"passed": not violations, "violations": violations,
             "items": [{**asdict(c), "expected": _json_number(c.expected), "observed": _json_number(c.observed)}
