@@ -182,3 +182,24 @@ def test_a_completed_run_exits_0_and_says_so(tmp_path: Path, capsys: Any) -> Non
     code, _, result = _run(tmp_path, small_spec(requests=MIN_REQUESTS_FOR_P95))
     assert code == 0 and result["run"]["status"] == "completed" and result["checks"]["passed"]
     assert capsys.readouterr().out.startswith("t [completed] request count reached; 20 requests completed\n")
+
+
+def test_a_violated_invariant_fails_the_run_and_exits_8(tmp_path: Path, capsys: Any,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, ``INVARIANT VIOLATED`` was printed and the run exited 0.  The violation is injected into the
+    run's own checks (a real run's checks hold): what is tested is what the status and the exit code do."""
+    from kvbench_core.results import result as builder
+
+    real = builder.run_checks
+
+    def one_violated(document: dict[str, Any]) -> dict[str, Any]:
+        checks = real(document)
+        return {**checks, "passed": False, "violations": ["series_requests: injected (expected 20, found 19)"]}
+
+    monkeypatch.setattr(builder, "run_checks", one_violated)
+    code, _, result = _run(tmp_path, small_spec(requests=MIN_REQUESTS_FOR_P95), "--exit-zero")
+    assert code == 8  # the opt-out does not cover a failed run
+    assert (result["run"]["status"], result["run"]["status_rule"]) == ("failed", "invariant")
+    out, err = capsys.readouterr()
+    assert out.startswith("t [failed] invariant violated: series_requests: injected (expected 20, found 19)\n")
+    assert err.strip() == "kvbench: error: invariant violated: series_requests: injected (expected 20, found 19)"
