@@ -91,6 +91,9 @@ EDITS: list[tuple[str, Edit, str, str]] = [
     ("spec edited, hash kept", _spec_edited, "format, schema and spec hash", "spec.as_written does not hash"),
     ("status splendid", _scale("run.status", to="splendid"), "format, schema and spec hash", "run/status"),
     ("format 999", _scale("kvbench_result", to=999), "format, schema and spec hash", "kvbench_result is 999"),
+    ("status degraded", _scale("run.status", to="degraded"), "status re-derived", "the rules give 'completed'"),
+    ("an error recorded, completed kept", _scale("run.error", to="tier disk: No space left on device"),
+     "status re-derived", "the rules give 'failed'"),
     ("interval rate x2", lambda doc: doc["timeseries"][0].update(read_bytes_per_s=doc["timeseries"][0]
                                                                  ["read_bytes_per_s"] * 2 + 1),
      "figures re-derived", "timeseries[0].read_bytes_per_s"),

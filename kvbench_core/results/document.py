@@ -297,7 +297,9 @@ class ResultDocument:
             return trials_verdict(runs, self.trials.requested)
         data = self.to_json()
         checked = {**data, "checks": run_checks(data)}
-        return decide_result(checked, recorded_stop(self.run.to_json()))
+        # An error recorded stopped the run (unless a signal did first), whatever status the file claims.
+        stopped = recorded_stop(self.run.to_json()) or ("failed" if self.run.error else None)
+        return decide_result(checked, stopped)
 
 
 def _tuple(items: Any) -> tuple[Any, ...] | None:
