@@ -23,6 +23,7 @@ KNOWN = {
     "results/status.py:decide",  # helper B1's status rules
     "results/detected_declaration.py:network_fields",  # the declaration that fills itself (issue #31 §4)
     "results/merge.py:_grid_point",  # the merged series on one wall-clock grid (issue #28 §4, in progress)
+    "results/merge.py:_merge_series",
     "reports/capacity.py:curve_figure",  # helper C1's capacity curve
     "reports/capacity.py:curve_numbers",
     "reports/verdicts.py:dominant_share",  # helper C1's verdicts
