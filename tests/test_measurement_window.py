@@ -244,6 +244,10 @@ def test_the_summary_says_where_a_long_run_spent_its_time_outside_the_window() -
     line, = phase_lines({"setup": 3.1, "warmup": 0.0, "measured": 20.0, "drain": 107.2, "cleanup": 24.0})
     assert line == "  outside the window: set-up 3.1 s, drain 107.2 s, cleanup 24.0 s (run.phases_s; " \
                    "not in the figures above)"
+    # A 30 s window with 7 s of file deletion after it (#32 §4): the cleanup alone earns the line
+    line, = phase_lines({"setup": 1.5, "warmup": 5.0, "measured": 30.0, "drain": 0.4, "cleanup": 7.0})
+    assert line == "  outside the window: set-up 1.5 s, warm-up 5.0 s, drain 0.4 s, cleanup 7.0 s " \
+                   "(run.phases_s; not in the figures above)"
 
 
 def test_a_signal_landing_inside_a_failures_stop_is_applied_after_it_not_half_way(tmp_path: Any) -> None:

@@ -167,6 +167,8 @@ def _count(n: int, noun: str) -> str:
 
 #: Time outside the measured window worth a line of the summary (seconds, and share of the window).
 OUTSIDE_WINDOW_S, OUTSIDE_WINDOW_SHARE = 10.0, 0.5
+#: Cleanup (deleting the run's entries) worth the line by itself: it follows the result, so nothing else says it.
+CLEANUP_LINE_S = 2.0
 PHASE_WORDS = {"setup": "set-up", "warmup": "warm-up"}  # run.phases_s keys as the summary writes them
 
 
@@ -175,7 +177,8 @@ def phase_lines(phases: dict[str, float]) -> list[str]:
     16: a Test 4 run spent 107 s draining and 24 s deleting its files around a 20 s window)."""
     outside = {name: seconds for name, seconds in phases.items() if name != "measured"}
     total = sum(outside.values())
-    if total < OUTSIDE_WINDOW_S or total < OUTSIDE_WINDOW_SHARE * phases.get("measured", 0.0):
+    large = total >= OUTSIDE_WINDOW_S and total >= OUTSIDE_WINDOW_SHARE * phases.get("measured", 0.0)
+    if not large and phases.get("cleanup", 0.0) < CLEANUP_LINE_S:
         return []
     parts = ", ".join(f"{PHASE_WORDS.get(name, name)} {seconds:.1f} s"
                       for name, seconds in outside.items() if seconds >= 0.05)
