@@ -50,6 +50,7 @@ from kvbench_core.contracts.plugins import get_plugin_manager  # noqa: E402
 COMMAND_MODULES = [
     "run_cmd",
     "capacity_cmd",
+    "forecast_cmd",
     "report_cmd",
     "compare_cmd",
     "export_cmd",

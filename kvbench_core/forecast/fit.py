@@ -45,13 +45,15 @@ class OpModel:
 
     def service_s(self, nbytes: int) -> float:
         """Seconds one operation of ``nbytes`` takes once the tier serves it."""
-        commands = max(1, math.ceil(nbytes / self.command_bytes))
+        share = max(nbytes / self.command_bytes, 1e-9)  # commands' worth of bytes, as the run's mean
+        commands = math.ceil(share)
         start = self._cursor
         end = start + commands
         if end > len(self.pool):
             start, end = 0, commands
         self._cursor = end
-        return float(self.pool[start:end].sum()) * self.host_scale / self.speedup
+        # ``commands`` draws, weighted to ``share`` of them: a part-filled last command costs its share
+        return float(self.pool[start:end].sum()) * (share / commands) * self.host_scale / self.speedup
 
 
 @dataclass
@@ -96,13 +98,16 @@ def fit_op(tier: str, op: str, figures: dict[str, Any], measured_s: float, seed:
     if not figures.get("ops"):
         return None
     histograms = figures.get("histograms") or {}
-    command = histograms.get("command") or {}
     total = histograms.get("total") or {}
-    if not command.get("count") or not total.get("count"):
-        raise ForecastRefused(f"forecast: the result has no command latency histogram for tier '{tier}' {op} "
-                              "(metrics.tiers.<tier>.<op>.histograms.command): nothing to fit")
-    commands = int(figures.get("commands") or command["count"])
-    command_bytes = float(figures.get("command_bytes") or figures["bytes"]) / max(1, commands)
+    if not total.get("count"):
+        raise ForecastRefused(f"forecast: the result has no latency histogram for tier '{tier}' {op} "
+                              "(metrics.tiers.<tier>.<op>.histograms.total): nothing to fit")
+    command = histograms.get("command") or {}
+    if command.get("count"):
+        commands = int(figures.get("commands") or command["count"])
+        command_bytes = float(figures.get("command_bytes") or figures["bytes"]) / max(1, commands)
+    else:  # a tier that reports no device commands: each operation is one command of its mean size
+        command, command_bytes = total, float(figures["bytes"]) / int(figures["ops"])
     op_seconds = float(total["total"])
     command_seconds = float(command["total"])
     rng = np.random.default_rng([seed, zlib.crc32(f"{tier}.{op}".encode())])
@@ -110,6 +115,20 @@ def fit_op(tier: str, op: str, figures: dict[str, Any], measured_s: float, seed:
                    host_scale=op_seconds / command_seconds if command_seconds > 0 else 1.0,
                    concurrency=op_seconds / measured_s if measured_s > 0 else 1.0,
                    pool=_pool(command, rng))
+
+
+def request_overhead_s(result: dict[str, Any]) -> float:
+    """Seconds of a request's storage time spent outside its tier operations (the executor, the cache's
+    bookkeeping, Python on a loaded machine), per request: the measured storage total minus every tier
+    operation's total, over the requests.  The simulation holds the worker that long too."""
+    metrics = result.get("metrics") or {}
+    storage = ((metrics.get("histograms") or {}).get("storage") or {})
+    requests = int(storage.get("count") or 0)
+    if not requests:
+        return 0.0
+    ops = sum(float(((figures.get(op) or {}).get("histograms") or {}).get("total", {}).get("total") or 0.0)
+              for figures in (metrics.get("tiers") or {}).values() for op in ("read", "write"))
+    return max(0.0, (float(storage.get("total") or 0.0) - ops) / requests)
 
 
 def fit_tiers(result: dict[str, Any], *, workers: int, clients: int, seed: int = 0) -> dict[str, TierModel]:

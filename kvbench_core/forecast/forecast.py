@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from kvbench_core.contracts.errors import ForecastRefused, InputFileError
-from kvbench_core.forecast.fit import TierModel, fit_tiers
+from kvbench_core.forecast.fit import TierModel, fit_tiers, request_overhead_s
 from kvbench_core.forecast.simulation import Simulation, Tally
 from kvbench_core.forecast.whatif import capacities, check_concurrency, check_tiers, parse_tier_changes
 from kvbench_core.spec.loader import load_plan
@@ -61,7 +61,8 @@ class Forecaster:
         check_tiers(plan, models, changes)
         check_concurrency(plan, self.measured_plan, models, clients)
         started = time.perf_counter()
-        tally = Simulation(plan, models, clients=clients, capacities=capacities(plan, self.result, changes)).run()
+        tally = Simulation(plan, models, clients=clients, capacities=capacities(plan, self.result, changes),
+                           overhead_s=request_overhead_s(self.result)).run()
         figures = figures_of(tally, plan, {name for name, model in models.items() if model.volatile})
         figures["users"] = plan.workload.users
         figures["clients"] = clients

@@ -71,7 +71,7 @@ class Simulation:
     """One forecast: ``plan`` (with its what-ifs applied) on ``clients`` clients over the fitted ``models``."""
 
     def __init__(self, plan: RunPlan, models: dict[str, TierModel], *, clients: int,
-                 capacities: dict[str, float]) -> None:
+                 capacities: dict[str, float], overhead_s: float = 0.0) -> None:
         self.simpy = simpy_module()
         self.env = self.simpy.Environment()
         self.plan, self.models, self.clients, self.capacities = plan, models, clients, capacities
@@ -84,6 +84,7 @@ class Simulation:
         self.shared = {name: self.simpy.Resource(self.env, capacity=model.servers)
                        for name, model in models.items() if not model.volatile}
         self.priority = {name: cls.priority for name, cls in plan.qos.items()}
+        self.overhead_s = overhead_s  # a request's storage time outside its operations (fit.request_overhead_s)
 
     def run(self) -> Tally:
         for index in range(self.clients):
@@ -160,6 +161,7 @@ class Simulation:
             if self.window.start <= env.now <= self.window.end:
                 booked = self.tally.tier_bytes.setdefault(tier, {"read": 0, "write": 0})
                 booked[op] += nbytes
+        yield env.timeout(self.overhead_s)
         served = env.now
         client.workers.release(worker)
         yield env.timeout(request.generate_tokens * self.plan.workload.generation_s_per_token)
