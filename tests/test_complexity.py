@@ -33,8 +33,6 @@ KNOWN = {
     "reports/compare.py:compare",
     "reports/compare_specs.py:effective",
     "reports/compare_plots.py:class_p95",
-    "reports/plots.py:_tier_rates",
-    "reports/plots.py:_latency_cdf",
 }
 
 

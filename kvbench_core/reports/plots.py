@@ -179,9 +179,12 @@ def _tier_rates(series: list[dict[str, Any]]) -> dict[str, tuple[list[float], li
                               [p.get("write_bytes_per_s", 0.0) for p in series])}
     order = list(dict.fromkeys(name for p in series for name in (p.get("occupancy") or {})))
     names.sort(key=lambda n: order.index(n) if n in order else len(order))
-    return {name: ([((p.get("tiers") or {}).get(name) or {}).get("read_bytes_per_s", 0.0) for p in series],
-                   [((p.get("tiers") or {}).get(name) or {}).get("write_bytes_per_s", 0.0) for p in series])
-            for name in names}
+    return {name: (_tier_rate(series, name, "read"), _tier_rate(series, name, "write")) for name in names}
+
+
+def _tier_rate(series: list[dict[str, Any]], name: str, op: str) -> list[float]:
+    """One tier's bytes/s of ``op`` per point (0 where a point does not name the tier)."""
+    return [((p.get("tiers") or {}).get(name) or {}).get(f"{op}_bytes_per_s", 0.0) for p in series]
 
 
 def _tier_colors(names: list[str]) -> dict[str, str]:
@@ -268,19 +271,23 @@ def _latency_cdf(result: dict[str, Any]) -> Any:
         _service_table(grid[0][1], service, metrics.get("qos") or {})
     for row, (name, tier) in zip(grid[1 if service else 0:], tiers.items(), strict=True):
         for axes, op in zip(row, ("read", "write"), strict=True):
-            hists = tier[op]["histograms"]
-            _tail_axes(axes, f"{name} {op} per KV entry ({tier[op]['ops']} ops)")
-            if not hists["total"]["count"]:
-                axes.text(0.5, 0.5, "no operations", ha="center", va="center", transform=axes.transAxes)
-                continue
-            shown: list[float] = []
-            for layer, color, style in LAYERS:
-                shown += _tail_step(axes, hists[layer], color=color, linestyle=style, label=layer)
-            _decades_only(axes, shown)
-            _p95_marker(axes, hists["total"], "black")
-            axes.legend(loc="lower left", fontsize="x-small")
+            _op_tail(axes, f"{name} {op} per KV entry ({tier[op]['ops']} ops)", tier[op]["histograms"])
     figure.suptitle(_title(result, "latency tail view (requests vs SLA, then tier operations)"))
     return figure
+
+
+def _op_tail(axes: Any, title: str, hists: dict[str, Any]) -> None:
+    """One tier op's tail per latency layer, its total's p95 marked ("no operations" when it had none)."""
+    _tail_axes(axes, title)
+    if not hists["total"]["count"]:
+        axes.text(0.5, 0.5, "no operations", ha="center", va="center", transform=axes.transAxes)
+        return
+    shown: list[float] = []
+    for layer, color, style in LAYERS:
+        shown += _tail_step(axes, hists[layer], color=color, linestyle=style, label=layer)
+    _decades_only(axes, shown)
+    _p95_marker(axes, hists["total"], "black")
+    axes.legend(loc="lower left", fontsize="x-small")
 
 
 def _service_tail(axes: Any, service: dict[str, dict[str, Any]], qos: dict[str, Any]) -> None:
