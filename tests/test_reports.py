@@ -164,8 +164,9 @@ def test_tier_iops_are_entry_operations_per_second_of_the_active_window(run: tup
         for op in ("read", "write"):
             stats, figures = tier[op], op_figures(tier, op)
             assert figures["iops"] * stats["active_window_s"] == pytest.approx(stats["ops"])
-            # the same window as the bandwidth: IOPS x mean entry size = bandwidth
-            assert figures["iops"] * stats["bytes"] / stats["ops"] / 1e9 == pytest.approx(figures["bandwidth_gb_s"])
+            # the same window as the bandwidth, whose GB are the device's in the window (booked by time, #28 §1)
+            assert figures["gb"] == stats["device"]["window"]["bytes"] / 1e9
+            assert figures["gb"] / stats["active_window_s"] == pytest.approx(figures["bandwidth_gb_s"])
             assert figures["capacity_gib"] * (1 << 30) == tier["capacity_bytes"]
     assert _number_format("read p95 ms") == _number_format("capacity GiB") == "#,##0.000"
     assert _number_format("IOPS") == _number_format("ops") == "#,##0"

@@ -8,9 +8,12 @@ carries the figures' statistics; ``figure_values`` reads either kind.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from kvbench_core.results.metrics import peak_io_bandwidth
 
 
 @dataclass(frozen=True)
@@ -42,9 +45,14 @@ HEADLINE = (
     Figure("storage_throughput_tokens_per_sec", "Storage throughput", "tok/s", "higher",
            "generated tokens / the sum of per-request storage time (L2)"),
     Figure("nvme_read_device_p95_ms", "Storage read device P95", "ms", "lower",
-           "device p95 (L4) of reads on the first persistent tier"),
+           "the seed's read device p95 (np.load: the file's read and its deserialisation): the whole read (L3) "
+           "on the first persistent tier"),
+    Figure("nvme_read_device_only_p95_ms", "Storage read device-only P95", "ms", "lower",
+           "device p95 (L4) of reads on the first persistent tier: nvme's syscalls alone"),
     Figure("nvme_write_device_p95_ms", "Storage write device P95", "ms", "lower",
-           "device p95 (L4) of writes on the first persistent tier"),
+           "device p95 (L4) of writes on the first persistent tier (the seed's flush + fsync)"),
+    Figure("nvme_tokens_processed", "Tokens through storage", "", "higher",
+           "tokens' bytes the first persistent tier read and wrote for the window's requests / bytes per token"),
     Figure("end_to_end_latency_p95_ms", "End-to-end latency P95", "ms", "lower",
            "request enqueued to response complete (L1), p95 over all QoS classes"),
     Figure("cache_hit_rate", "Cache hit rate", "", "higher",
@@ -53,6 +61,11 @@ HEADLINE = (
            "requests finished inside the measured window"),
 )
 STORAGE_P95 = Figure("storage_latency_p95_ms", "Storage latency P95", "ms", "lower")
+PEAK_IO = Figure("peak_io_bandwidth_gb_s", "Peak I/O bandwidth", "GB/s", "higher",
+                 "the persistent tier's highest read + write GB/s over the time series' intervals")
+#: The headline figures that are the first persistent tier's: their labels name it.
+PERSISTENT_FIGURES = frozenset({"nvme_read_device_p95_ms", "nvme_read_device_only_p95_ms",
+                                "nvme_write_device_p95_ms", "nvme_tokens_processed"})
 
 
 def _bandwidth(op: str) -> Callable[[dict[str, Any]], float | None]:
@@ -81,8 +94,13 @@ def measured_figures(result: dict[str, Any]) -> dict[str, FigureValue]:
     """The key figures of one run's result (not a trials summary), in display order."""
     metrics = result.get("metrics") or {}
     head = metrics.get("headline") or {}
-    out = {f.key: FigureValue(f, head.get(f.key)) for f in HEADLINE}
+    tier = head.get("persistent_tier")
+    out = {f.key: FigureValue(dataclasses.replace(f, label=f"{f.label} ({tier})")
+                              if tier and f.key in PERSISTENT_FIGURES else f, head.get(f.key)) for f in HEADLINE}
     out[STORAGE_P95.key] = FigureValue(STORAGE_P95, (metrics.get("latency_ms") or {}).get("storage", {}).get("p95"))
+    peak = peak_io_bandwidth(result)
+    out[PEAK_IO.key] = FigureValue(dataclasses.replace(PEAK_IO, label=f"{PEAK_IO.label} ({tier})") if tier
+                                   else PEAK_IO, None if peak is None else peak / 1e9)
     for tier_name, tier in (metrics.get("tiers") or {}).items():
         for suffix, label, unit, better, get in TIER_FIGURES:
             figure = Figure(f"{tier_name}.{suffix}", f"{tier_name} {label}", unit, better)
@@ -101,8 +119,9 @@ def figure_values(result: dict[str, Any]) -> dict[str, FigureValue]:
 
 
 def op_figures(tier: dict[str, Any], op: str) -> dict[str, float | None]:
-    """One tier operation's table figures, in the units the reports name: capacity in GiB (2^30), bytes in
-    GB and bandwidth in GB/s (10^9), IOPS = entry operations per second of the op's active window (first
+    """One tier operation's table figures, in the units the reports name: capacity in GiB (2^30), the device's
+    bytes in the window (booked by time) in GB and bandwidth in GB/s (10^9), IOPS = the window's requests'
+    entry operations per second of the op's active window (first
     start to last end, the same window as the bandwidth), device commands per second likewise; a shared
     tier's stores without a transfer (``dedup_stores``, ``dedup_bytes``: docs/metrics.md) beside them,
     in no other figure."""
@@ -113,6 +132,7 @@ def op_figures(tier: dict[str, Any], op: str) -> dict[str, float | None]:
     return {"capacity_gib": None if capacity is None else capacity / (1 << 30), "ops": stats.get("ops", 0),
             "iops": stats.get("ops", 0) / window if window else None, "commands": stats.get("commands"),
             "commands_per_s": (stats.get("commands") or 0) / window if window else None,
-            "gb": stats.get("bytes", 0) / 1e9, "bandwidth_gb_s": None if bandwidth is None else bandwidth / 1e9,
+            "gb": ((stats.get("device") or {}).get("window") or {}).get("bytes", stats.get("bytes", 0)) / 1e9,
+            "bandwidth_gb_s": None if bandwidth is None else bandwidth / 1e9,
             "active_window_s": window, "errors": stats.get("errors"),
             "dedup_stores": stats.get("dedup_stores", 0), "dedup_gb": stats.get("dedup_bytes", 0) / 1e9}

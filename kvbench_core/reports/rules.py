@@ -230,8 +230,13 @@ def trials_completed(evidence: Evidence) -> RuleOutcome:
 
 
 def no_failed_writes(evidence: Evidence) -> RuleOutcome:
+    """Every measured trial, whatever its status: a degraded trial is the one with failed writes, so
+    judging only the completed ones printed "pass" for it."""
+    measured = [t for t in evidence.trials if t.metrics]
+    if not measured:
+        return RuleOutcome("no failed writes", False, "no trial measured: no writes to judge")
     bad = []
-    for trial in evidence.completed():
+    for trial in measured:
         metrics = trial.metrics
         errors = sum(t["write"]["errors"] for t in metrics["tiers"].values())
         failed = metrics["requests"]["failed"]
@@ -284,13 +289,20 @@ def not_traced(evidence: Evidence) -> RuleOutcome:
 
 
 def system_documented(evidence: Evidence) -> RuleOutcome:
+    """The seed's checklist: CPU, RAM and the NVMe model (with the OS): the model of the block device under
+    every file tier, as the run detected it (``environment.paths.<tier>.block_device.model``)."""
     environments = [t.environment for t in evidence.trials] or [evidence.result.environment]
     missing = sorted({label for env in environments
                       for label, key in (("CPU model", "cpu_model"), ("RAM size", "ram_bytes"), ("OS", "os"))
                       if not env.get(key)})
+    missing += sorted({f"the storage device model under tier {tier}" for env in environments
+                       for tier, path in (env.get("paths") or {}).items()
+                       if not ((path or {}).get("block_device") or {}).get("model")})
+    if not any(env.get("paths") for env in environments):
+        missing.append("the NVMe model (no file tier's block device recorded)")
     ok = not missing
-    return RuleOutcome("system info documented", ok, "CPU model, RAM and OS recorded" if ok
-                       else f"missing from the environment: {', '.join(missing)}")
+    return RuleOutcome("system info documented", ok, "CPU model, RAM, OS and the storage device model recorded"
+                       if ok else f"missing from the environment: {', '.join(missing)}")
 
 
 #: What every rule set checks first: the document is what kvbench wrote, and every figure in it re-derives.
