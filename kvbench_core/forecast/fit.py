@@ -1,21 +1,22 @@
 """Service models fitted from a measured result: what one operation of a given size costs on each tier.
 
 The raw material is what every result already records per tier and operation (docs/metrics.md): the
-device commands' latency histogram (``metrics.tiers.<t>.<op>.histograms.command``), their bytes and count,
-and the operations' own latency total.  An operation of ``n`` bytes is modelled as ``ceil(n / c)`` commands
-(``c`` the measured mean command size) whose latencies are drawn from the measured histogram, scaled by the
-measured ratio of operation time to command time (the host work around the commands).  Each tier serves
-at most ``k`` operations at once, ``k`` the most the measured run could have had in flight there (its
-workers; all clients' workers at a persistent tier they share): those latencies were measured with up to
-``k`` operations in flight, so up to ``k`` an operation costs what it cost in the measured run, and past it
-operations queue.  So the bandwidth ceiling the model assumes is the one measured at the measured
-concurrency: it forecasts a tier pushed past it as saturated, never faster, and one given fewer operations
-at once as no faster either (an upper bound on latency there).
+operations' latency histogram (``metrics.tiers.<t>.<op>.histograms.total``), their count and bytes.  An
+operation of ``n`` bytes costs a latency drawn from that histogram, scaled by ``n`` over the measured mean
+operation size: the measured tail keeps its shape (a slow fsync slows a whole entry, which a sum of
+independent per-command draws averaged away: that first model forecast the p95 of specs/quickstart-like
+runs 35-45 % low), and the size sets the scale, as the bytes of its device commands do.
+
+Each tier serves at most ``k`` operations at once, ``k`` the most the measured run could have had in
+flight there (its workers; all clients' workers at a persistent tier they share): those latencies were
+measured with up to ``k`` operations in flight, so up to ``k`` an operation costs what it cost in the
+measured run, and past it operations queue.  So the bandwidth ceiling the model assumes is the one
+measured at the measured concurrency: it forecasts a tier pushed past it as saturated, never faster, and
+one given fewer operations at once as no faster either (an upper bound on latency there).
 """
 
 from __future__ import annotations
 
-import math
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -36,24 +37,18 @@ class OpModel:
     tier: str
     op: str
     ops: int  # measured operations: the fit's sample size
-    command_bytes: float  # mean bytes per device command
-    host_scale: float  # operation seconds / command seconds (the host work around the commands)
-    concurrency: float  # mean operations in flight in the measured run
-    pool: np.ndarray  # command latencies (s) drawn from the measured histogram
+    mean_bytes: float  # the measured operations' mean size
+    pool: np.ndarray  # operation latencies (s) drawn from the measured histogram
     speedup: float = 1.0  # a what-if: --tier T.bandwidth=xN
     _cursor: int = 0
 
     def service_s(self, nbytes: int) -> float:
         """Seconds one operation of ``nbytes`` takes once the tier serves it."""
-        share = max(nbytes / self.command_bytes, 1e-9)  # commands' worth of bytes, as the run's mean
-        commands = math.ceil(share)
-        start = self._cursor
-        end = start + commands
-        if end > len(self.pool):
-            start, end = 0, commands
-        self._cursor = end
-        # ``commands`` draws, weighted to ``share`` of them: a part-filled last command costs its share
-        return float(self.pool[start:end].sum()) * (share / commands) * self.host_scale / self.speedup
+        if self._cursor >= len(self.pool):
+            self._cursor = 0
+        draw = float(self.pool[self._cursor])
+        self._cursor += 1
+        return draw * (nbytes / self.mean_bytes) / self.speedup
 
 
 @dataclass
@@ -74,16 +69,6 @@ class TierModel:
         return model
 
 
-@dataclass
-class MeasuredRange:
-    """What the fit saw: beyond it the model extrapolates, and past ``CONCURRENCY_REACH`` it refuses."""
-
-    users: int
-    workers: int  # worker threads per client
-    clients: int
-    measured_s: float
-
-
 def _pool(histogram: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
     """``POOL_DRAWS`` latencies drawn from a result's histogram (its buckets' representative values)."""
     sketch = LatencyHistogram.from_dict(histogram)
@@ -93,28 +78,17 @@ def _pool(histogram: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
     return rng.choice(values, size=POOL_DRAWS, p=counts / counts.sum())
 
 
-def fit_op(tier: str, op: str, figures: dict[str, Any], measured_s: float, seed: int) -> OpModel | None:
+def fit_op(tier: str, op: str, figures: dict[str, Any], seed: int) -> OpModel | None:
     """The model of ``tier``'s ``op`` from its result figures; None when the run did none."""
     if not figures.get("ops"):
         return None
-    histograms = figures.get("histograms") or {}
-    total = histograms.get("total") or {}
-    if not total.get("count"):
+    total = (figures.get("histograms") or {}).get("total") or {}
+    if not total.get("count") or not figures.get("bytes"):
         raise ForecastRefused(f"forecast: the result has no latency histogram for tier '{tier}' {op} "
                               "(metrics.tiers.<tier>.<op>.histograms.total): nothing to fit")
-    command = histograms.get("command") or {}
-    if command.get("count"):
-        commands = int(figures.get("commands") or command["count"])
-        command_bytes = float(figures.get("command_bytes") or figures["bytes"]) / max(1, commands)
-    else:  # a tier that reports no device commands: each operation is one command of its mean size
-        command, command_bytes = total, float(figures["bytes"]) / int(figures["ops"])
-    op_seconds = float(total["total"])
-    command_seconds = float(command["total"])
     rng = np.random.default_rng([seed, zlib.crc32(f"{tier}.{op}".encode())])
-    return OpModel(tier=tier, op=op, ops=int(figures["ops"]), command_bytes=max(1.0, command_bytes),
-                   host_scale=op_seconds / command_seconds if command_seconds > 0 else 1.0,
-                   concurrency=op_seconds / measured_s if measured_s > 0 else 1.0,
-                   pool=_pool(command, rng))
+    return OpModel(tier=tier, op=op, ops=int(figures["ops"]), mean_bytes=float(figures["bytes"]) / int(figures["ops"]),
+                   pool=_pool(total, rng))
 
 
 def request_overhead_s(result: dict[str, Any]) -> float:
@@ -142,7 +116,7 @@ def fit_tiers(result: dict[str, Any], *, workers: int, clients: int, seed: int =
     models = {}
     for name, figures in (metrics.get("tiers") or {}).items():
         ops = {op: model for op in ("read", "write")
-               if (model := fit_op(name, op, figures.get(op) or {}, measured_s, seed)) is not None}
+               if (model := fit_op(name, op, figures.get(op) or {}, seed)) is not None}
         volatile = bool(figures.get("volatile"))
         models[name] = TierModel(name=name, backend=str(figures.get("backend")), volatile=volatile,
                                  ops=ops, servers=max(1, workers * (1 if volatile else clients)))

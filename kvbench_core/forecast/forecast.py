@@ -68,7 +68,7 @@ class Forecaster:
         figures["clients"] = clients
         figures["wall_s"] = round(time.perf_counter() - started, 3)
         figures["fit"] = {name: {op: {"ops": model.ops, "servers": tier.servers,
-                                      "command_bytes": round(model.command_bytes)}
+                                      "mean_bytes": round(model.mean_bytes)}
                                  for op, model in tier.ops.items()} for name, tier in models.items()}
         return figures
 

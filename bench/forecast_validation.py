@@ -1,0 +1,208 @@
+"""Re-make docs/FORECAST.md's validation table: measured runs held out of the fit, predicted by
+``kvbench forecast`` from one fitted run, on two tier set-ups (DRAM+nvme, nvme+redis).
+
+    .venv/bin/python bench/forecast_validation.py [--work DIR] [--duration 30s] [--budget 4m]
+
+DRAM+nvme: fitted at 4 users (4 workers, 1 client); held out: 2, 8 and 16 users (workers = users), 2 and
+4 local clients sharing the nvme device, and the ``max users within SLA`` that ``kvbench capacity``
+measures (4 workers).  nvme+redis: fitted on 1 client; held out: 2 and 4 clients sharing the nvme device
+and one real redis-server on 127.0.0.1 (started here, on a free port, and stopped at the end).  Each
+measured run is a real ``kvbench run``; each forecast reads only the fitted run's result.  Prints the
+markdown table (with the load average at each run: the machine is shared) and writes every figure to
+``DIR/validation.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kvbench_core.forecast.forecast import Forecaster, measured_figures
+from kvbench_core.forecast.search import max_users_within_sla
+
+KVBENCH = str(Path(sys.executable).with_name("kvbench"))
+SLA = {name: {"p95": "1500ms", "p99": "5s"} for name in ("interactive", "responsive", "batch")}
+MIN_REQUESTS = 20  # a class's p95 is compared where both sides have this many requests
+
+
+def spec(work: Path, name: str, tiers: list[dict[str, Any]], *, users: int, workers: int, clients: int,
+         duration: str) -> Path:
+    """The validation's workload: small chatbot entries (0.75-6 MiB of qwen2.5-0.5b KV), so a window holds
+    enough requests per class on a slow shared disk."""
+    document = {
+        "version": 1, "name": name, "seed": 11, "clients": clients,
+        "model": {"name": "qwen2.5-0.5b", "dtype": "bf16"}, "duration": duration, "warmup": "3s",
+        "workload": {"source": "synthetic", "users": users, "max_inflight": workers, "generation": "fast",
+                     "options": {"profile_mix": {"chatbot": 1},
+                                 "qos_mix": {"interactive": 0, "responsive": 0.5, "batch": 0.5},
+                                 "profiles": {"chatbot": {"context": [64, 512], "think_s": [0.1, 0.5]}},
+                                 "multi_turn": {"turn_tokens": [32, 256]},
+                                 "prefix_caching": {"prefix_tokens": [32, 256]}}},
+        "qos": SLA, "cache": {"tiers": tiers},
+        "output": {"directory": str(work / "results" / name), "progress": "off", "exit_zero": True},
+    }
+    path = work / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def dram_nvme(work: Path) -> list[dict[str, Any]]:
+    return [{"name": "dram", "backend": "cpu", "capacity": "32MiB"},
+            {"name": "nvme", "backend": "nvme", "capacity": "2GiB",
+             "options": {"path": str(work / "kv-a"), "create": True}}]
+
+
+def nvme_redis(work: Path, port: int) -> list[dict[str, Any]]:
+    return [{"name": "nvme", "backend": "nvme", "capacity": "48MiB",
+             "options": {"path": str(work / "kv-b"), "create": True}},
+            {"name": "redis", "backend": "redis", "capacity": "2GiB", "options": {"port": port}}]
+
+
+def run(path: Path) -> tuple[Path, float]:
+    """A real ``kvbench run``: its result (the merged one for several clients) and the load average before."""
+    load = os.getloadavg()[0]
+    out = Path(yaml.safe_load(path.read_text())["output"]["directory"])
+    subprocess.run([KVBENCH, "run", str(path), "-q"], check=True, stdout=subprocess.DEVNULL)
+    return max(out.glob("*.json"), key=lambda p: p.stat().st_mtime), load
+
+
+def compare(predicted: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
+    """Relative errors: each class's p95 (both sides with 20 requests), requests/s, each tier's GB/s."""
+    p95 = {name: predicted["qos"][name]["service_p95_ms"] / q["service_p95_ms"] - 1
+           for name, q in measured["qos"].items()
+           if q["requests"] >= MIN_REQUESTS and predicted["qos"][name]["requests"] >= MIN_REQUESTS}
+    bandwidth = {}
+    for tier, ops in measured["tiers"].items():
+        moved = sum(ops.values())
+        if moved > 0:
+            bandwidth[tier] = sum(predicted["tiers"].get(tier, {}).values()) / moved - 1
+    return {"p95": p95, "throughput": predicted["requests_per_s"] / measured["requests_per_s"] - 1,
+            "bandwidth": bandwidth}
+
+
+def point(rows: list[dict[str, Any]], setup: str, held_out: str, command: str, fitted: Forecaster,
+          measured_path: Path, load: float, *, sets: list[str], clients: int | None = None) -> None:
+    predicted = fitted.forecast(sets, [], clients)
+    measured = measured_figures(json.loads(measured_path.read_text()))
+    rows.append({"setup": setup, "held_out": held_out, "command": command, "load_avg": round(load, 1),
+                 "predicted": predicted, "measured": measured, "error": compare(predicted, measured)})
+
+
+def capacity(path: Path) -> tuple[int, float]:
+    load = os.getloadavg()[0]
+    done = subprocess.run([KVBENCH, "capacity", str(path), "--budget", ARGS.budget, "--json", "-q"],
+                          check=True, capture_output=True, text=True)
+    return int(json.loads(done.stdout)["max_users_within_sla"]), load
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def setup_dram_nvme(work: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    tiers, d = dram_nvme(work), ARGS.duration
+    fit_path, fit_load = run(spec(work, "a-fit", tiers, users=4, workers=4, clients=1, duration=d))
+    fitted = Forecaster(str(fit_path))
+    for users in (2, 8, 16):
+        measured, load = run(spec(work, f"a-u{users}", tiers, users=users, workers=users, clients=1, duration=d))
+        point(rows, "DRAM+nvme", f"{users} users ({users} workers)",
+              f"kvbench forecast FIT --set workload.users={users} --set workload.max_inflight={users}",
+              fitted, measured, load, sets=[f"workload.users={users}", f"workload.max_inflight={users}"])
+    for clients in (2, 4):
+        measured, load = run(spec(work, f"a-c{clients}", tiers, users=4, workers=4, clients=clients, duration=d))
+        point(rows, "DRAM+nvme", f"{clients} clients x 4 users", f"kvbench forecast FIT --clients {clients}",
+              fitted, measured, load, sets=[], clients=clients)
+    answer, load = capacity(spec(work, "a-capacity", tiers, users=4, workers=4, clients=1, duration=d))
+    search = max_users_within_sla(fitted, [], [], None, 4, ceiling=256)
+    return {"fit": str(fit_path), "fit_load_avg": round(fit_load, 1), "capacity_measured": answer,
+            "capacity_load_avg": round(load, 1), "capacity_forecast": search["max_users_within_sla"],
+            "capacity_forecast_steps": search["steps"]}
+
+
+def setup_nvme_redis(work: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    port = free_port()
+    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                               "--appendonly", "no", "--dir", str(work)], stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        tiers, d = nvme_redis(work, port), ARGS.duration
+        fit_path, fit_load = run(spec(work, "b-fit", tiers, users=4, workers=4, clients=1, duration=d))
+        fitted = Forecaster(str(fit_path))
+        for clients in (2, 4):
+            measured, load = run(spec(work, f"b-c{clients}", tiers, users=4, workers=4, clients=clients,
+                                      duration=d))
+            point(rows, "nvme+redis", f"{clients} clients x 4 users", f"kvbench forecast FIT --clients {clients}",
+                  fitted, measured, load, sets=[], clients=clients)
+        return {"fit": str(fit_path), "fit_load_avg": round(fit_load, 1)}
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def pct(value: float) -> str:
+    return f"{value * 100:+.0f} %"
+
+
+def table(rows: list[dict[str, Any]], a: dict[str, Any]) -> list[str]:
+    lines = ["| set-up | held out | load avg | p95 service ms, predicted / measured (error) | requests/s "
+             "predicted / measured (error) | GB/s per tier, predicted / measured (error) |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for row in rows:
+        p, m, e = row["predicted"], row["measured"], row["error"]
+        p95 = "; ".join(f"{name} {p['qos'][name]['service_p95_ms']:.0f} / {m['qos'][name]['service_p95_ms']:.0f} "
+                        f"({pct(err)})" for name, err in e["p95"].items()) or "too few requests"
+        bandwidth = "; ".join(f"{tier} {sum(p['tiers'].get(tier, {}).values()):.3f} / "
+                              f"{sum(m['tiers'][tier].values()):.3f} ({pct(err)})"
+                              for tier, err in e["bandwidth"].items())
+        lines.append(f"| {row['setup']} | {row['held_out']} | {row['load_avg']} | {p95} | "
+                     f"{p['requests_per_s']:.2f} / {m['requests_per_s']:.2f} ({pct(e['throughput'])}) | {bandwidth} |")
+    lines.append(f"| DRAM+nvme | max users within SLA (4 workers) | {a['capacity_load_avg']} | forecast "
+                 f"{a['capacity_forecast']}, measured {a['capacity_measured']} | | |")
+    p95 = [abs(err) for row in rows for err in row["error"]["p95"].values()]
+    throughput = [abs(row["error"]["throughput"]) for row in rows]
+    bandwidth = [abs(err) for row in rows for err in row["error"]["bandwidth"].values()]
+    lines += ["", f"median absolute error: p95 service {statistics.median(p95) * 100:.0f} % ({len(p95)} class "
+              f"points), throughput {statistics.median(throughput) * 100:.0f} % ({len(throughput)} points), "
+              f"tier bandwidth {statistics.median(bandwidth) * 100:.0f} % ({len(bandwidth)} tier points)"]
+    return lines
+
+
+def main() -> int:
+    work = Path(ARGS.work or tempfile.mkdtemp(prefix="kvbench-forecast-validation-"))
+    work.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    started = time.time()
+    a = setup_dram_nvme(work, rows)
+    b = setup_nvme_redis(work, rows)
+    lines = table(rows, a)
+    (work / "validation.json").write_text(json.dumps({"rows": rows, "dram_nvme": a, "nvme_redis": b,
+                                                      "cpus": os.cpu_count(), "wall_s": time.time() - started},
+                                                     indent=1))
+    print("\n".join(lines))
+    print(f"\nfigures: {work / 'validation.json'}; fits: {a['fit']}, {b['fit']}")
+    for leftover in (work / "kv-a", work / "kv-b"):
+        shutil.rmtree(leftover, ignore_errors=True)  # the tier directories these runs created
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", help="where specs, results and validation.json go (default: a new temp dir)")
+    parser.add_argument("--duration", default="30s", help="each measured run's window (default 30s)")
+    parser.add_argument("--budget", default="4m", help="kvbench capacity's budget (default 4m)")
+    ARGS = parser.parse_args()
+    sys.exit(main())
