@@ -67,6 +67,15 @@ def test_a_faster_tier_and_more_users_move_the_forecast_as_the_service_times_say
     assert bigger["tiers"].get("slow", {}).get("read", 0.0) == 0.0
 
 
+def test_an_arrival_rate_is_forecast_as_an_open_loop(measured: Path) -> None:
+    """The source's own Poisson arrivals (``--set`` of the arrival process): below the tiers' ceiling,
+    what arrives is served."""
+    forecast = Forecaster(str(measured)).forecast(["workload.options.arrival.process=poisson",
+                                                   "workload.options.arrival.rate=10"], [])
+    assert forecast["requests_per_s"] == pytest.approx(10, rel=0.3)
+    assert forecast["requests_dropped"] == 0
+
+
 @pytest.mark.parametrize(("args", "why"), [
     (["--tier", "nvme.bandwidth=x2"], "tier 'nvme' has no measurement in the result"),
     (["--tier", "slow.bandwidth=4"], "a factor is written xN"),

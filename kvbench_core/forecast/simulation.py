@@ -134,7 +134,7 @@ class Simulation:
     def _arrivals(self, source: Any, client: _Client) -> Generator[Any, Any, None]:
         """Open loop: each request at its own arrival offset; one that finds the backlog full is dropped."""
         while (request := source.next_request(0)) is not None:
-            due = self.window.start + float(request.arrival_s or 0.0)
+            due = float(request.arrival_s or 0.0)  # from the start of issuing, warm-up included, as the engine's
             if due > self.window.end:
                 return
             yield self.env.timeout(max(0.0, due - self.env.now))
