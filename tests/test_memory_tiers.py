@@ -119,3 +119,54 @@ def test_a_gpu_read_restores_on_the_device_and_stages_to_the_host_only_for_a_sin
     sink = Collect()
     backend.read("k", 1000, sink)
     assert sink.data == expected_bytes(pool, "k", 1000) and backend._restore_buffer() is restore
+
+
+class Records:
+    """A context's ``io_log``: the per-command records a tier writes."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, int, int]] = []
+
+    def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float) -> None:
+        assert end_s >= start_s
+        self.rows.append((key, op, offset, nbytes))
+
+
+class FailingSource:
+    """A source whose second piece raises: the write must publish nothing and give its blocks back."""
+
+    size = 3 * BLOCK
+
+    def fill(self, offset: int, out: memoryview) -> None:
+        if offset:
+            raise OSError("source failed")
+        out[:] = bytes(len(out))
+
+
+def test_the_dram_tier_on_the_kit_keeps_its_commands_its_records_and_its_host_only_split() -> None:
+    """On PieceBackend (issue #30 §2) the cpu tier still moves one 4 MiB block per command, logs one record per
+    block (write, read, a demotion's read_range cut at block boundaries), books everything as host time
+    with device 0 (docs/tiers/memory.md, L4), and a failed write leaves no entry and no lost blocks."""
+    log = Records()
+    backend = CPUMemoryBackend({}, BackendContext(tier_name="dram", run_id="t", io_log=log))
+    backend.open()
+    backend.reserve(3 * BLOCK)
+    pool = NoisePool(seed=1, pool_bytes=1 << 20, max_piece=BLOCK)
+    size = 2 * BLOCK + 5
+    wrote = backend.write("k", pool.payload("k", size))
+    read = backend.read("k", size, DISCARD)
+    out = bytearray(BLOCK)
+    backend.read_range("k", BLOCK - 10, memoryview(out))
+    assert bytes(out) == bytes(expected_bytes(pool, "k", size)[BLOCK - 10:2 * BLOCK - 10])
+    assert log.rows == [("k", "write", 0, BLOCK), ("k", "write", BLOCK, BLOCK), ("k", "write", 2 * BLOCK, 5),
+                        ("k", "read", 0, BLOCK), ("k", "read", BLOCK, BLOCK), ("k", "read", 2 * BLOCK, 5),
+                        ("k", "read", BLOCK - 10, 10), ("k", "read", BLOCK, BLOCK - 10)]
+    for timing in (wrote, read):
+        assert timing.commands == 3 and timing.nbytes == size
+        assert timing.device == 0.0 and timing.host == timing.total
+    free = len(backend._arena._free)
+    with pytest.raises(OSError, match="source failed"):
+        backend.write("bad", FailingSource())
+    assert "bad" not in backend._entries and len(backend._arena._free) == free + 2  # its 3 blocks back
+    with pytest.raises(KeyError):
+        backend.read("bad", 1, DISCARD)

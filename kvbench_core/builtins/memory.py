@@ -24,17 +24,27 @@ import numpy as np
 from kvbench_core.builtins.dram_buffers import BLOCK, BlockArena, RestoreRing
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, DiscardSink, IOTiming, StorageBackend
 from kvbench_core.contracts.errors import BackendUnavailable
+from kvbench_core.contracts.pieces import PieceBackend
 from kvbench_core.spec.memlimit import host_memory_limit
 
 PIECE = 16 << 20  # how much a memory tier moves per source/sink call
 
 
-class CPUMemoryBackend(StorageBackend):
-    """DRAM tier: an entry is a list of recycled 4 MiB blocks held by the process."""
+class CPUMemoryBackend(PieceBackend):
+    """DRAM tier on the backend kit: an entry is a list of recycled 4 MiB blocks held by the process.
+
+    A block is one command.  The source fills the blocks in place (``fills_in_place``: the fill is the
+    write's memcpy, no second copy through a piece buffer) and the commands are booked as host time
+    (``piece_time``: no device to wait for).  The kit's read hands one reused piece buffer to the sink; a
+    restore here copies into the next slot of a ring larger than the last-level cache instead, so ``read``
+    is the tier's own, and ``read_range`` cuts at block boundaries; both through the kit's ``load_piece``
+    command and its log record."""
 
     name = "cpu"
     volatile = True
     transfer_size = BLOCK
+    piece_time = "host"
+    fills_in_place = True
     options_schema: ClassVar[dict[str, Any]] = {
         "type": "object", "additionalProperties": False,
         "properties": {
@@ -64,59 +74,57 @@ class CPUMemoryBackend(StorageBackend):
         self._arena.reserve(capacity // BLOCK)
         self._prefaulted = {"bytes": capacity // BLOCK * BLOCK, "seconds": round(time.perf_counter() - start, 3)}
 
-    def write(self, key: str, source: ByteSource) -> IOTiming:
-        start = time.perf_counter()
-        full, tail = divmod(source.size, BLOCK)
+    def begin_write(self, key: str, size: int) -> tuple[str, list[np.ndarray]]:
         # Whole blocks come recycled from the arena; a tail gets an exact-size array, so a small entry
         # costs its size, not a 4 MiB block.
-        blocks = self._arena.take(full) + ([np.empty(tail, dtype=np.uint8)] if tail else [])
-        log = self.context.io_log
-        for index, block in enumerate(blocks):
-            offset = index * BLOCK
-            n = min(BLOCK, source.size - offset)
-            t0 = time.perf_counter()
-            source.fill(offset, memoryview(block)[:n])
-            if log is not None:  # a block filled is the DRAM tier's device command
-                log.record(key, "write", offset, n, t0, time.perf_counter())
+        full, tail = divmod(size, BLOCK)
+        return key, self._arena.take(full) + ([np.empty(tail, dtype=np.uint8)] if tail else [])
+
+    def piece_view(self, handle: tuple[str, list[np.ndarray]], offset: int, size: int) -> memoryview:
+        return memoryview(handle[1][offset // BLOCK])[:size]
+
+    def store_piece(self, handle: tuple[str, list[np.ndarray]], offset: int, data: memoryview) -> None:
+        """Nothing left to do: the source filled the block itself (``piece_view``)."""
+
+    def end_write(self, handle: tuple[str, list[np.ndarray]]) -> None:
+        key, blocks = handle
         with self._lock:
             old = self._entries.pop(key, None)
             self._entries[key] = blocks
         if old:
             self._arena.give(old)
-        elapsed = time.perf_counter() - start
-        return IOTiming(total=elapsed, host=elapsed, device=0.0, nbytes=source.size, commands=len(blocks))
+
+    def abort_write(self, handle: tuple[str, list[np.ndarray]]) -> None:
+        self._arena.give(handle[1])  # the half-filled blocks go back to the arena, never published
+
+    def load_piece(self, key: str, offset: int, out: memoryview) -> None:
+        index, within = divmod(offset, BLOCK)  # no piece spans two blocks (read, read_range)
+        np.copyto(np.frombuffer(out, dtype=np.uint8), self._entry(key)[index][within:within + len(out)])
 
     def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
         start = time.perf_counter()
-        blocks = self._entry(key)
+        self._entry(key)  # a missing entry raises before any slot is taken
         ring = self._restore
-        log = self.context.io_log
-        for index, block in enumerate(blocks):
-            offset = index * BLOCK
-            n = min(BLOCK, size - offset)
+        commands = 0
+        for offset in range(0, size, BLOCK):
             destination = ring.take()
             try:
-                t0 = time.perf_counter()
-                np.copyto(destination[:n], block[:n])  # the restore: a real memcpy per block
-                if log is not None:
-                    log.record(key, "read", offset, n, t0, time.perf_counter())
-                sink.consume(offset, memoryview(destination)[:n])
+                piece = memoryview(destination)[:min(BLOCK, size - offset)]
+                self._command(key, "read", offset, piece, self.load_piece, key, offset, piece)  # the restore
+                sink.consume(offset, piece)
             finally:
                 ring.give(destination)
-        elapsed = time.perf_counter() - start
-        return IOTiming(total=elapsed, host=elapsed, device=0.0, nbytes=size, commands=len(blocks))
+            commands += 1
+        return self._timing(start, 0.0, size, commands)
 
     def read_range(self, key: str, offset: int, out: memoryview) -> None:
-        blocks = self._entry(key)
-        log = self.context.io_log
+        """Cut at block boundaries (the kit's cuts from ``offset`` would span two blocks): a demotion's copy
+        is a read command per block touched, like any other."""
         done = 0
         while done < len(out):
-            index, within = divmod(offset + done, BLOCK)
-            n = min(BLOCK - within, len(out) - done)
-            t0 = time.perf_counter()
-            out[done:done + n] = memoryview(blocks[index])[within:within + n]
-            if log is not None:  # a demotion's copy is a read command like any other (its bytes are counted)
-                log.record(key, "read", offset + done, n, t0, time.perf_counter())
+            n = min(BLOCK - (offset + done) % BLOCK, len(out) - done)
+            piece = out[done:done + n]
+            self._command(key, "read", offset + done, piece, self.load_piece, key, offset + done, piece)
             done += n
 
     def delete(self, key: str) -> None:

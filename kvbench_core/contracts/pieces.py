@@ -18,11 +18,16 @@ the pieces go to (an open file, an upload id, a buffer being filled; the key its
 source, a command or a cancellation raised), so no half entry is ever left behind.
 
 Time inside the piece commands and the handle's calls is device time; filling from the source and handing
-to the sink is host time, so ``host + device <= total`` holds.  Each thread reuses one piece buffer for the
-whole run (``piece_buffer``: override it for aligned, pinned or registered memory), so no payload buffer is
-allocated per operation.  ``transfer_size`` comes from the ``transfer_size`` option when the tier's schema
-has one (``TRANSFER_SIZE_OPTION``).  Tiers with deeper pipelines (several commands in flight per entry)
-implement ``StorageBackend`` directly, as the nvme tier does.
+to the sink is host time, so ``host + device <= total`` holds.  A tier whose medium is process memory
+declares ``piece_time = "host"``: its commands are the CPU's own copies, booked as host time with device 0
+(the cpu tier); with ``fills_in_place`` its ``piece_view`` hands out the entry's own memory, the source
+fills it there and that fill is the write command (no second copy through a piece buffer).
+
+Each thread reuses one piece buffer for the whole run (``piece_buffer``: override it for aligned, pinned
+or registered memory), so no payload buffer is allocated per operation.  ``transfer_size`` comes from the
+``transfer_size`` option when the tier's schema has one (``TRANSFER_SIZE_OPTION``).  Tiers with deeper
+pipelines (several commands in flight per entry) implement ``StorageBackend`` directly, as the nvme tier
+does.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from __future__ import annotations
 import abc
 import threading
 import time
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, IOTiming, StorageBackend
 from kvbench_core.contracts.units import parse_size, size_schema
@@ -41,6 +46,12 @@ TRANSFER_SIZE_OPTION: dict[str, Any] = {**size_schema("bytes per piece command, 
 
 class PieceBackend(StorageBackend):
     """Implement ``store_piece``, ``load_piece`` and ``delete``; the entry-level calls are derived."""
+
+    #: Where the piece commands' time is booked: ``device`` (a syscall, a round trip) or ``host`` (the
+    #: medium is process memory, a command is a memcpy: there is no device to wait for).
+    piece_time: ClassVar[Literal["device", "host"]] = "device"
+    #: True when ``piece_view`` hands out the entry's own memory: the source's fill is the write command.
+    fills_in_place: ClassVar[bool] = False
 
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)
@@ -76,16 +87,25 @@ class PieceBackend(StorageBackend):
             buffer = self._buffers.view = memoryview(bytearray(self.transfer_size))
         return buffer
 
+    def piece_view(self, handle: Any, offset: int, size: int) -> memoryview:
+        """Where the piece at ``offset`` is filled before ``store_piece``: this thread's piece buffer; with
+        ``fills_in_place``, the entry's own memory behind ``handle``."""
+        return self.piece_buffer()[:size]
+
     def write(self, key: str, source: ByteSource) -> IOTiming:
-        buffer, size = self.piece_buffer(), source.size
+        size = source.size
         start = time.perf_counter()
         handle = self.begin_write(key, size)
         device, commands, ended = time.perf_counter() - start, 0, False
         try:
             for offset in range(0, size, self.transfer_size):
-                piece = buffer[:min(self.transfer_size, size - offset)]
-                source.fill(offset, piece)
-                device += self._command(key, "write", offset, piece, self.store_piece, handle, offset, piece)
+                piece = self.piece_view(handle, offset, min(self.transfer_size, size - offset))
+                if self.fills_in_place:  # the fill writes the medium: it is the command
+                    device += self._command(key, "write", offset, piece, self._fill_and_store, source, handle,
+                                            offset, piece)
+                else:
+                    source.fill(offset, piece)
+                    device += self._command(key, "write", offset, piece, self.store_piece, handle, offset, piece)
                 commands += 1
             begin = time.perf_counter()
             self.end_write(handle)
@@ -112,6 +132,10 @@ class PieceBackend(StorageBackend):
             piece = out[at:at + self.transfer_size]
             self._command(key, "read", offset + at, piece, self.load_piece, key, offset + at, piece)
 
+    def _fill_and_store(self, source: ByteSource, handle: Any, offset: int, piece: memoryview) -> None:
+        source.fill(offset, piece)
+        self.store_piece(handle, offset, piece)
+
     def _command(self, key: str, op: str, offset: int, piece: memoryview, call: Any, *args: Any) -> float:
         """Run one device command and log it: the run's per-command latency and its cancellation point."""
         begin = time.perf_counter()
@@ -121,8 +145,9 @@ class PieceBackend(StorageBackend):
             self.context.io_log.record(key, op, offset, len(piece), begin, end)
         return end - begin
 
-    @staticmethod
-    def _timing(start: float, device: float, nbytes: int, commands: int) -> IOTiming:
+    def _timing(self, start: float, device: float, nbytes: int, commands: int) -> IOTiming:
         total = time.perf_counter() - start
+        if self.piece_time == "host":
+            device = 0.0
         return IOTiming(total=total, host=max(total - device, 0.0), device=min(device, total), nbytes=nbytes,
                         commands=max(commands, 1))
