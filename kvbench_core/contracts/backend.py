@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from kvbench_core.contracts.configurable import Configurable
+from kvbench_core.contracts.units import parse_size
 
 
 @dataclass(slots=True)
@@ -141,7 +142,8 @@ class StorageBackend(Configurable, abc.ABC):
     names the tier, operation and key.
     """
 
-    #: Largest piece a single write/read command moves; sources fill at most this much at once.
+    #: Largest piece a single write/read command moves; sources fill at most this much at once.  Read from
+    #: the ``transfer_size`` option, once, here, when the tier's schema has one (its range is check_options').
     transfer_size: int = 1 << 20
     #: A volatile tier loses its contents with the process (DRAM, GPU); persistent ones are files/objects.
     volatile: ClassVar[bool] = False
@@ -159,6 +161,8 @@ class StorageBackend(Configurable, abc.ABC):
         # with ``context.options_where`` and so raise the same errors when built outside a spec.
         super().__init__(options)
         self.context = context
+        if "transfer_size" in self.options:  # read once here, for every tier whose schema has the option
+            self.transfer_size = parse_size(self.options["transfer_size"])
 
     def open(self) -> None:
         """Connect, create directories, check the endpoint; fail early with ``BackendUnavailable``."""

@@ -38,7 +38,7 @@ import time
 from typing import Any, ClassVar, Literal
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, IOTiming, StorageBackend
-from kvbench_core.contracts.units import parse_size, size_schema
+from kvbench_core.contracts.units import size_schema
 
 #: The schema of a tier's ``transfer_size`` option: put it in ``options_schema["properties"]``.
 TRANSFER_SIZE_OPTION: dict[str, Any] = {**size_schema("bytes per piece command, e.g. 1MiB"), "default": "1MiB"}
@@ -54,9 +54,7 @@ class PieceBackend(StorageBackend):
     fills_in_place: ClassVar[bool] = False
 
     def __init__(self, options: dict[str, Any], context: BackendContext) -> None:
-        super().__init__(options, context)
-        if "transfer_size" in self.options:
-            self.transfer_size = parse_size(self.options["transfer_size"])
+        super().__init__(options, context)  # StorageBackend reads the transfer_size option
         self._buffers = threading.local()
 
     def begin_write(self, key: str, size: int) -> Any:
