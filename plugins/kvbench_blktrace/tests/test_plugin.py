@@ -39,14 +39,14 @@ def test_schema_rejects_with_the_field(tracing: Any, where: str) -> None:
 def run_spec(tmp_path: Path, tracing: Any) -> tuple[int, dict[str, Any]]:
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump({**MEMORY_ONLY, "tracing": tracing, "output": {"directory": str(tmp_path)}}))
-    code = main(["run", str(spec), "--quiet"])
+    code = main(["run", str(spec), "--quiet", "--exit-zero"])  # 1 s of one user: too few requests for a p95
     (result,) = tmp_path.glob("traced-*.json")
     return code, json.loads(result.read_text())
 
 
 def test_untraceable_run_goes_on_untraced_and_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, result = run_spec(tmp_path, "block")
-    assert code == 0 and result["run"]["status"] == "completed"
+    assert code == 0 and result["run"]["status"] in ("completed", "inconclusive")  # ran, nothing failed
     assert result["run"]["traced"] is False
     assert "block_trace" not in result["sections"]
     assert "no tier stores files" in result["sections"]["block_trace_status"]["reason"]

@@ -41,12 +41,15 @@ def test_three_clients_evicting_each_others_shared_entries_complete_and_leave_no
     server = start_server()
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec(server.port, tmp_path / "out")))
-    done = subprocess.run([sys.executable, "-m", "kvbench_core.cli", "run", str(path), "--quiet"],
+    # --exit-zero: 3 s may complete fewer requests than a p95 needs (inconclusive); a failed request would
+    # still show, as degraded
+    done = subprocess.run([sys.executable, "-m", "kvbench_core.cli", "run", str(path), "--quiet", "--exit-zero"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     (result_path,) = [p for p in (tmp_path / "out").glob("*.json") if not p.stem.endswith("-summary")]
     result = json.loads(result_path.read_text())
-    assert result["run"]["status"] == "completed", (result["metrics"]["requests"], result.get("errors", [])[:3])
+    assert result["run"]["status"] in ("completed", "inconclusive"), (result["metrics"]["requests"],
+                                                                      result.get("errors", [])[:3])
     assert result["checks"]["passed"], result["checks"]["violations"]
     shared = result["metrics"]["tiers"]["redis"]["counters"]["shared"]  # summed over the three clients
     assert result["metrics"]["cache"]["evictions_deleted"] > 0
