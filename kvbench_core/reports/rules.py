@@ -149,7 +149,8 @@ def _statistics_differences(evidence: Evidence) -> list[str]:
     per_trial = []
     for trial in evidence.completed():
         try:
-            per_trial.append(measured_figures({"metrics": rederived_metrics(trial.to_json()) or {}}))
+            data = trial.to_json()  # figures of the time series (the peak interval) are read from it
+            per_trial.append(measured_figures({**data, "metrics": rederived_metrics(data) or {}}))
         except IncompleteResult:
             per_trial.append({})  # named by the figures rule
     derived, stated = figure_statistics(per_trial), evidence.trials_section.metrics
