@@ -48,8 +48,7 @@ def test_the_headline_has_the_seeds_meanings_and_names_its_tier() -> None:
 def test_peak_io_bandwidth_is_the_best_interval_and_at_least_the_mean(run_spec: Any) -> None:
     from conftest import small_spec
 
-    from kvbench_core.reports.metrics import measured_figures
-    from kvbench_core.results.metrics import peak_io_bandwidth
+    from kvbench_core.reports.metrics import measured_figures, peak_io_bandwidth
 
     spec = small_spec(duration=1.0, output={"interval": 0.25},
                       cache={"tiers": [{"name": "dram", "backend": "cpu", "capacity": "4MiB"},

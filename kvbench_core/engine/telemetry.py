@@ -21,6 +21,7 @@ from typing import Any
 
 from kvbench_core.contracts.backend import IOTiming
 from kvbench_core.engine.histogram import LatencyHistogram
+from kvbench_core.engine.intervals import add_to_point, interval_point, new_interval
 from kvbench_core.engine.opstats import OpStats
 from kvbench_core.engine.records import (
     PHASES,
@@ -101,11 +102,7 @@ class Telemetry:
             self._interval = self._new_interval(self.window_start)
 
     def _new_interval(self, start: float | None = None) -> dict[str, Any]:
-        return {"start": self._clock() if start is None else start,
-                "requests": 0, "generated_tokens": 0, "context_tokens": 0, "read_bytes": 0, "write_bytes": 0,
-                "e2e": {q: LatencyHistogram() for q in self.qos_classes},
-                "service": {q: LatencyHistogram() for q in self.qos_classes}, "storage": LatencyHistogram(),
-                "tiers": defaultdict(lambda: {"read": [0, LatencyHistogram()], "write": [0, LatencyHistogram()]})}
+        return new_interval(self._clock() if start is None else start, self.qos_classes)
 
     def start_measuring(self) -> None:
         self.reset()
@@ -307,19 +304,13 @@ class Telemetry:
 
     def _book_bytes(self, tier: str, op: str, nbytes: int, at: float) -> None:
         """``nbytes`` into the series point covering instant ``at`` (lock held): the open interval, or an
-        earlier point already closed (an operation is booked when its request ends, its commands may have
-        completed intervals before)."""
-        name = "read_bytes" if op == "read" else "write_bytes"
+        earlier point already closed (an operation's commands are taken when it ends, seconds later)."""
         if at >= self._interval["start"] or not self.series:
-            self._interval[name] += nbytes
+            self._interval[f"{op}_bytes"] += nbytes
             self._interval["tiers"][tier][op][0] += nbytes
-            return
-        point = self.series[min(bisect.bisect_left(self._interval_ends, at), len(self.series) - 1)]
-        point[name] += nbytes
-        point[f"{name}_per_s"] = point[name] / max(point["interval_s"], 1e-9)
-        row = point.setdefault("tiers", {}).setdefault(tier, {})
-        row[f"{op}_bytes"] = row.get(f"{op}_bytes", 0) + nbytes
-        row[f"{op}_bytes_per_s"] = row[f"{op}_bytes"] / max(point["interval_s"], 1e-9)
+        else:
+            add_to_point(self.series[min(bisect.bisect_left(self._interval_ends, at), len(self.series) - 1)],
+                         tier, op, nbytes)
 
     def record_op_error(self, tier: str, op: str, key: str, error: BaseException) -> None:
         with self._lock:
@@ -397,45 +388,13 @@ class Telemetry:
     # -- intervals ---------------------------------------------------------------------------------
     def close_interval(self, users: int, extra: dict[str, Any] | None = None,
                        *, end: float | None = None) -> dict[str, Any]:
-        """Finish the current interval (at ``end``, default now), append it to the series and return it.
-
-        A point carries its counts (requests, tokens, bytes) and the rates over its own length, so a
-        merge adds counts and divides once, never adds rates measured over different lengths."""
+        """Finish the current interval (at ``end``, default now), append it to the series and return it
+        (``intervals.interval_point``)."""
         with self._lock:
             now = self._clock() if end is None else end
             interval, self._interval = self._interval, self._new_interval()
-            span = max(now - interval["start"], 1e-9)
-            counts = {name: interval[name] for name in SERIES_COUNTS}
-            point = {
-                "t_s": round(now - self.window_start, 3),
-                "interval_s": round(span, 3),
-                "users": users,
-                **counts,
-                **series_rates(counts, span),
-                "e2e_p95_ms": {q: _ms(h.quantile(0.95)) for q, h in interval["e2e"].items() if h.count},
-                "e2e_p99_ms": {q: _ms(h.quantile(0.99)) for q, h in interval["e2e"].items() if h.count},
-                "service_p95_ms": {q: _ms(h.quantile(0.95)) for q, h in interval["service"].items() if h.count},
-                "service_p99_ms": {q: _ms(h.quantile(0.99)) for q, h in interval["service"].items() if h.count},
-                "storage_p95_ms": _ms(interval["storage"].quantile(0.95)),
-                "tiers": {name: {f"{op}_{figure}": value for op, (nbytes, hist) in ops.items()
-                                 for figure, value in (("bytes", nbytes), ("bytes_per_s", nbytes / span),
-                                                       ("p95_ms", _ms(hist.quantile(0.95)) if hist.count else None))}
-                          for name, ops in interval["tiers"].items()},
-                **(extra or {}),
-            }
+            point = interval_point(interval, now, self.window_start, users, extra)
             if self.measuring:
                 self.series.append(point)
                 self._interval_ends.append(now)
             return point
-
-    def io_window(self) -> tuple[float, float] | None:
-        """First tier-operation start to last completion across every tier (the honest window)."""
-        starts = [s.first_start for t in self.tiers.values() for s in t.values() if s.first_start is not None]
-        ends = [s.last_end for t in self.tiers.values() for s in t.values() if s.last_end is not None]
-        if not starts or not ends:
-            return None
-        return min(starts), max(ends)
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000.0, 4)

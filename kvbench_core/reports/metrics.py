@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kvbench_core.results.metrics import peak_io_bandwidth
+from kvbench_core.results.metrics import OPS, persistent_tier
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,16 @@ TIER_FIGURES: tuple[tuple[str, str, str, str, Callable[[dict[str, Any]], float |
     ("write_p95_ms", "write P95", "ms", "lower", _p95("write", "total")),
     ("write_device_p95_ms", "write device P95", "ms", "lower", _p95("write", "device")),
 )
+
+
+def peak_io_bandwidth(result: dict[str, Any]) -> float | None:
+    """The seed's "Peak I/O Bandwidth": the highest read + write bytes per second of the persistent tier over
+    the time series' intervals (its device's bytes, booked by time; a merged result's grid sums the clients),
+    so it is at least the tier's mean over the window.  None without a persistent tier or a series."""
+    tier = persistent_tier((result.get("metrics") or {}).get("tiers") or {})
+    rates = [sum(((point.get("tiers") or {}).get(tier) or {}).get(f"{op}_bytes", 0) for op in OPS)
+             / point["interval_s"] for point in result.get("timeseries") or [] if point.get("interval_s")]
+    return max(rates) if tier and rates else None
 
 
 def measured_figures(result: dict[str, Any]) -> dict[str, FigureValue]:

@@ -347,16 +347,6 @@ def headline(metrics: dict[str, Any], bytes_per_token: int) -> dict[str, Any]:
     }
 
 
-def peak_io_bandwidth(result: dict[str, Any]) -> float | None:
-    """The seed's "Peak I/O Bandwidth": the highest read + write bytes per second of the persistent tier over
-    the time series' intervals (its device's bytes, booked by time; a merged result's grid sums the clients),
-    so it is at least the tier's mean over the window.  None without a persistent tier or a series."""
-    tier = persistent_tier((result.get("metrics") or {}).get("tiers") or {})
-    rates = [sum(((point.get("tiers") or {}).get(tier) or {}).get(f"{op}_bytes", 0) for op in OPS)
-             / point["interval_s"] for point in result.get("timeseries") or [] if point.get("interval_s")]
-    return max(rates) if tier and rates else None
-
-
 def qos_section(e2e: dict[str, LatencyHistogram], service: dict[str, LatencyHistogram],
                 classes: dict[str, QoSClass]) -> dict[str, Any]:
     """Per QoS class: end-to-end and service latency, the SLA judged on service latency (enqueued until the
