@@ -203,3 +203,19 @@ def test_a_violated_invariant_fails_the_run_and_exits_8(tmp_path: Path, capsys: 
     out, err = capsys.readouterr()
     assert out.startswith("t [failed] invariant violated: series_requests: injected (expected 20, found 19)\n")
     assert err.strip() == "kvbench: error: invariant violated: series_requests: injected (expected 20, found 19)"
+
+
+def test_kvbench_check_re_derives_the_status_the_run_wrote(tmp_path: Path, capsys: Any) -> None:
+    """The run writes its status with the rules kvbench check re-derives it with: an inconclusive run's file
+    checks out (its status is true), and the same file with its status edited to completed does not."""
+    _run(tmp_path, small_spec(requests=5))
+    (path,) = sorted((tmp_path / "out").glob("*.json"))
+    capsys.readouterr()
+    assert main(["check", str(path), "--json"]) == 0
+    rules = {c["rule"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert rules["status re-derived"]["passed"]
+    edited = json.loads(path.read_text())
+    edited["run"].update(status="completed", status_rule="completed")
+    lie = tmp_path / "edited.json"
+    lie.write_text(json.dumps(edited))
+    assert main(["check", str(lie), "--json"]) != 0
