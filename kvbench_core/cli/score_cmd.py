@@ -15,17 +15,10 @@ from kvbench_core.cli.plan_cmd import add_geometry_arguments, geometry_from, siz
 from kvbench_core.cli.renamed import add_renamed_switch
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.kvio.commands import TransferGeometry
+from kvbench_core.kvio.gate import Thresholds, gate
 from kvbench_core.kvio.manifest import Manifest
 from kvbench_core.kvio.semantic import read_semantic
-from kvbench_core.kvio.validate import (
-    MISMATCH_EXAMPLES,
-    Thresholds,
-    ValidationOptions,
-    gate,
-    read_trace,
-    validate,
-    validate_expected,
-)
+from kvbench_core.kvio.validate import MISMATCH_EXAMPLES, ValidationOptions, read_trace, validate, validate_expected
 
 SHOWN_MISMATCHES = 5
 FAILED_EXIT = 1

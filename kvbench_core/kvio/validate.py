@@ -18,7 +18,7 @@ load-only or store-only capture.  Measured commands with a trace id the plan
 does not know count as mispredicted bytes.  Optionally the commands' offsets
 (each object's commands tile one extent; a load reads within what was
 stored) and their order (ascending offsets within an object, objects in the
-expected order) are checked too.  ``gate`` turns a report into the list of
+expected order) are checked too.  ``kvio.gate`` turns a report into the list of
 missed thresholds (exit status 1 in ``kvbench score``).
 
 Two I/O log layouts are read, line by line: kvbench's own I/O log
@@ -288,30 +288,23 @@ def _order_checks(expected: list[Expected], trace: MeasuredTrace, ops: list[str]
         if unit.op in ops and commands:
             units += 1
             ascending += all(a < b for (a, _), (b, _) in itertools.pairwise(commands))
-    objects: dict[str, Any] = {}
-    for op in ops:
-        rank = {unit.trace_id: index for index, unit in enumerate(u for u in expected if u.op == op)}
-        seen = [tid for tid in trace.first_seen.get(op, {}) if tid in rank]
-        inversions = [(a, b) for a, b in itertools.pairwise(seen) if rank[a] > rank[b]]
-        keys = {unit.trace_id: unit.key for unit in expected if unit.op == op}
-        objects[op] = {"objects": len(seen), "inversions": len(inversions),
-                       "first_out_of_order": keys[inversions[0][1]] if inversions else None}
-    return {"ascending_within_object": _fraction(ascending, units), "objects": objects}
+    return {"ascending_within_object": _fraction(ascending, units),
+            "objects": {op: _object_order(expected, trace, op) for op in ops}}
 
 
-def validate_expected(expected: list[Expected], trace: MeasuredTrace, *, source: str,
-                      options: ValidationOptions | None = None) -> dict[str, Any]:
-    """The fidelity report of ``trace`` against ``expected`` units (overall, per op, per KV part).
+def _object_order(expected: list[Expected], trace: MeasuredTrace, op: str) -> dict[str, Any]:
+    """One op's objects by first command against the expected order: adjacent pairs out of order."""
+    rank = {unit.trace_id: index for index, unit in enumerate(u for u in expected if u.op == op)}
+    seen = [tid for tid in trace.first_seen.get(op, {}) if tid in rank]
+    inversions = [(a, b) for a, b in itertools.pairwise(seen) if rank[a] > rank[b]]
+    keys = {unit.trace_id: unit.key for unit in expected if unit.op == op}
+    return {"objects": len(seen), "inversions": len(inversions),
+            "first_out_of_order": keys[inversions[0][1]] if inversions else None}
 
-    Stores and loads are scored separately; by default an op is scored if the trace holds commands of it
-    and an expected op it lacks is listed in ``ops_missing``; ``options.ops`` declares the ops to score."""
-    options = options or ValidationOptions()
-    in_trace = [op for op in OPS if any(key_op == op for _, key_op in trace.commands)]
-    ops = [op for op in OPS if op in options.ops] if options.ops is not None else in_trace
-    if not in_trace:
-        raise InputFileError("the I/O log holds no tagged store or load commands to score")
-    expected_ops = {unit.op for unit in expected}
-    known = {unit.trace_id for unit in expected}
+
+def _unattributed(trace: MeasuredTrace, known: set[str], source: str) -> tuple[dict[str, Counter[int]], set[str]]:
+    """The trace's commands of trace ids the expectation does not know, per op, and those ids; refuses a
+    trace none of whose ids is known (the wrong expectation for this I/O)."""
     unattributed: dict[str, Counter[int]] = {op: Counter() for op in OPS}
     foreign_ids = set()
     for (trace_id, op), commands in trace.commands.items():
@@ -321,8 +314,23 @@ def validate_expected(expected: list[Expected], trace: MeasuredTrace, *, source:
     if foreign_ids and len(foreign_ids) == len({trace_id for trace_id, _ in trace.commands}):
         raise InputFileError(f"none of the I/O log's {len(foreign_ids)} trace ids is in the {source}: is it the "
                              f"{source} this I/O was recorded against (same model, keys and seed)?")
-    units: dict[str, list[tuple[Counter[int], Counter[int]]]] = {op: [] for op in ops}
-    parts: dict[str, list[tuple[Counter[int], Counter[int]]]] = defaultdict(list)
+    return unattributed, foreign_ids
+
+
+def _unattributed_totals(unattributed: dict[str, Counter[int]], foreign_ids: set[str]) -> dict[str, int]:
+    return {"trace_ids": len(foreign_ids), "commands": sum(sum(c.values()) for c in unattributed.values()),
+            "bytes": sum(total_bytes(c) for c in unattributed.values())}
+
+
+Pairs = list[tuple[Counter[int], Counter[int]]]
+
+
+def _pair_units(expected: list[Expected], trace: MeasuredTrace,
+                ops: list[str]) -> tuple[dict[str, Pairs], dict[str, Pairs], list[dict[str, Any]]]:
+    """Each scored unit's planned commands beside the measured ones, per op and per KV part, and the first
+    ``MISMATCH_EXAMPLES`` units that differ."""
+    units: dict[str, Pairs] = {op: [] for op in ops}
+    parts: dict[str, Pairs] = defaultdict(list)
     mismatches: list[dict[str, Any]] = []
     for unit in expected:
         if unit.op not in units:
@@ -335,60 +343,52 @@ def validate_expected(expected: list[Expected], trace: MeasuredTrace, *, source:
             mismatches.append({"key": unit.key, "trace_id": unit.trace_id, "op": unit.op,
                                "planned": {str(s): n for s, n in sorted(unit.planned.items())},
                                "measured": {str(s): n for s, n in sorted(measured.items())}})
+    return units, parts, mismatches
+
+
+def validate_expected(expected: list[Expected], trace: MeasuredTrace, *, source: str,
+                      options: ValidationOptions | None = None) -> dict[str, Any]:
+    """The fidelity report of ``trace`` against ``expected`` units (overall, per op, per KV part).
+
+    Stores and loads are scored separately; by default an op is scored if the trace holds commands of it
+    and an expected op it lacks is listed in ``ops_missing``; ``options.ops`` declares the ops to score."""
+    options = options or ValidationOptions()
+    in_trace, ops = _ops_to_score(trace, options)
+    declared = options.ops or {unit.op for unit in expected}
+    known = {unit.trace_id for unit in expected}
+    unattributed, foreign_ids = _unattributed(trace, known, source)
+    units, parts, mismatches = _pair_units(expected, trace, ops)
     all_units = [unit for op in ops for unit in units[op]]
     report = {
         "format": FORMAT, "version": VERSION, "ops_scored": ops, "objects": len(known),
-        "ops_missing": [op for op in OPS if op in (options.ops or expected_ops) and op not in in_trace],
+        "ops_missing": [op for op in OPS if op in declared and op not in in_trace],
         **_scores(all_units, sum((unattributed[op] for op in ops), Counter())),
         "by_op": {op: _scores(units[op], unattributed[op]) for op in ops},
-        "unattributed": {"trace_ids": len(foreign_ids),
-                         "commands": sum(sum(c.values()) for c in unattributed.values()),
-                         "bytes": sum(total_bytes(c) for c in unattributed.values())},
+        "unattributed": _unattributed_totals(unattributed, foreign_ids),
         "untagged_commands": trace.untagged_commands,
         "skipped_lines": trace.skipped_lines,
         "truncated_last_line": trace.truncated_last_line,
         "mismatches": mismatches,
     }
+    return {**report, **_optional_sections(expected, trace, ops, parts, options)}
+
+
+def _ops_to_score(trace: MeasuredTrace, options: ValidationOptions) -> tuple[list[str], list[str]]:
+    """The ops the trace holds commands of, and the ops to score (declared, else those)."""
+    in_trace = [op for op in OPS if any(key_op == op for _, key_op in trace.commands)]
+    if not in_trace:
+        raise InputFileError("the I/O log holds no tagged store or load commands to score")
+    return in_trace, [op for op in OPS if op in options.ops] if options.ops is not None else in_trace
+
+
+def _optional_sections(expected: list[Expected], trace: MeasuredTrace, ops: list[str], parts: dict[str, Pairs],
+                       options: ValidationOptions) -> dict[str, Any]:
+    """The report's sections only some validations have: by KV part, offsets, order."""
+    sections: dict[str, Any] = {}
     if parts:  # K/V attribution: only a semantic source says which part an object is
-        report["by_part"] = {part: _scores(pairs, Counter()) for part, pairs in sorted(parts.items())}
+        sections["by_part"] = {part: _scores(pairs, Counter()) for part, pairs in sorted(parts.items())}
     if options.check_offsets:
-        report["offsets"] = _extent_checks(expected, trace, ops)
+        sections["offsets"] = _extent_checks(expected, trace, ops)
     if options.check_order:
-        report["order"] = _order_checks(expected, trace, ops)
-    return report
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """What a validation must reach to pass; the defaults demand an exact reproduction, as a file tier's
-    deterministic geometry allows."""
-
-    min_exact: float = 1.0
-    max_wape: float = 0.0
-    max_tv: float = 0.0
-
-
-def gate(report: dict[str, Any], thresholds: Thresholds) -> list[str]:
-    """Every threshold ``report`` misses, one line each (empty: it passes)."""
-    missed = [f"{op}s: planned for {report['objects']} objects, none in the I/O log (declare a {other}-only "
-              f"capture with --ops {other})" for op, other in (("store", "load"), ("load", "store"))
-              if op in report["ops_missing"] and op not in report["ops_scored"]]
-    for label, scores in [("all", report), *report["by_op"].items()]:
-        exact, wape, tv = scores["exact_match"]["fraction"], scores["wape"], scores["tv_distance"]
-        if exact is not None and exact < thresholds.min_exact:
-            missed.append(f"{label}: exact-match {exact:.2%} < {thresholds.min_exact:.2%}")
-        if wape is not None and wape > thresholds.max_wape:
-            missed.append(f"{label}: WAPE {wape:.4%} > {thresholds.max_wape:.4%}")
-        if tv > thresholds.max_tv:
-            missed.append(f"{label}: size-dist TV {tv:.4f} > {thresholds.max_tv:.4f}")
-    for name, check in (report.get("offsets") or {}).items():
-        if isinstance(check, dict) and check["fraction"] is not None and check["fraction"] < 1:
-            missed.append(f"offsets: {name.replace('_', ' ')} {check['matched']}/{check['total']}")
-    order = report.get("order")
-    if order:
-        within = order["ascending_within_object"]
-        if within["fraction"] is not None and within["fraction"] < 1:
-            missed.append(f"order: ascending offsets within an object {within['matched']}/{within['total']}")
-        missed += [f"order: {op} objects out of the expected order {info['inversions']} times (first "
-                   f"{info['first_out_of_order']})" for op, info in order["objects"].items() if info["inversions"]]
-    return missed
+        sections["order"] = _order_checks(expected, trace, ops)
+    return sections
