@@ -107,6 +107,20 @@ def test_commands_outside_the_window_are_booked_at_once_in_their_phase() -> None
     assert telemetry.device["warmup"]["nvme"]["write"].bytes == MIB  # the window's open keeps warm-up's
 
 
+def test_an_operation_of_a_commanded_tier_outside_the_window_is_booked_once() -> None:
+    """Its commands were booked as they came (no operation takes them outside the window): the operation,
+    which then has none, must not book its bytes a second time (a warm-up write counted twice)."""
+    clock = Clock()
+    telemetry = Telemetry(list(DEFAULT_QOS), clock=clock)
+    telemetry.record_command_outside("nvme", "write", MIB, 1.0, 1.5)
+    telemetry.record_command_outside("nvme", "write", MIB, 1.5, 2.0)
+    telemetry.record_op("nvme", "write", IOTiming(1.0, 0.0, 1.0, 2 * MIB, 2), 1.0, 2.0)
+    assert telemetry.device["warmup"]["nvme"]["write"].bytes == 2 * MIB
+    assert telemetry.uncommanded_bytes["nvme"]["write"] == 0
+    telemetry.record_op("s3", "write", IOTiming(1.0, 0.0, 1.0, MIB, 1), 1.0, 2.0)  # a tier without commands
+    assert telemetry.device["warmup"]["s3"]["write"].bytes == MIB
+
+
 def _metrics() -> dict[str, Any]:
     def op(warmup: int, window: int, drain: int, moved: int) -> dict[str, Any]:
         return {"device": {"warmup": {"bytes": warmup}, "window": {"bytes": window}, "drain": {"bytes": drain},

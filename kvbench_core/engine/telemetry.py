@@ -1,8 +1,5 @@
-"""Telemetry for the four latency layers, per-tier counters and the per-interval time series.
-
-L1 end-to-end (queue wait + storage + generation) per QoS class, L2 storage
-time per request, L3 per-tier operation time, L4 host vs device per tier.
-Everything lands in mergeable ``LatencyHistogram``s.
+"""Telemetry for the four latency layers (L1 end-to-end per QoS class, L2 storage per request, L3 per-tier
+operation, L4 host vs device), per-tier counters and the time series, in mergeable ``LatencyHistogram``s.
 
 Two booking rules (docs/metrics.md, "booking rules"): request figures (latency, tokens, hits, each tier
 operation's count, bytes and latency) are booked per request, in the window the request started and
@@ -63,6 +60,7 @@ class Telemetry:
         #: with ``CommandRecorder.recorded`` (every command reported, before any booking) what the phases
         #: must add up to.
         self.uncommanded_bytes: dict[str, dict[str, int]] = defaultdict(lambda: {"read": 0, "write": 0})
+        self.commanded: set[str] = set()  # tiers that report commands: their operations' bytes are those
         self.reset()
 
     def reset(self) -> None:
@@ -255,6 +253,7 @@ class Telemetry:
         with self._lock:
             if not self.opened:
                 self._interval["tiers"][tier][op][0] += nbytes
+            self.commanded.add(tier)
             self._book_command(tier, op, nbytes, 1, start, end)
 
     def record_unfinished(self, tier: str, op: str, commands: list[Command], *, cancelled: bool) -> None:
@@ -270,13 +269,14 @@ class Telemetry:
 
     def _book_device(self, record: OpRecord) -> None:
         """An operation's device work by time (lock held): each command in the phase it completed in (and in
-        the series' interval), or for a tier that reports none the operation's device bytes at its end (a
-        codec's output); its latency in the interval it completed in, beside its bytes (warm-up's in the live
-        line's, reset when the window opens)."""
+        the series), or for a tier that reports none the operation's device bytes at its end (a codec's
+        output); its latency in the interval it completed in, beside its bytes (warm-up's: the live line)."""
         timing = record.timing
         for nbytes, start, end in record.commands:
+            self.commanded.add(record.tier)
             self._book_command(record.tier, record.op, nbytes, 1, start, end)
-        if not record.commands and timing.transferred:
+        # none taken from a tier that reports commands: they were booked as they came (outside the window)
+        if not record.commands and timing.transferred and record.tier not in self.commanded:
             physical = timing.nbytes if timing.physical_bytes is None else timing.physical_bytes
             self.uncommanded_bytes[record.tier][record.op] += physical
             self._book_command(record.tier, record.op, physical, timing.commands, record.start, record.end)
@@ -285,8 +285,7 @@ class Telemetry:
             self._interval["tiers"][record.tier][record.op][1].add(timing.total)
 
     def _book_command(self, tier: str, op: str, nbytes: int, commands: int, start: float, end: float) -> None:
-        """``commands`` that moved ``nbytes`` and completed at ``end`` (lock held): in their phase, and in the
-        window's series point covering ``end``."""
+        """``commands`` that moved ``nbytes``, completed at ``end``: in their phase and the series (lock held)."""
         phase = self.phase(end)
         if phase == "window":
             self.device[phase][tier][op].add(nbytes, commands, max(start, self.window_start), end)
