@@ -14,6 +14,7 @@ from typing import Any
 from kvbench_core.capacity.interval import KEYS, Answer
 
 GB = 1e9
+MB = 1e6
 
 
 def capacity_of(result: dict[str, Any]) -> dict[str, Any] | None:
@@ -101,6 +102,7 @@ def curve_figure(result: dict[str, Any]) -> Any:
     from kvbench_core.reports.plots import _figure, _title
 
     figure = _figure(2, 1, height_per_row=3.2)
+    figure.subplots_adjust(right=0.9)  # room for the bandwidth axis on the right
     latency, rates = figure.subplots(2, 1)
     for index, name in enumerate(classes_of(steps)):
         color = f"C{index}"
@@ -127,9 +129,9 @@ def curve_figure(result: dict[str, Any]) -> Any:
     bandwidth = rates.twinx()
     for index, tier in enumerate(tiers_of(steps)):
         for op, style in (("read", "-"), ("write", "--")):
-            bandwidth.plot(loads, [((s.get("tiers") or {}).get(tier) or {}).get(f"{op}_bytes_per_s", 0) / GB
-                                   for s in steps], style, color=f"C{index + 2}", label=f"{tier} {op} GB/s")
-    bandwidth.set_ylabel("GB/s")
+            bandwidth.plot(loads, [((s.get("tiers") or {}).get(tier) or {}).get(f"{op}_bytes_per_s", 0) / MB
+                                   for s in steps], style, color=f"C{index + 2}", label=f"{tier} {op} MB/s")
+    bandwidth.set_ylabel("MB/s")
     handles = rates.get_legend_handles_labels()
     extra = bandwidth.get_legend_handles_labels()
     rates.legend(handles[0] + extra[0], handles[1] + extra[1], loc="upper left", fontsize="small")
