@@ -219,3 +219,15 @@ def test_kvbench_check_re_derives_the_status_the_run_wrote(tmp_path: Path, capsy
     lie = tmp_path / "edited.json"
     lie.write_text(json.dumps(edited))
     assert main(["check", str(lie), "--json"]) != 0
+
+
+def test_a_trials_session_exits_with_its_worst_trials_status(tmp_path: Path, capsys: Any) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text(json.dumps(small_spec(requests=5, trials=2, trial_pause=0)))
+    code = main(["run", str(path), "--quiet", "--output", str(tmp_path / "out")])
+    assert code == 7
+    (summary,) = (tmp_path / "out").glob("*-summary.json")
+    run = json.loads(summary.read_text())["run"]
+    assert (run["status"], run["status_reason"]) == ("inconclusive", "trial 1: 5 requests completed, a p95 needs 20")
+    assert "trials summary [inconclusive] trial 1: 5 requests completed, a p95 needs 20; 0 of 2 trials counted" \
+        in capsys.readouterr().out

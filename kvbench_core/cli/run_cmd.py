@@ -269,7 +269,7 @@ def tier_percentiles(result: dict[str, Any]) -> str:
 def summarize_trials(summary: dict[str, Any]) -> str:
     """The trials summary: the headline figures' median, range and CV."""
     trials = summary["trials"]
-    lines = [f"{summary['run']['name'] or 'run'} trials summary [{summary['run']['status']}]: "
+    lines = [f"{summary['run']['name'] or 'run'} trials summary [{summary['run']['status']}] "
              f"{summary['run'].get('status_reason') or 'status of its trials'}; {trials['count']} of "
              f"{trials['requested']} trials counted; headline = median"]
     for key in summary["metrics"]["headline"]:
