@@ -12,7 +12,7 @@ INSTALL := $(PIP) install -q --no-build-isolation
 PLUGINS := plugins/kvbench_nvme plugins/kvbench_redis plugins/kvbench_s3 plugins/kvbench_workloads plugins/kvbench_gds plugins/kvbench_blktrace plugins/kvbench_nixl
 PYTEST_ARGS ?=
 
-.PHONY: run test test-fast venv test-venv system-deps template-check lint clean
+.PHONY: run test test-fast venv test-venv system-deps template-check lint clean specs-smoke
 
 ## What a user needs to run kvbench: the core, every plugin, the report writers.
 $(VENV)/.installed: pyproject.toml $(wildcard plugins/*/pyproject.toml)
@@ -50,6 +50,11 @@ test: system-deps test-venv template-check
 ## The fast subset for the edit-test loop (no slow tests; servers still start when a test needs them).
 test-fast: test-venv
 	$(VENV)/bin/pytest -q -m 'not slow and not gpu' $(PYTEST_ARGS)
+
+## Every shipped spec as users run it: its own model, users and tiers, duration, warm-up and capacities cut to
+## this machine; each must complete requests and store bytes on every tier (docs/RELIABILITY.md).
+specs-smoke: test-venv
+	KVBENCH_SPECS_SMOKE=1 $(VENV)/bin/pytest -q -m slow -rA tests/test_specs_smoke.py $(PYTEST_ARGS)
 
 system-deps:
 	scripts/install-system-deps.sh

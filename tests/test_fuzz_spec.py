@@ -23,6 +23,7 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -763,3 +764,155 @@ def test_a_run_name_in_other_scripts_is_refused_saying_ascii(sandbox: Path) -> N
     (line,) = outcome.stderr.splitlines()
     assert line.startswith("kvbench: error: name: expected a run name") and "up to 100 ASCII letters" in line
     assert tree(FUZZ_ROOT) == [] and tree(sandbox / "work") == []
+
+
+# -- specs drawn from the composed JSON Schema itself, valid and mutated (issue #29) ---------------------------
+
+#: Strings the schema leaves free but only a few values of which mean anything: drawn from the installed
+#: plugins and the model catalogue most of the time, so many drawn specs get past the names to the rest.
+NAMED_STRINGS: dict[str, list[str]] = {"backend": sorted(registry("backend")) or ["cpu"],
+                                        "source": sorted(registry("source")) or ["synthetic"]}
+#: A junk value a mutation puts anywhere.
+JUNK = st.one_of(st.none(), st.just([]), st.just({}), st.text(PRINTABLE, max_size=6), st.integers(-10**6, -1),
+                 st.floats(allow_nan=True, allow_infinity=True), st.booleans(), HUGE_INT)
+#: Letters only: a drawn free string is never a path outside the sandbox's working directory.
+WORDS = st.text(st.sampled_from("abcdefghijklmnopqrstuvwxyz_-"), min_size=1, max_size=10)
+
+
+@st.composite
+def from_schema(draw: st.DrawFn, schema: dict[str, Any], name: str = "", depth: int = 0) -> Any:
+    """A value the (composed) schema describes: every branch of oneOf/anyOf, each optional property half the
+    time, an ``allOf`` ``if``/``then`` branch's properties when its ``if`` holds (a plugin's options)."""
+    if "const" in schema:
+        return schema["const"]
+    if "enum" in schema:
+        return draw(st.sampled_from(schema["enum"]))
+    for key in ("oneOf", "anyOf"):
+        if schema.get(key):  # the branch drawn, with what the node says beside it (properties, required)
+            branch = draw(st.sampled_from(schema[key]))
+            merged = {**{k: v for k, v in schema.items() if k != key}, **branch}
+            merged["required"] = [*schema.get("required", []), *branch.get("required", [])]
+            return draw(from_schema(merged, name, depth))
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = draw(st.sampled_from(kind))
+    if kind == "object" or "properties" in schema:
+        return _object_from(draw, schema, depth)
+    if kind == "array":
+        low = schema.get("minItems", 0)
+        count = draw(st.integers(low, max(low, min(schema.get("maxItems", 3), 3))))
+        return [draw(from_schema(schema.get("items", {}), name, depth + 1)) for _ in range(count)]
+    if kind in ("integer", "number"):
+        low = schema.get("minimum", schema.get("exclusiveMinimum", 0))
+        high = schema.get("maximum", schema.get("exclusiveMaximum", low + 10**6))
+        if kind == "integer":
+            return draw(st.integers(math.ceil(low), math.floor(high)))
+        return draw(st.floats(low, high, allow_nan=False, exclude_min="exclusiveMinimum" in schema,
+                              exclude_max="exclusiveMaximum" in schema))
+    if kind == "boolean":
+        return draw(st.booleans())
+    if kind == "string":
+        if name in NAMED_STRINGS and draw(st.integers(0, 9)) > 0:
+            return draw(st.sampled_from(NAMED_STRINGS[name]))
+        if "pattern" in schema:
+            return draw(st.from_regex(schema["pattern"], fullmatch=True).filter(lambda s: len(s) <= 100))
+        return draw(WORDS)
+    return draw(st.one_of(st.integers(0, 100), WORDS))
+
+
+def _object_from(draw: st.DrawFn, schema: dict[str, Any], depth: int) -> dict[str, Any]:
+    required = set(schema.get("required", []))
+    drawn: dict[str, Any] = {}
+    for key, sub in schema.get("properties", {}).items():
+        if key in required or (depth < 4 and draw(st.booleans())):
+            drawn[key] = draw(from_schema(sub, key, depth + 1))
+    for branch in schema.get("allOf", []):
+        condition = (branch.get("if") or {}).get("properties", {})
+        if branch.get("then") and condition and all(drawn.get(key) == sub.get("const")
+                                                    for key, sub in condition.items()):
+            then = branch["then"]
+            for key, sub in then.get("properties", {}).items():
+                if key in then.get("required", []) or key in drawn or draw(st.booleans()):
+                    drawn[key] = draw(from_schema(sub, key, depth + 1))
+    return drawn
+
+
+@functools.cache
+def _composed_schema() -> dict[str, Any]:
+    """The composed schema, read once and copied: the same for every example (hypothesis replays them), even
+    if running kvbench in-process changed the one the loader holds."""
+    from kvbench_core.spec.schema import full_schema
+
+    return copy.deepcopy(full_schema())
+
+
+@st.composite
+def schema_specs(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
+    """("valid", a spec the schema describes) or ("mutated", the same with one value replaced by junk)."""
+    spec = draw(from_schema(_composed_schema()))
+    if not draw(st.booleans()):
+        return "valid", spec
+    paths: list[JsonPath] = []
+    stack: list[tuple[JsonPath, Any]] = [((), spec)]
+    while stack:
+        path, value = stack.pop()
+        if path:
+            paths.append(path)
+        if isinstance(value, dict):
+            stack.extend(((*path, key), item) for key, item in value.items())
+        elif isinstance(value, list):
+            stack.extend(((*path, index), item) for index, item in enumerate(value))
+    if not paths:
+        return "valid", spec
+    return "mutated", set_at(spec, draw(st.sampled_from(paths)), draw(JUNK))
+
+
+#: What an error line names first: a field (``cache.tiers[0].backend``), a file (``spec.yaml:3:1``), a model.
+NAMED = re.compile(r"^kvbench: error: ([/A-Za-z_][\w.\[\]/-]*(:\d+)*:|model |tier |invalid spec:)")
+
+
+def check_one_line_per_field(stderr: str, shown: str) -> None:
+    """One line naming a field; or, for a drawn spec wrong in several fields at once, ``invalid spec:`` and one
+    line per field, no field twice (its first failed rule only)."""
+    lines = stderr.splitlines()
+    if len(lines) == 1:
+        assert NAMED.match(lines[0]), f"{shown}\n{stderr}"
+        return
+    assert lines[0] == "kvbench: error: invalid spec:", f"{shown}\n{stderr}"
+    fields = [line.strip().partition(": ")[0] for line in lines[1:]]
+    assert all(line.startswith("  ") and field for line, field in zip(lines[1:], fields, strict=True)), stderr
+    assert len(set(fields)) == len(fields), f"a field reported twice:\n{stderr}"
+
+
+def _drawn(sandbox: Path, kind: str, spec: dict[str, Any]) -> None:
+    spec_path = sandbox / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(spec, sort_keys=False, allow_unicode=True))
+    with mock.patch("kvbench_core.cli.run_cmd.run_session", _refuse_to_run):
+        try:
+            outcome = run_in_process(["run", str(spec_path), "--dry-run"])
+        except Accepted:
+            pytest.fail("--dry-run started a run")
+    CASES[f"schema-drawn {kind}"] += 1
+    shown = json.dumps(spec, default=str)[:600]
+    assert "Traceback" not in outcome.stderr, f"{shown}\n{outcome.stderr}"
+    if outcome.code == 0:
+        assert outcome.stdout.strip() and "error:" not in outcome.stderr, f"{shown}\n{outcome}"
+    else:
+        assert outcome.code in (2, 3), f"{shown}\n{outcome}"  # 3: a plugin the drawn tier needs is missing here
+        check_one_line_per_field(outcome.stderr, shown)
+    assert tree(sandbox / "work") == [], f"{shown}: wrote {tree(sandbox / 'work')}"
+
+
+@settings(max_examples=max(5, FUZZ_EXAMPLES // 4), **FUZZ_SETTINGS)
+@given(drawn=schema_specs())
+def test_a_spec_drawn_from_the_schema_is_a_plan_or_one_line_naming_a_field(sandbox: Path,
+                                                                           drawn: tuple[str, dict[str, Any]]) -> None:
+    _drawn(sandbox, *drawn)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+@settings(max_examples=FUZZ_SLOW_EXAMPLES * 2, **FUZZ_SETTINGS)
+@given(drawn=schema_specs())
+def test_many_more_specs_drawn_from_the_schema(sandbox: Path, drawn: tuple[str, dict[str, Any]]) -> None:
+    _drawn(sandbox, *drawn)

@@ -98,6 +98,12 @@ def shortened(spec: dict[str, Any], root: Path, servers: dict[str, Any]) -> list
 def test_a_shipped_spec_runs_and_every_tier_stores_bytes(path: Path, tmp_path: Path, servers: dict[str, Any],
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     spec = yaml.safe_load(path.read_text())
+    skip_unless_runnable(spec, servers)
+    check_run(path, spec, run_shortened(path, shortened(spec, tmp_path, servers), tmp_path))
+
+
+def skip_unless_runnable(spec: dict[str, Any], servers: dict[str, Any]) -> None:
+    """Skip, naming the reason, a spec this machine cannot run: a GPU tier, a plugin or server missing."""
     backends = {tier["backend"] for tier in spec["cache"]["tiers"]}
     if backends & GPU_BACKENDS and not has_gpu():
         pytest.skip(f"needs a GPU ({', '.join(sorted(backends & GPU_BACKENDS))} tier)")
@@ -113,15 +119,25 @@ def test_a_shipped_spec_runs_and_every_tier_stores_bytes(path: Path, tmp_path: P
     traced = "trace" in spec or bool((spec.get("sections") or {}).get("trace"))
     if traced and (os.geteuid() != 0 or shutil.which("bpftrace") is None):
         pytest.skip("traced spec: needs root and bpftrace")
+
+
+def run_shortened(path: Path, overrides: list[str], tmp_path: Path, timeout_s: float = 300
+                  ) -> subprocess.CompletedProcess[str]:
+    """``kvbench run`` of the shipped spec with ``overrides``, as a real process against the test servers."""
     env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
            "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
            "AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}
     command = [sys.executable, "-m", "kvbench_core.cli", "run", str(path), "--quiet"]
-    for override in shortened(spec, tmp_path, servers):
+    for override in overrides:
         command += ["--set", override]
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=path.parent, timeout=300)
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=path.parent, timeout=timeout_s)
+
+
+def check_run(path: Path, spec: dict[str, Any], done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """The run completed (exit 0, status completed) and every tier the spec declares stored bytes."""
     assert done.returncode == 0, f"{path.name}: exit {done.returncode}\n{done.stderr[-3000:]}"
-    (result_path,) = [p for p in (tmp_path / "out").glob("*.json") if not p.stem.endswith("-summary")][-1:]
+    out = Path(next(arg.split("=", 1)[1] for arg in done.args if str(arg).startswith("output.directory=")))
+    (result_path,) = [p for p in out.glob("*.json") if not p.stem.endswith("-summary")][-1:]
     result = json.loads(result_path.read_text())
     assert result["run"]["status"] == "completed", (result["run"], result["metrics"].get("requests"),
                                                     result.get("errors", [])[:3])
@@ -131,3 +147,4 @@ def test_a_shipped_spec_runs_and_every_tier_stores_bytes(path: Path, tmp_path: P
         written = figures.get("write", {}).get("bytes", 0)
         assert written > 0, (f"{path.name}: tier {tier['name']!r} stored no bytes: write {figures.get('write')}, "
                              f"requests {result['metrics'].get('requests')}")
+    return result
