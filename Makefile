@@ -27,7 +27,7 @@ $(VENV)/.installed: pyproject.toml $(wildcard plugins/*/pyproject.toml)
 ## prometheus-client (kvbench export, output.metrics), and torch so
 ## the gpu tier's logic runs on torch's CPU device (torch==2.13.0: a CPU wheel on this project's machines).
 $(VENV)/.test-installed: $(VENV)/.installed
-	@echo "== installing the test tools (pytest, hypothesis, mpi4py, moto, cramjam, pyarrow, prometheus-client, simpy, torch CPU)"
+	@echo "== installing the test tools (pytest, hypothesis, mpi4py, moto, cramjam, pyarrow, prometheus-client, simpy, greenlet, torch CPU)"
 	@$(PIP) install -q -e '.[test,mpi,gpu,codecs,export,metrics,forecast]' 'moto[server]'
 	@# NIXL's wheel (~235 MB) requires torch: installed after the gpu extra's torch==2.13.0, so pip keeps that CPU build
 	@$(PIP) install -q -e 'plugins/kvbench_nixl[nixl]'

@@ -59,6 +59,8 @@ class MultiTierCache:
         promotion: str = "none",
         clock: Callable[[], float] = time.monotonic,
         cancel: CancelToken | None = None,
+        entry_lock: Callable[[], Any] = threading.Lock,
+        pause: Callable[[float], None] = time.sleep,
     ) -> None:
         if not tiers:
             raise ValueError("a cache needs at least one enabled tier")
@@ -69,6 +71,10 @@ class MultiTierCache:
         self.promotion = promotion
         self.clock = clock
         self.cancel = cancel  # set when the drain limit runs out: I/O stops at the next command boundary
+        # Each entry's lock, and the wait for a busy LRU entry: kvbench forecast runs requests as greenlets on
+        # a simulated clock and gives its own of both (kvbench_core/forecast/steps.py).
+        self.entry_lock = entry_lock
+        self.pause = pause
         self.placement = Placement(tiers, self.policy)
         self._ops = TierOperations(telemetry)  # times and books every backend operation
         self._lock = threading.Lock()
@@ -82,7 +88,7 @@ class MultiTierCache:
 
     def put(self, key: str, size: int) -> str | None:
         """Store a new entry (replacing any old one); returns the tier it landed in, or None."""
-        entry = Entry(key=key, size=size, last_access=self.clock())
+        entry = Entry(key=key, size=size, last_access=self.clock(), lock=self.entry_lock())
         entry.lock.acquire()
         try:
             with self._lock:
@@ -141,7 +147,8 @@ class MultiTierCache:
         for tier in self.tiers:
             size = tier.backend.lookup(key)
             if size:
-                entry = Entry(key=key, size=size, tier=tier, last_access=self.clock(), foreign=True)
+                entry = Entry(key=key, size=size, tier=tier, last_access=self.clock(), foreign=True,
+                              lock=self.entry_lock())
                 with self._lock:
                     entry = self._entries.setdefault(key, entry)
                 if entry.foreign:
@@ -242,7 +249,7 @@ class MultiTierCache:
                 # Every LRU entry is busy (being read or moved): wait briefly for one to free up.
                 if busy and busy_waits < 200:
                     busy_waits += 1
-                    time.sleep(0.001)
+                    self.pause(0.001)
                     continue
                 return False
             try:

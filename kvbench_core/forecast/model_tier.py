@@ -2,28 +2,17 @@
 
 The simulated cache is the engine's ``MultiTierCache`` unchanged; only its backends are these.  Each
 operation the cache asks of one (a request's read or write, a demotion's read of the tier above and write
-below) is written to the simulation's ``Ledger`` instead of a device, and the simulation then charges it the
-fitted service time on the simulated clock, in the order the cache issued it.
+below) is handed to the simulation (``steps.charge``), which holds the tier for the fitted service time on
+the simulated clock before the cache goes on.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, IOTiming, StorageBackend
 from kvbench_core.engine.cache_types import TierSource
-
-
-@dataclass
-class Ledger:
-    """The operations of the request being executed, in the order the cache issued them."""
-
-    ops: list[tuple[str, str, int]] = field(default_factory=list)  # (tier, "read" | "write", bytes)
-
-    def take(self) -> list[tuple[str, str, int]]:
-        ops, self.ops = self.ops, []
-        return ops
+from kvbench_core.forecast.steps import charge
 
 
 class SizedSource:
@@ -39,26 +28,26 @@ class SizedSource:
 
 
 class ModelTier(StorageBackend):
-    """Records operations in the ledger and keeps entry sizes; moves nothing."""
+    """Hands each operation to the simulation; moves nothing."""
 
     name = "forecast-model"
     options_schema: ClassVar[dict[str, Any]] = {"type": "object"}
 
-    def __init__(self, tier: str, ledger: Ledger) -> None:
+    def __init__(self, tier: str) -> None:
         super().__init__({}, BackendContext(tier_name=tier, run_id="forecast", seed=0, concurrency=1))
-        self.tier, self.ledger = tier, ledger
+        self.tier = tier
 
     def write(self, key: str, source: ByteSource) -> IOTiming:
         size = int(getattr(source, "size", 0))
         inner = getattr(source, "inner", source)  # a cancellable wrapper, when the cache has a cancel token
         if isinstance(inner, TierSource):  # a demotion or promotion: it reads the tier it leaves
-            self.ledger.ops.append((inner.backend.tier, "read", inner.size))
+            charge(inner.backend.tier, "read", inner.size)
             size = inner.size
-        self.ledger.ops.append((self.tier, "write", size))
+        charge(self.tier, "write", size)
         return IOTiming(total=0.0, host=0.0, device=0.0, nbytes=size)
 
     def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
-        self.ledger.ops.append((self.tier, "read", size))
+        charge(self.tier, "read", size)
         return IOTiming(total=0.0, host=0.0, device=0.0, nbytes=size)
 
     def read_range(self, key: str, offset: int, out: memoryview) -> None:  # pragma: no cover - see write

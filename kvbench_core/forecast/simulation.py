@@ -4,11 +4,10 @@ clock, each tier a queue in front of its fitted service model (``fit.py``).
 What is the engine's, unchanged: the workload source (its per-user RNG streams, so the same requests),
 ``RequestExecutor`` and ``MultiTierCache`` (the same reads, writes, hits, demotions and evictions, over
 ``ModelTier`` backends), the backlog limit and the worker pool with its QoS priority, think time after a
-response, generation time after storage.  What the simulation adds: time.  A request's cache bookkeeping
-runs when a worker takes it (in the engine it runs while its operations do), and then each of its
-operations, in the order the cache issued them, waits for a free server at its tier and holds it for its
-service time.  A persistent tier's servers are shared by every client; a volatile tier (DRAM) is each
-client's own.
+response, generation time after storage.  What the simulation adds: time.  A request's executor runs as
+a greenlet (``steps.py``) that stops at each operation the cache issues; the operation waits for a free
+server at its tier and holds it for its service time, then the cache goes on.  A persistent tier's
+servers are shared by every client; a volatile tier (DRAM) is each client's own.
 """
 
 from __future__ import annotations
@@ -28,7 +27,8 @@ from kvbench_core.engine.setup import build_source, preload
 from kvbench_core.engine.telemetry import Telemetry
 from kvbench_core.engine.waterfall import MultiTierCache
 from kvbench_core.forecast.fit import TierModel
-from kvbench_core.forecast.model_tier import Ledger, ModelTier, SizedSource
+from kvbench_core.forecast.model_tier import ModelTier, SizedSource
+from kvbench_core.forecast.steps import SimLock, Stepper, pause
 from kvbench_core.scaleout.clients import client_seed
 from kvbench_core.spec.plan import RunPlan, users_for_client
 
@@ -98,23 +98,23 @@ class Simulation:
             seed=client_seed(self.plan.seed, index), clients_total=self.clients, directory_of={})
         users = users_for_client(plan.workload.users, plan.workload.users_scope, self.clients, index)
         source = build_source(plan, users)
-        ledger = Ledger()
-        tiers = [Tier(name=t.name, backend=ModelTier(t.name, ledger), capacity=self.capacities[t.name],
+        tiers = [Tier(name=t.name, backend=ModelTier(t.name), capacity=self.capacities[t.name],
                       cold_after=t.cold_after) for t in plan.enabled_tiers]
         telemetry = Telemetry(list(plan.qos), clock=lambda: self.env.now)
         cache = MultiTierCache(tiers, telemetry, lambda key, size: SizedSource(size),
                                policy=EvictionPolicy(**plan.eviction), promotion=plan.promotion,
-                               clock=lambda: self.env.now)
+                               clock=lambda: self.env.now, entry_lock=lambda: SimLock(self.env),
+                               pause=pause)
         bytes_per_token = plan.model.bytes_per_token_all_ranks
         preload(source, cache, 1, bytes_per_token)  # not measured, as in a run
-        ledger.take()
+        workers = self.simpy.PriorityResource(self.env, capacity=plan.workers(users))
         client = _Client(executor=RequestExecutor(cache, telemetry, bytes_per_token, plan.workload.decode_batch),
-                         ledger=ledger, workers=self.simpy.PriorityResource(self.env, capacity=plan.workers(users)),
+                         telemetry=telemetry, workers=workers,
                          devices={name: self.shared.get(name) or self.simpy.Resource(self.env, capacity=model.servers)
                                   for name, model in self.models.items()})
         client.backlog = self.simpy.Resource(self.env, capacity=backlog_limit(client.workers.capacity))
         if source.open_loop:
-            self.env.process(self._arrivals(source, client))
+            self.env.process(self._arrivals(source, client, users))
         else:
             for user in range(users):
                 self.env.process(self._user(source, client, user))
@@ -131,9 +131,12 @@ class Simulation:
             yield from self._serve(request, client, slot)
             yield self.env.timeout(request.think_s)
 
-    def _arrivals(self, source: Any, client: _Client) -> Generator[Any, Any, None]:
-        """Open loop: each request at its own arrival offset; one that finds the backlog full is dropped."""
-        while (request := source.next_request(0)) is not None:
+    def _arrivals(self, source: Any, client: _Client, users: int) -> Generator[Any, Any, None]:
+        """Open loop: each request at its own arrival offset; one that finds the backlog full is dropped.  The
+        source is asked for user ``turn % users``'s next request, as the engine's ``OpenLoopArrivals`` asks."""
+        turn = 0
+        while (request := source.next_request(turn % max(1, users))) is not None:
+            turn += 1
             due = float(request.arrival_s or 0.0)  # from the start of issuing, warm-up included, as the engine's
             if due > self.window.end:
                 return
@@ -151,24 +154,43 @@ class Simulation:
         yield worker
         client.backlog.release(slot)
         started = env.now
-        outcome = client.executor.execute(request, book=False)
-        for tier, op, nbytes in client.ledger.take():
-            service = self.models[tier].op(op).service_s(nbytes)
-            device = client.devices[tier].request()
-            yield device
-            yield env.timeout(service)
-            client.devices[tier].release(device)
-            if self.window.start <= env.now <= self.window.end:
-                booked = self.tally.tier_bytes.setdefault(tier, {"read": 0, "write": 0})
-                booked[op] += nbytes
+        stepper = Stepper(lambda: client.executor.execute(request, book=False), client.telemetry)
+        outcome = yield from self._steps(stepper, client)
         yield env.timeout(self.overhead_s)
         served = env.now
         client.workers.release(worker)
         yield env.timeout(request.generate_tokens * self.plan.workload.generation_s_per_token)
         if self.window.holds(enqueued, env.now):
-            self._book(request, outcome, enqueued, started, served)
+            self._book(request, outcome, stepper.outcomes(outcome), enqueued, started, served)
 
-    def _book(self, request: Request, outcome: Any, enqueued: float, started: float, served: float) -> None:
+    def _steps(self, stepper: Stepper, client: _Client) -> Generator[Any, Any, Any]:
+        """Drive one request's cache work: each operation held at its tier for its service time, each lock
+        wait until the lock is free; returns the executor's outcome."""
+        env = self.env
+        steps = stepper.steps()
+        try:
+            while True:
+                kind, *what = next(steps)
+                if kind == "wait":  # for an entry's lock
+                    yield what[0]
+                    continue
+                if kind == "sleep":  # for a busy LRU entry to free up
+                    yield env.timeout(what[0])
+                    continue
+                tier, op, nbytes = what
+                service = self.models[tier].op(op).service_s(nbytes)
+                device = client.devices[tier].request()
+                yield device
+                yield env.timeout(service)
+                client.devices[tier].release(device)
+                if self.window.start <= env.now <= self.window.end:
+                    booked = self.tally.tier_bytes.setdefault(tier, {"read": 0, "write": 0})
+                    booked[op] += nbytes
+        except StopIteration as done:
+            return done.value
+
+    def _book(self, request: Request, outcome: Any, outcomes: list[str | None], enqueued: float, started: float,
+              served: float) -> None:
         tally = self.tally
         if outcome.write_failed:
             tally.write_failed += 1
@@ -178,7 +200,7 @@ class Simulation:
         tally.queue_wait.add(started - enqueued)
         tally.context_tokens += request.context_tokens
         tally.generated_tokens += request.generate_tokens
-        for tier in outcome.tally.outcomes:
+        for tier in outcomes:
             if tier is None:
                 tally.misses += 1
             else:
@@ -188,7 +210,7 @@ class Simulation:
 @dataclass
 class _Client:
     executor: RequestExecutor
-    ledger: Ledger
+    telemetry: Telemetry
     workers: Any
     devices: dict[str, Any]
     backlog: Any = None
