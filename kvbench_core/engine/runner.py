@@ -122,9 +122,7 @@ class Runner:
         state.warnings = tier_fit_warnings(plan, {tier.name: tier.capacity for tier in state.tiers},
                                            state.smallest_entry_bytes, "this run's requests")
         state.warnings += [note for tier in state.tiers for note in tier.backend.notes()]
-        left = {tier.name: items for tier in state.tiers if (items := tier.backend.leftovers())}
-        if left:
-            state.plugin_sections["leftovers"] = left
+        state.plugin_sections.update(setup.leftovers_section(state.tiers))
         return state
 
     def _build_cache(self, workers: int) -> RequestExecutor:

@@ -63,6 +63,13 @@ def build_tiers(plan: RunPlan, tiers: list[Tier], *, run_id: str, client_index: 
                           cold_after=tier.cold_after, description=backend.describe()))
 
 
+def leftovers_section(tiers: list[Tier]) -> dict[str, Any]:
+    """The result's ``sections.leftovers``: what each closed tier could not clean up, by tier; empty when
+    every tier cleaned up (``StorageBackend.leftovers``)."""
+    left = {tier.name: items for tier in tiers if (items := tier.backend.leftovers())}
+    return {"leftovers": left} if left else {}
+
+
 def _capacity(tier: TierPlan, backend: Any) -> float:
     if tier.capacity != "auto":
         return float(tier.capacity)
