@@ -62,6 +62,9 @@ def test_a_faster_tier_and_more_users_move_the_forecast_as_the_service_times_say
     crowded = forecaster.forecast(["workload.users=16"], [])  # still 2 workers: requests wait for one
     assert faster["requests_per_s"] > base["requests_per_s"]
     assert crowded["requests_per_s"] == pytest.approx(base["requests_per_s"], rel=0.3)  # the workers bound it
+    assert base["beyond_measured"] == [] == crowded["beyond_measured"]  # still the 2 measured workers
+    more = forecaster.forecast(["workload.max_inflight=8", "workload.users=8"], [])
+    assert [line.split(":")[0] for line in more["beyond_measured"]] == ["dram", "slow"]
     bigger = forecaster.forecast([], ["dram.capacity=256MiB"])  # everything fits in DRAM: no slow reads
     assert bigger["reads_served_by_tier"].get("slow", 0) == 0 < base["reads_served_by_tier"]["slow"]
     assert bigger["tiers"].get("slow", {}).get("read", 0.0) == 0.0

@@ -71,6 +71,7 @@ def summary_lines(document: dict[str, Any]) -> list[str]:
         answer = f"at least {s['max_users_within_sla']}" if s["at_least"] else str(s["max_users_within_sla"])
         lines.append(f"max users within SLA (forecast): {answer} ({s['bracket']}, {len(s['steps'])} simulated "
                      "loads)" + (f"; stopped: {s['refused']}" if s["refused"] else ""))
+    lines += [f"  past the measurement: {line}" for line in f["beyond_measured"]]
     fitted = ", ".join(f"{tier} {op} {m['ops']}" for tier, ops in f["fit"].items() for op, m in ops.items())
     lines.append(f"  fitted from measured operations: {fitted}; each tier no faster than measured at the "
                  "measured concurrency (docs/FORECAST.md)")

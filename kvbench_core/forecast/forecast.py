@@ -59,7 +59,7 @@ class Forecaster:
         models = self.models()
         changes = parse_tier_changes(tiers)
         check_tiers(plan, models, changes)
-        check_concurrency(plan, self.measured_plan, models, clients)
+        beyond = check_concurrency(plan, self.measured_plan, models, clients)
         started = time.perf_counter()
         tally = Simulation(plan, models, clients=clients, capacities=capacities(plan, self.result, changes),
                            overhead_s=request_overhead_s(self.result)).run()
@@ -67,6 +67,7 @@ class Forecaster:
         figures["users"] = plan.workload.users
         figures["clients"] = clients
         figures["wall_s"] = round(time.perf_counter() - started, 3)
+        figures["beyond_measured"] = beyond
         figures["fit"] = {name: {op: {"ops": model.ops, "servers": tier.servers,
                                       "mean_bytes": round(model.mean_bytes)}
                                  for op, model in tier.ops.items()} for name, tier in models.items()}

@@ -88,13 +88,15 @@ def check_tiers(plan: RunPlan, models: dict[str, TierModel], changes: TierChange
             model.speedup = factor
 
 
-def check_concurrency(plan: RunPlan, measured: RunPlan, models: dict[str, TierModel], clients: int) -> None:
-    """Refuse a forecast that would put far more operations in flight at a tier than the fit saw."""
+def check_concurrency(plan: RunPlan, measured: RunPlan, models: dict[str, TierModel], clients: int) -> list[str]:
+    """Refuse a forecast that would put far more operations in flight at a tier than the fit saw; otherwise
+    the lines that say where it goes past the measured concurrency (and so assumes the measured ceiling)."""
     def workers(p: RunPlan, count: int) -> int:
         return sum(p.workers(users_for_client(p.workload.users, p.workload.users_scope, count, i))
                    for i in range(count))
 
     forecast_workers, measured_workers = workers(plan, clients), workers(measured, measured.clients_total)
+    beyond = []
     for name, model in models.items():
         if name not in {t.name for t in plan.enabled_tiers}:
             continue
@@ -104,3 +106,7 @@ def check_concurrency(plan: RunPlan, measured: RunPlan, models: dict[str, TierMo
             raise ForecastRefused(
                 f"forecast: {sharing} workers on tier '{name}' is {sharing / max(seen, 1):.0f}x the {seen} measured; "
                 f"the fitted model says nothing past {CONCURRENCY_REACH}x (measure a run nearer that load)")
+        if sharing > model.servers:
+            beyond.append(f"{name}: {sharing} workers share it, {sharing / model.servers:.1f}x the {model.servers} "
+                          "measured: forecast saturated at the bandwidth measured there (its latency an upper bound)")
+    return beyond
