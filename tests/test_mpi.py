@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -83,22 +84,25 @@ class _OneRankWorld:
     def allreduce(self, value: object, op: object = None) -> object:
         return value
 
-    def gather(self, value: object, root: int = 0) -> list[object]:
-        return [value]
+    def Iallreduce(self, send: object, receive: list[int], op: object = None) -> object:
+        receive[0] = send[0]  # type: ignore[index]
+        return types.SimpleNamespace(Test=lambda: True)
+
+    def iprobe(self, source: int = 0, tag: int = 0, status: object = None) -> bool:
+        return False
 
 
 def test_a_signal_before_a_ranks_runner_exists_still_stops_it(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """As the in-process launcher (tests/test_measurement_window.py): a stop asked for before the trial's
     runner is built is applied to it once it exists, instead of finding no runner and being lost."""
-    import types
-
     from kvbench_core.engine.progress import ProgressPrinter
     from kvbench_core.scaleout.mpi import MpiRanks
     from kvbench_core.spec.loader import resolve, validate
     from kvbench_core.spec.plan import plan_run
 
-    monkeypatch.setitem(sys.modules, "mpi4py", types.SimpleNamespace(MPI=types.SimpleNamespace(MIN="min", MAX="max")))
+    monkeypatch.setitem(sys.modules, "mpi4py", types.SimpleNamespace(MPI=types.SimpleNamespace(
+        MIN="min", MAX="max", ANY_SOURCE=-1, Status=lambda: None)))
     spec = small_spec(output={"directory": str(tmp_path)})
     validate(spec)
     plan = plan_run(resolve(spec, str(tmp_path)))

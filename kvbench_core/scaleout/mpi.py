@@ -9,22 +9,29 @@ notices it is an MPI rank and becomes one client:
   also carries "I am ready", so a rank that failed during set-up stops the
   others instead of leaving them waiting) and reads ``time.time()`` as it
   leaves; the spread of those readings is reported as the clock skew;
-* at the end rank 0 gathers every rank's result, merges them
-  (``kvbench_core.results.merge``) and writes the one result; the other ranks write
-  and print nothing;
+* at the end every rank sends rank 0 its result, point to point; rank 0 merges them
+  (``kvbench_core.results.merge``), writes the one result and tells every rank the
+  verdict; the other ranks write and print nothing;
 * decisions between trials are collective, so ranks never diverge.
 
-A rank killed outright is handled by the MPI launcher (Open MPI aborts the
-job); a rank failing with a kvbench error still reaches the gather and is
-named in the merged result.  mpi4py is imported only when the environment
-says this process is one of several MPI ranks.
+A rank failing with a kvbench error still reports and is named in the merged
+result.  A rank killed outright is noticed by its missing heartbeats
+(``kvbench_core.scaleout.rank_watch``): the others stop and rank 0 names it, with
+what it last reported — when the launcher lets the job live on (Open MPI:
+``mpirun --enable-recovery``; by default it kills every rank).  The start barrier is
+a non-blocking allreduce watched the same way, so a death during set-up does not
+leave the others waiting.  mpi4py is imported only when the environment says this
+process is one of several MPI ranks.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 import time
+from array import array
+from functools import partial
 from typing import Any
 
 from kvbench_core.contracts.errors import MissingDependency, SpecError
@@ -32,6 +39,7 @@ from kvbench_core.engine.progress import ProgressPrinter, ProgressScope
 from kvbench_core.results.merge import ClientReport, merge_results
 from kvbench_core.results.trial import RunnerSlot, TrialRun, run_once
 from kvbench_core.scaleout.clients import ClientFailed, ClientLayout, DirectorySnapshot, client_plan, tier_directories
+from kvbench_core.scaleout.rank_watch import RankWatch, hear_bye, say_bye
 from kvbench_core.spec.plan import RunPlan
 
 #: World-size variables set by common MPI launchers (Open MPI, MPICH/Intel MPI hydra, MVAPICH).
@@ -41,16 +49,35 @@ RANK_ONLY_VARIABLES = ("PMIX_RANK",)
 STOPPED = "stopped: another rank failed before measuring"
 
 
+#: How this process leaves MPI at exit: ``MPI_Finalize`` waits for every rank, so after a loss it is skipped
+#: (Open MPI's finalize would wait for the dead rank forever); the survivors wait for rank 0's word instead.
+_AT_EXIT: dict[str, Any] = {"after_loss": None}
+
+
+def _leave_mpi() -> None:
+    from mpi4py import MPI
+
+    after_loss = _AT_EXIT["after_loss"]
+    if after_loss is None:
+        MPI.Finalize()
+    else:
+        after_loss()
+
+
 def detect_world() -> Any | None:
     """``MPI.COMM_WORLD`` when this process is one of several MPI ranks, else None (mpi4py not imported)."""
     sizes = [int(os.environ[v]) for v in SIZE_VARIABLES if os.environ.get(v, "").isdigit()]
     if not (any(size > 1 for size in sizes) or (not sizes and any(v in os.environ for v in RANK_ONLY_VARIABLES))):
         return None
     try:
+        import mpi4py
+
+        mpi4py.rc.finalize = False  # _leave_mpi decides, at exit
         from mpi4py import MPI
     except ImportError:
         raise MissingDependency("this process was started by an MPI launcher (several ranks) but mpi4py is not "
                                 "installed; install it with: pip install 'kvbench-core[mpi]'") from None
+    atexit.register(_leave_mpi)
     comm = MPI.COMM_WORLD
     return comm if comm.Get_size() > 1 else None
 
@@ -87,42 +114,73 @@ class MpiRanks:
                   printer: ProgressPrinter) -> TrialRun:
         mine = client_plan(plan, self.layout, self.rank)
         released: list[float] = []
-
-        def start_together() -> None:
-            ready = not self.slot.stopped
-            all_ready = self.comm.allreduce(int(ready), op=self.op_min)
-            released.append(time.time())
-            if not all_ready:
-                self.slot.stop(STOPPED)
-
         started = time.time()
-        result, state = run_once(mine, as_written, self.slot, run_id=self.layout.run_id(run_id, self.rank),
-                                 trial=trial, client_index=self.rank, barrier=start_together, on_progress=printer)
-        printer.finish()
-        if not released:  # failed during set-up: still take part in the start barrier, saying "not ready"
-            self.comm.allreduce(0, op=self.op_min)
-        mine_report = {"result": result, "released_at": released[0] if released else None,
-                       "host": socket.gethostname(), "pid": os.getpid(),
-                       "exit_code": state.error.exit_code if state.error else 0}
-        gathered = self.comm.gather(mine_report, root=0)
-        merged, error_line, exit_code = None, None, 0
-        if self.rank == 0:
-            plans = [client_plan(plan, self.layout, r) for r in range(self.size)]
-            reports = [ClientReport(index=r, run_id=self.layout.run_id(run_id, r), seed=plans[r].seed,
-                                    users=plans[r].users_for_client(r), directories=tier_directories(plans[r]),
-                                    host=g["host"], pid=g["pid"], result=g["result"], released_at=g["released_at"],
-                                    extra={"exit_code": g["exit_code"]})
-                       for r, g in enumerate(gathered)]
-            merged = merge_results(reports, mode="mpi", label="rank", run_id=run_id, trial=trial,
-                                   as_written=as_written, spec=plan.spec, started_at=started)
-            failed = [r for r in reports if r.failed]
-            if failed:
-                error_line = "; ".join(r.describe_failure("rank") for r in failed)
-                exit_code = next((r.extra["exit_code"] for r in failed if r.extra["exit_code"]), ClientFailed.exit_code)
-        error_line, exit_code = self.comm.bcast((error_line, exit_code), root=0)  # every rank decides alike
+        with RankWatch(self.comm, self.slot.stop) as watch:
+
+            def start_together() -> None:
+                ready = array("i", [int(not self.slot.stopped)])
+                everyone = array("i", [0])
+                if not watch.wait(self.comm.Iallreduce(ready, everyone, op=self.op_min)):
+                    return  # a rank was lost during set-up: the stop is already on its way
+                released.append(time.time())
+                if not everyone[0]:
+                    self.slot.stop(STOPPED)
+
+            def progress(point: dict[str, Any]) -> None:
+                watch.saw(point)
+                printer(point)
+
+            result, state = run_once(mine, as_written, self.slot, run_id=self.layout.run_id(run_id, self.rank),
+                                     trial=trial, client_index=self.rank, barrier=start_together,
+                                     on_progress=progress)
+            printer.finish()
+            if not released and not watch.broken.is_set():  # failed during set-up: still say "not ready"
+                watch.wait(self.comm.Iallreduce(array("i", [0]), array("i", [0]), op=self.op_min))
+            mine_report = {"result": result, "released_at": released[0] if released else None,
+                           "host": socket.gethostname(), "pid": os.getpid(),
+                           "exit_code": state.error.exit_code if state.error else 0}
+            if self.rank == 0:
+                merged, verdict = self._merge(watch, mine_report, as_written, plan, run_id, trial, started)
+            else:
+                watch.send_report(mine_report)
+                merged, verdict = None, watch.hear_verdict()  # every rank decides alike
         self.snapshot.remove_empty()
+        error_line, exit_code, survivors = verdict
+        if len(survivors) + 1 < self.size:  # a rank was lost: no MPI_Finalize (see _leave_mpi)
+            _AT_EXIT["after_loss"] = partial(say_bye if self.rank == 0 else hear_bye, self.comm, survivors)
         error = None
         if error_line is not None:
             error = ClientFailed(error_line)
             error.exit_code = exit_code
         return TrialRun(merged, error=error, crash=state.crash)
+
+    def _merge(self, watch: RankWatch, mine: dict[str, Any], as_written: dict[str, Any], plan: RunPlan,
+               run_id: str, trial: int, started: float) -> tuple[dict[str, Any], tuple[str | None, int, list[int]]]:
+        """Rank 0: the ranks' reports (a lost rank's place says so, with its last heartbeat), merged; and the
+        verdict every reporting rank is told."""
+        gathered = watch.gather_reports(mine)
+        plans = [client_plan(plan, self.layout, r) for r in range(self.size)]
+        reports = [self._report(r, plans[r], run_id, gathered.get(r), watch) for r in range(self.size)]
+        merged = merge_results(reports, mode="mpi", label="rank", run_id=run_id, trial=trial,
+                               as_written=as_written, spec=plan.spec, started_at=started)
+        failed = [r for r in reports if r.failed]
+        survivors = sorted(set(gathered) - {0})
+        verdict: tuple[str | None, int, list[int]] = (None, 0, survivors)
+        if failed:
+            verdict = ("; ".join(r.describe_failure("rank") for r in failed),
+                       next((r.extra["exit_code"] for r in failed if r.extra["exit_code"]), ClientFailed.exit_code),
+                       survivors)
+        watch.tell_verdict(verdict, set(gathered))
+        return merged, verdict
+
+    def _report(self, rank: int, plan: RunPlan, run_id: str, got: dict[str, Any] | None,
+                watch: RankWatch) -> ClientReport:
+        common = {"index": rank, "run_id": self.layout.run_id(run_id, rank), "seed": plan.seed,
+                  "users": plan.users_for_client(rank), "directories": tier_directories(plan)}
+        if got is None:  # lost: killed outright, or its node went away
+            host, pid = watch.identity(rank)
+            last = watch.last_report(rank)
+            return ClientReport(**common, host=host, pid=pid, ended=f"was lost: no heartbeat for {last['silent_s']} s "
+                                "(killed, or its node went away)", extra={"exit_code": None, "last_report": last})
+        return ClientReport(**common, host=got["host"], pid=got["pid"], result=got["result"],
+                            released_at=got["released_at"], extra={"exit_code": got["exit_code"]})
