@@ -159,6 +159,7 @@ class CodecTier(StorageBackend):
         # What the result names the tier by: the backend it really is, seen through the codec.
         self.name = inner.name  # type: ignore[misc]
         self.volatile = inner.volatile  # type: ignore[misc]
+        self.directory_option = inner.directory_option  # type: ignore[misc]  # its directory is the inner's
         self.transfer_size = chunk_bytes
         self.signature = json.dumps([codec.name, codec.options, chunk_bytes, segment_bytes], sort_keys=True)
         self.tag = zlib.crc32(self.signature.encode())

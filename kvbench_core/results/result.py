@@ -183,7 +183,8 @@ def _run_record(state: RunState, *, trial: int, started_at: float | None, secret
 
 def _environment(state: RunState, tiers: dict[str, Any], secrets: Any) -> dict[str, Any]:
     """The detected machine, its file tiers' paths (from the spec) and network tiers' endpoints included."""
-    paths = {t.name: t.backend.options["path"] for t in state.tiers if isinstance(t.backend.options.get("path"), str)}
+    paths = {t.name: t.backend.options[option] for t in state.tiers
+             if (option := t.backend.directory_option) and isinstance(t.backend.options.get(option), str)}
     endpoints = {name: info["describe"]["endpoint"] for name, info in tiers.items()
                  if isinstance((info.get("describe") or {}).get("endpoint"), str)}
     return redact(detect_environment(paths, endpoints), secrets)

@@ -26,7 +26,15 @@ from kvbench_core.spec.codec_choices import check_codec_choices, resolve_codecs
 from kvbench_core.spec.overrides import _deep_merge, apply_overrides
 from kvbench_core.spec.plan import RunPlan, plan_run, thaw
 from kvbench_core.spec.reading import _read_spec
-from kvbench_core.spec.safepaths import expanded, overlap_reason, refusal_reason, resolved, tier_paths, unset_variable
+from kvbench_core.spec.safepaths import (
+    directory_option,
+    expanded,
+    overlap_reason,
+    refusal_reason,
+    resolved,
+    tier_paths,
+    unset_variable,
+)
 from kvbench_core.spec.schema import DEFAULTS, GENERATION_MS_PER_TOKEN, full_schema, section_schema
 
 
@@ -98,8 +106,8 @@ def resolve(raw: dict[str, Any], spec_dir: str) -> dict[str, Any]:
         capacity = tier.get("capacity", "auto")
         tier["capacity"] = "auto" if capacity == "auto" else parse_size(capacity)
         tier.setdefault("options", {})
-        if isinstance(tier["options"].get("path"), str):
-            tier["options"]["path"] = expanded(tier["options"]["path"])
+        if option := directory_option(tier):
+            tier["options"][option] = expanded(tier["options"][option])
         if tier.get("cold_after") is not None:
             tier["cold_after"] = parse_duration(tier["cold_after"])
     resolve_codecs(spec)
@@ -175,15 +183,15 @@ def _check_parents_exist(tiers: list[dict[str, Any]]) -> None:
     """A tier directory that does not exist is created, but only inside one that does, unless the tier says
     ``create: true`` (filetiers/directory.CREATE_OPTION): a mistyped path silently grew a tree of directories."""
     for i, tier in enumerate(tiers):
-        options = tier.get("options") or {}
-        path = options.get("path")
-        if not isinstance(path, str) or tier.get("capacity") in (0, "0") or options.get("create") is True:
+        options, option = tier.get("options") or {}, directory_option(tier)
+        if option is None or tier.get("capacity") in (0, "0") or options.get("create") is True:
             continue
+        path = options[option]
         target = resolved(path)
         parent = os.path.dirname(target)
         if not os.path.lexists(target) and not os.path.isdir(parent):
-            raise SpecError(f"cache.tiers[{i}].options.path: {path}: its parent {parent} does not exist; create "
-                            "it, or set create: true in the tier's options to let kvbench make it")
+            raise SpecError(f"cache.tiers[{i}].options.{option}: {path}: its parent {parent} does not exist; "
+                            "create it, or set create: true in the tier's options to let kvbench make it")
 
 
 def check_tier_directory(field: str, path: str) -> None:

@@ -12,6 +12,8 @@ import os
 import re
 from typing import Any
 
+from kvbench_core.contracts.plugins import lookup
+
 _VARIABLE = re.compile(r"\$(\w+|\{[^}]*\})")
 
 #: Never write here or anywhere below: the OS, virtual filesystems, device nodes.
@@ -46,10 +48,18 @@ def resolved(path: str) -> str:
     return os.path.realpath(os.path.abspath(expanded(path)))
 
 
+def directory_option(tier: dict[str, Any]) -> str | None:
+    """The name of the option holding the directory a spec's tier owns (its backend class's
+    ``directory_option``: ``path`` for the file tiers, whatever a vendor tier calls it), when that option
+    is given; None for a tier that owns no directory."""
+    option = lookup("backend", tier["backend"], path="cache.tiers[].backend").directory_option
+    return option if option is not None and isinstance((tier.get("options") or {}).get(option), str) else None
+
+
 def tier_paths(tiers: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    """``(field, path)`` of every enabled tier that keeps files in a directory (an ``options.path``)."""
-    return [(f"cache.tiers[{i}].options.path", tier["options"]["path"]) for i, tier in enumerate(tiers)
-            if isinstance((tier.get("options") or {}).get("path"), str) and tier.get("capacity") not in (0, "0")]
+    """``(field, path)`` of every enabled tier that keeps files in a directory (its ``directory_option``)."""
+    return [(f"cache.tiers[{i}].options.{option}", tier["options"][option]) for i, tier in enumerate(tiers)
+            if (option := directory_option(tier)) and tier.get("capacity") not in (0, "0")]
 
 
 def overlap_reason(tiers: list[dict[str, Any]]) -> str | None:
