@@ -22,10 +22,8 @@ SOURCES = ("kvbench_core/**/*.py", "plugins/*/kvbench_*/**/*.py")
 LIMIT = 15
 #: "<file from the repository root>:<function>" still above the limit, and whose they are now.
 KNOWN = {
-    "kvbench_core/results/metrics.py:Metrics.merge",  # helper A's by-time booking is rewriting the merge
     "kvbench_core/results/status.py:decide",  # helper B1's status rules
     "kvbench_core/results/detected_declaration.py:network_fields",  # the self-filling declaration (#31 §4)
-    "kvbench_core/results/merge.py:_merge_series",  # the merged series on one wall-clock grid (#28 §4)
     "kvbench_core/reports/capacity.py:curve_figure",  # helper C1's capacity curve
     "kvbench_core/reports/capacity.py:curve_numbers",
     "kvbench_core/reports/verdicts.py:dominant_share",  # helper C1's verdicts
@@ -42,13 +40,11 @@ KNOWN = {
     "kvbench_core/cli/report_cmd.py:handle",
     "kvbench_core/cli/run_cmd.py:summarize",  # the run summary (others are editing run_cmd's lines)
     "kvbench_core/cli/run_cmd.py:render_plan",
-    "kvbench_core/cli/score_cmd.py:render",
     "kvbench_core/contracts/redact.py:visit",  # the secret scrubber's walk over every value type
     "kvbench_core/contracts/validation.py:describe_error",  # one message per JSON-Schema keyword
     "kvbench_core/engine/dryrun.py:dry_run_estimate",
     "kvbench_core/engine/executor.py:RequestExecutor._steps",  # the request's step machine (#30 §3)
     "kvbench_core/engine/runner.py:Runner._finish",  # runner.py is being edited (#30 §3, #29)
-    "kvbench_core/engine/telemetry.py:Telemetry.close_interval",  # telemetry.py is being edited (by-time)
     "kvbench_core/exports/tables.py:histogram_rows",
     "kvbench_core/kvio/replay.py:replay",  # the kvio room: replay, semantic reads, validation gates
     "kvbench_core/kvio/replay.py:_run_passes",

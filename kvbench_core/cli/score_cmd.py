@@ -111,41 +111,8 @@ def _line(label: str, scores: dict[str, Any]) -> str:
 def render(report: dict[str, Any]) -> int:
     """The scores, stores and loads each on their own line first; exit status 1 when the gate failed."""
     out = console()
-    for op, scores in report["by_op"].items():
-        out.print(_line(f"[bold]{op}[/bold]", scores))
-    for op in report["ops_missing"]:
-        out.print(f"[bold]{op}[/bold]: none in the I/O log ({report['objects']} objects expected)")
-    out.print(_line(f"all ({', '.join(report['ops_scored'])})", report))
-    for part, scores in report.get("by_part", {}).items():
-        out.print(_line(f"  part {part}", scores))
-    if report.get("components_bytes"):
-        out.print("stored components: " + ", ".join(f"{name} {size:,} B"
-                                                    for name, size in sorted(report["components_bytes"].items())))
-    foreign = report["unattributed"]
-    if foreign["commands"]:
-        out.print(f"unattributed: {foreign['commands']:,} commands, {foreign['bytes']:,} B from "
-                  f"{foreign['trace_ids']} trace id(s) not in the plan (counted as mispredicted)")
-    if report["untagged_commands"]:
-        out.print(f"untagged (trace id 0) commands ignored: {report['untagged_commands']:,}")
-    if report["skipped_lines"] or report["truncated_last_line"]:
-        truncated = ", truncated last line" if report["truncated_last_line"] else ""
-        out.print(f"skipped lines (completions, metadata, other ops): {report['skipped_lines']:,}{truncated}")
-    shown = report["mismatches"][:SHOWN_MISMATCHES]
-    for mismatch in shown:
-        out.print(f"mismatch {mismatch['op']} {mismatch['key']} (trace {mismatch['trace_id']}): "
-                  f"planned {mismatch['planned']} measured {mismatch['measured']}")
-    wrong = report["exact_match"]["total"] - report["size_match"]["matched"]
-    if wrong > len(shown):
-        out.print(f"… {wrong - len(shown)} more mismatching object ops (--json lists up to {MISMATCH_EXAMPLES})")
-    for name, check in (report.get("offsets") or {}).items():
-        if name != "examples":
-            out.print(f"offsets: {name.replace('_', ' ')} {check['matched']}/{check['total']}")
-    order = report.get("order")
-    if order:
-        within = order["ascending_within_object"]
-        out.print(f"order: ascending offsets within an object {within['matched']}/{within['total']}; "
-                  + ", ".join(f"{op} objects {info['objects']} with {info['inversions']} inversions"
-                              for op, info in order["objects"].items()))
+    for line in (*_score_lines(report), *_trace_lines(report), *_mismatch_lines(report), *_check_lines(report)):
+        out.print(line)
     verdict = report["gate"]
     for line in verdict["missed"]:
         out.print(f"[red]FAIL[/red] {line}")
@@ -154,6 +121,57 @@ def render(report: dict[str, Any]) -> int:
     out.print("[green]PASS[/green]: every threshold met" if verdict["passed"] else
               f"{len(verdict['missed'])} threshold(s) missed (relax with --min-exact / --max-wape / --max-tv)")
     return 0 if verdict["passed"] else FAILED_EXIT
+
+
+def _score_lines(report: dict[str, Any]) -> list[str]:
+    """Per op, the ops missing, all together, per KV part, and the stored components' sizes."""
+    lines = [_line(f"[bold]{op}[/bold]", scores) for op, scores in report["by_op"].items()]
+    lines += [f"[bold]{op}[/bold]: none in the I/O log ({report['objects']} objects expected)"
+              for op in report["ops_missing"]]
+    lines.append(_line(f"all ({', '.join(report['ops_scored'])})", report))
+    lines += [_line(f"  part {part}", scores) for part, scores in report.get("by_part", {}).items()]
+    if report.get("components_bytes"):
+        lines.append("stored components: " + ", ".join(f"{name} {size:,} B"
+                                                       for name, size in sorted(report["components_bytes"].items())))
+    return lines
+
+
+def _trace_lines(report: dict[str, Any]) -> list[str]:
+    """What of the I/O log was not scored: foreign trace ids, untagged commands, skipped lines."""
+    lines = []
+    foreign = report["unattributed"]
+    if foreign["commands"]:
+        lines.append(f"unattributed: {foreign['commands']:,} commands, {foreign['bytes']:,} B from "
+                     f"{foreign['trace_ids']} trace id(s) not in the plan (counted as mispredicted)")
+    if report["untagged_commands"]:
+        lines.append(f"untagged (trace id 0) commands ignored: {report['untagged_commands']:,}")
+    if report["skipped_lines"] or report["truncated_last_line"]:
+        truncated = ", truncated last line" if report["truncated_last_line"] else ""
+        lines.append(f"skipped lines (completions, metadata, other ops): {report['skipped_lines']:,}{truncated}")
+    return lines
+
+
+def _mismatch_lines(report: dict[str, Any]) -> list[str]:
+    shown = report["mismatches"][:SHOWN_MISMATCHES]
+    lines = [f"mismatch {mismatch['op']} {mismatch['key']} (trace {mismatch['trace_id']}): "
+             f"planned {mismatch['planned']} measured {mismatch['measured']}" for mismatch in shown]
+    wrong = report["exact_match"]["total"] - report["size_match"]["matched"]
+    if wrong > len(shown):
+        lines.append(f"… {wrong - len(shown)} more mismatching object ops (--json lists up to {MISMATCH_EXAMPLES})")
+    return lines
+
+
+def _check_lines(report: dict[str, Any]) -> list[str]:
+    """The optional offset and order checks."""
+    lines = [f"offsets: {name.replace('_', ' ')} {check['matched']}/{check['total']}"
+             for name, check in (report.get("offsets") or {}).items() if name != "examples"]
+    order = report.get("order")
+    if order:
+        within = order["ascending_within_object"]
+        lines.append(f"order: ascending offsets within an object {within['matched']}/{within['total']}; "
+                     + ", ".join(f"{op} objects {info['objects']} with {info['inversions']} inversions"
+                                 for op, info in order["objects"].items()))
+    return lines
 
 
 def racing_order_hint(report: dict[str, Any], engine: dict[str, Any]) -> str | None:
