@@ -17,7 +17,7 @@ from testkit import registered
 from tiny_spec import history_spec
 
 from kvbench_core.cli import main
-from kvbench_core.forecast.forecast import Forecaster, measured_figures
+from kvbench_core.forecast.forecast import Forecaster, directories_not_needed, measured_figures
 
 S_PER_BYTE = 0.020 / (1 << 20)  # 20 ms per MiB: the slow tier's known service time
 
@@ -110,3 +110,12 @@ def test_ten_thousand_users_for_300_s_finish(measured: Path) -> None:
     """The issue's size (docs/FORECAST.md records its wall time); no time is asserted."""
     forecast = Forecaster(str(measured)).forecast(["workload.users=10000", "duration=300s"], [])
     assert forecast["users"] == 10000 and forecast["requests_completed"] > 0
+
+
+def test_a_tier_directory_missing_here_is_no_reason_to_refuse() -> None:
+    """A result from another machine names its directories there: each file tier is told create: true,
+    which lifts the loader's refusal; a forecast opens no backend, so nothing is created."""
+    result = {"spec": {"as_written": {"cache": {"tiers": [
+        {"name": "dram", "backend": "cpu", "capacity": "1GiB"},
+        {"name": "nvme", "backend": "nvme", "capacity": "1GiB", "options": {"path": "/elsewhere/kv"}}]}}}}
+    assert directories_not_needed(result) == ["cache.tiers.1.options.create=true"]

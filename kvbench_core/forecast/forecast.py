@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 
 from kvbench_core.contracts.errors import ForecastRefused, InputFileError
+from kvbench_core.contracts.plugins import lookup
+from kvbench_core.filetiers.directory import CREATE_OPTION
 from kvbench_core.forecast.fit import TierModel, fit_tiers, request_overhead_s
 from kvbench_core.forecast.simulation import Simulation, Tally
 from kvbench_core.forecast.whatif import capacities, check_concurrency, check_tiers, parse_tier_changes
@@ -37,6 +39,19 @@ def read_result(path: str) -> dict[str, Any]:
     return result
 
 
+def directories_not_needed(result: dict[str, Any]) -> list[str]:
+    """``--set`` items telling each file tier of the result's spec ``create: true``.  A forecast builds no
+    backend, so it creates nothing; the option only lifts the loader's refusal of a directory whose parent
+    does not exist here, which a result from another machine's run usually names."""
+    tiers = ((result.get("spec") or {}).get("as_written") or {}).get("cache", {}).get("tiers") or []
+    sets = []
+    for index, tier in enumerate(tiers):
+        backend = lookup("backend", str(tier.get("backend")), path=f"cache.tiers[{index}].backend")
+        if (backend.options_schema.get("properties") or {}).get("create") is CREATE_OPTION:
+            sets.append(f"cache.tiers.{index}.options.create=true")
+    return sets
+
+
 class Forecaster:
     """The measured result and its fit, ready to simulate any number of what-ifs."""
 
@@ -46,7 +61,8 @@ class Forecaster:
         status = (self.result.get("run") or {}).get("status")
         if status in ("failed", "interrupted"):
             raise ForecastRefused(f"forecast: the result's run is {status}: its figures are no model of the tiers")
-        _, self.measured_plan = load_plan(path, [], accept_edited=True)
+        self.directories = directories_not_needed(self.result)
+        _, self.measured_plan = load_plan(path, self.directories, accept_edited=True)
 
     def models(self) -> dict[str, TierModel]:
         plan = self.measured_plan  # fresh each time: a what-if changes its speedups
@@ -54,7 +70,7 @@ class Forecaster:
                          seed=plan.seed)
 
     def forecast(self, sets: list[str], tiers: list[str], clients: int | None = None) -> dict[str, Any]:
-        _, plan = load_plan(self.path, sets, accept_edited=True)
+        _, plan = load_plan(self.path, [*self.directories, *sets], accept_edited=True)
         clients = clients or plan.clients_total
         models = self.models()
         changes = parse_tier_changes(tiers)
