@@ -110,7 +110,8 @@ class Simulation:
         workers = self.simpy.PriorityResource(self.env, capacity=plan.workers(users))
         client = _Client(executor=RequestExecutor(cache, telemetry, bytes_per_token, plan.workload.decode_batch),
                          telemetry=telemetry, workers=workers,
-                         devices={name: self.shared.get(name) or self.simpy.Resource(self.env, capacity=model.servers)
+                         devices={name: self.shared[name] if name in self.shared
+                                  else self.simpy.Resource(self.env, capacity=model.servers)
                                   for name, model in self.models.items()})
         client.backlog = self.simpy.Resource(self.env, capacity=backlog_limit(client.workers.capacity))
         if source.open_loop:
