@@ -196,19 +196,21 @@ def _merge_series(clients: list[ClientReport], metrics: dict[str, Any], spec: di
     tiers: list[dict[str, dict[str, float]]] = [{} for _ in edges[1:]]
     present: list[int] = [0] * (len(edges) - 1)
     for points in spans:
-        touched: set[int] = set()
-        for a, b, point in points:
-            shares = _shares(a, b, edges)
-            touched.update(index for index, _ in shares)
-            for name in SERIES_COUNTS:
-                _spread(counts, name, _count(point, name), shares)
-            for tier, figures in (point.get("tiers") or {}).items():
-                for op in ("read", "write"):
-                    moved = figures.get(f"{op}_bytes", figures.get(f"{op}_bytes_per_s", 0.0) * point["interval_s"])
-                    _spread([row.setdefault(tier, {}) for row in tiers], f"{op}_bytes", moved, shares)
-        for index in touched:
+        for index in {i for a, b, point in points for i in _place(point, _shares(a, b, edges), counts, tiers)}:
             present[index] += 1
     return [_grid_point(edges, i, counts[i], tiers[i], present[i], spans) for i in range(len(edges) - 1)]
+
+
+def _place(point: dict[str, Any], shares: list[tuple[int, float]], counts: list[dict[str, float]],
+           tiers: list[dict[str, dict[str, float]]]) -> list[int]:
+    """A client's point's counts and tier bytes into the grid intervals of ``shares``; those intervals."""
+    for name in SERIES_COUNTS:
+        _spread(counts, name, _count(point, name), shares)
+    for tier, figures in (point.get("tiers") or {}).items():
+        for op in ("read", "write"):
+            moved = figures.get(f"{op}_bytes", figures.get(f"{op}_bytes_per_s", 0.0) * point["interval_s"])
+            _spread([row.setdefault(tier, {}) for row in tiers], f"{op}_bytes", moved, shares)
+    return [index for index, _ in shares]
 
 
 def _grid(start: float, end: float, step_s: float) -> list[float]:

@@ -25,7 +25,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvbench_core.codecs.figures import tier_codec
 from kvbench_core.contracts.redact import environment_secrets, redact
 from kvbench_core.contracts.workload import DEFAULT_QOS, QoSClass
 from kvbench_core.engine.cancel import CommandRecorder
@@ -33,9 +32,9 @@ from kvbench_core.engine.histogram import LatencyHistogram
 from kvbench_core.engine.opstats import OpStats
 from kvbench_core.engine.records import PHASES, DeviceStats
 from kvbench_core.engine.runner import RunState
+from kvbench_core.results.tier_metrics import OPS, TierMetrics, sum_dicts
 
 GB = 1e9
-OPS = ("read", "write")
 MAX_LISTED = 100
 #: The request counts a run reports (``metrics.requests``); all add up across clients.
 REQUEST_COUNTS = ("completed", "failed", "write_failed", "unfinished", "context_tokens", "generated_tokens",
@@ -43,61 +42,6 @@ REQUEST_COUNTS = ("completed", "failed", "write_failed", "unfinished", "context_
 #: The cache's own counts (``metrics.cache``); the rest of that section is derived from them.
 CACHE_COUNTS = ("reads_served_by_tier", "read_misses", "demotions_bytes", "demotions_count", "evictions_deleted",
                 "promotions", "counters", "occupancy_at_end")
-
-
-def no_device() -> dict[str, dict[str, DeviceStats]]:
-    return {op: {phase: DeviceStats() for phase in PHASES} for op in OPS}
-
-
-@dataclass
-class TierMetrics:
-    """One tier: what it is, its read and write operation stats (per request) and what its device moved in
-    each phase (by time), with every byte it reported moving (``moved``: what the phases add up to)."""
-
-    backend: str
-    capacity_bytes: int | None
-    volatile: bool
-    describe: dict[str, Any]
-    read: OpStats = field(default_factory=OpStats)
-    write: OpStats = field(default_factory=OpStats)
-    reads_served: int = 0
-    counters: dict[str, Any] | None = None  # the backend's own (S3 requests, redis commands)
-    device: dict[str, dict[str, DeviceStats]] = field(default_factory=no_device)  # op -> phase -> stats
-    moved: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OPS, 0))
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"backend": self.backend, "capacity_bytes": self.capacity_bytes,
-                               "volatile": self.volatile, "describe": self.describe,
-                               "read": self.op_json("read"), "write": self.op_json("write"),
-                               "reads_served": self.reads_served}
-        out["codec"] = tier_codec(out)
-        if self.counters is not None:
-            out["counters"] = self.counters
-        return out
-
-    def op_json(self, op: str) -> dict[str, Any]:
-        """An op's operation stats, its device's phases, and the bandwidth: the window's device bytes over
-        the span of the window's commands (booked by time, docs/metrics.md)."""
-        window = self.device[op]["window"]
-        active = window.active_s()
-        return {**getattr(self, op).to_dict(), "active_window_s": round(active, 6),
-                "bandwidth_bytes_per_s": window.bytes / active if active > 0 else None,
-                "device": {**{phase: stats.to_dict() for phase, stats in self.device[op].items()},
-                           "moved_bytes": self.moved[op]}}
-
-    def merge(self, other: TierMetrics) -> None:
-        """Add another client's figures of the same tier (its times already on the wall clock)."""
-        self.capacity_bytes = None if None in (self.capacity_bytes, other.capacity_bytes) \
-            else self.capacity_bytes + other.capacity_bytes
-        self.read.merge(other.read)
-        self.write.merge(other.write)
-        self.reads_served += other.reads_served
-        if self.counters is not None:
-            self.counters = sum_dicts([self.counters, other.counters or {}])
-        for op in OPS:
-            self.moved[op] += other.moved[op]
-            for phase in PHASES:
-                self.device[op][phase].merge(other.device[op][phase])
 
 
 @dataclass
@@ -211,31 +155,16 @@ class Metrics:
     def merge(cls, parts: list[Metrics]) -> Metrics:
         """One set of metrics for several clients (``parts`` read with ``from_json``, wall-clock times)."""
         first = parts[0]
-        starts = [p.started_at for p in parts if p.started_at is not None]
-        ends = [p.ended_at for p in parts if p.ended_at is not None]
-        tiers: dict[str, TierMetrics] = {}
-        for part in parts:
-            for name, tier in part.tiers.items():
-                if name not in tiers:
-                    tiers[name] = TierMetrics(tier.backend, 0, tier.volatile, tier.describe,
-                                              counters={} if tier.counters is not None else None)
-                tiers[name].merge(tier)
-        drain = sum_dicts(p.drain for p in parts)
-        if drain:
-            drain["seconds"] = max(p.drain.get("seconds", 0.0) for p in parts)
-            drain.pop("end_to_end_ms", None)  # a percentile summary does not add up: each client keeps its own
+        measured_s, started_at, ended_at = _union_window(parts)
         return cls(
-            measured_s=round(max(ends) - min(starts), 6) if starts and ends else 0.0,
-            started_at=min(starts) if starts else None, ended_at=max(ends) if ends else None, monotonic_start=None,
+            measured_s=measured_s, started_at=started_at, ended_at=ended_at, monotonic_start=None,
             requests={k: sum(p.requests[k] for p in parts) for k in REQUEST_COUNTS},
             end_to_end=_merged(p.end_to_end for p in parts), queue_wait=_merged(p.queue_wait for p in parts),
             storage=_merged(p.storage for p in parts),
             end_to_end_by_qos={q: _merged(p.end_to_end_by_qos[q] for p in parts) for q in first.end_to_end_by_qos},
             service_by_qos={q: _merged(p.service_by_qos[q] for p in parts) for q in first.service_by_qos},
-            tiers=tiers, cache=sum_dicts(p.cache for p in parts), drain=drain,
-            verify={"enabled": first.verify["enabled"],
-                    **{k: sum(p.verify[k] for p in parts) for k in ("bytes_verified", "seconds", "integrity_errors")},
-                    "mismatches": [m for p in parts for m in p.verify["mismatches"]][:MAX_LISTED]},
+            tiers=_merged_tiers(parts), cache=sum_dicts(p.cache for p in parts), drain=_merged_drain(parts),
+            verify=_merged_verify(parts),
             process_cpu_s=sum(p.process_cpu_s for p in parts), peak_rss_bytes=sum(p.peak_rss_bytes for p in parts),
             bytes_per_token=first.bytes_per_token, qos=first.qos)
 
@@ -276,29 +205,47 @@ class Metrics:
         return {"headline": headline(sections, self.bytes_per_token), **sections}
 
 
+def _union_window(parts: list[Metrics]) -> tuple[float, float | None, float | None]:
+    """The merged window on the wall clock: the earliest client's open to the latest one's close."""
+    starts = [p.started_at for p in parts if p.started_at is not None]
+    ends = [p.ended_at for p in parts if p.ended_at is not None]
+    if not starts or not ends:
+        return 0.0, min(starts, default=None), max(ends, default=None)
+    return round(max(ends) - min(starts), 6), min(starts), max(ends)
+
+
+def _merged_tiers(parts: list[Metrics]) -> dict[str, TierMetrics]:
+    """Each tier across the clients, in the order they first name it."""
+    tiers: dict[str, TierMetrics] = {}
+    for part in parts:
+        for name, tier in part.tiers.items():
+            if name not in tiers:
+                tiers[name] = TierMetrics(tier.backend, 0, tier.volatile, tier.describe,
+                                          counters={} if tier.counters is not None else None)
+            tiers[name].merge(tier)
+    return tiers
+
+
+def _merged_drain(parts: list[Metrics]) -> dict[str, Any]:
+    """The drain's counts added up; its length the longest client's."""
+    drain = sum_dicts(p.drain for p in parts)
+    if drain:
+        drain["seconds"] = max(p.drain.get("seconds", 0.0) for p in parts)
+        drain.pop("end_to_end_ms", None)  # a percentile summary does not add up: each client keeps its own
+    return drain
+
+
+def _merged_verify(parts: list[Metrics]) -> dict[str, Any]:
+    return {"enabled": parts[0].verify["enabled"],
+            **{k: sum(p.verify[k] for p in parts) for k in ("bytes_verified", "seconds", "integrity_errors")},
+            "mismatches": [m for p in parts for m in p.verify["mismatches"]][:MAX_LISTED]}
+
+
 def _merged(histograms: Iterable[LatencyHistogram]) -> LatencyHistogram:
     merged = LatencyHistogram()
     for histogram in histograms:
         merged.merge(histogram)
     return merged
-
-
-def sum_dicts(dicts: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """Numbers add up (nested dicts too); anything else keeps the first client's value."""
-    out: dict[str, Any] = {}
-    for data in dicts:
-        for key, value in data.items():
-            if key not in out:
-                out[key] = copy.deepcopy(value)
-            elif isinstance(value, dict) and isinstance(out[key], dict):
-                out[key] = sum_dicts([out[key], value])
-            elif _is_number(value) and _is_number(out[key]):
-                out[key] += value
-    return out
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 # -- derived figures: each defined once, on the rendered sections (so ``kvbench check`` re-derives them from a file)
