@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import jsonschema
@@ -41,49 +41,75 @@ def _missing_field(error: ValidationError) -> str:
 
 
 def describe_error(error: ValidationError, root: str = "") -> str:
-    """One line for one schema violation."""
+    """One line for one schema violation: the keyword's own wording, else jsonschema's message."""
     path = json_path(error.absolute_path, root)
-    schema, value, kind = error.schema, error.instance, error.validator
-    if kind == "type":
-        expected = schema.get("type")
-        bounds = []
-        if "minimum" in schema:
-            bounds.append(f">= {schema['minimum']}")
-        if "maximum" in schema:
-            bounds.append(f"<= {schema['maximum']}")
-        expected_text = " or ".join(expected) if isinstance(expected, list) else str(expected)
-        return f"{path}: expected {expected_text}{' ' + ' and '.join(bounds) if bounds else ''}, got {_shown(value)}"
-    if kind in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
-        op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[kind]
-        return f"{path}: expected a value {op} {error.validator_value}, got {_shown(value)}"
-    if kind == "enum":
-        choices = ", ".join(_shown(choice) for choice in error.validator_value)
-        return f"{path}: expected one of {choices}, got {_shown(value)}"
-    if kind == "const":
-        return f"{path}: expected {_shown(error.validator_value)}, got {_shown(value)}"
-    if kind == "required":
-        return f"{json_path([*error.absolute_path, _missing_field(error)], root)}: required field is missing"
-    if kind == "additionalProperties":
-        allowed = sorted(schema.get("properties", {}))
-        extras = sorted(set(value) - set(allowed)) if isinstance(value, dict) else []
-        where = json_path([*error.absolute_path, extras[0]], root) if extras else path
-        hint = f" (allowed: {', '.join(allowed)})" if allowed else ""
-        return f"{where}: unknown field{hint}"
-    if kind == "pattern":
-        hint = schema.get("description") or f"a string matching {error.validator_value}"
-        return f"{path}: expected {hint}, got {_shown(value)}"
-    if kind in ("minItems", "maxItems", "minLength", "maxLength"):
-        if len(error.message) <= 80:
-            return f"{path}: {error.message}"
-        # jsonschema's message quotes the whole value (a list of 20 tier dicts): say the count instead
-        bound = "at least" if kind.startswith("min") else "at most"
-        unit = "items" if kind.endswith("Items") else "characters"
-        return f"{path}: expected {bound} {error.validator_value} {unit}, got {len(value)}"
-    if kind in ("oneOf", "anyOf") and error.context:
-        return _describe_alternatives(error, root)
-    if kind == "not":
-        return f"{path}: {schema.get('description') or 'value not allowed here'}, got {_shown(value)}"
-    return f"{path}: {error.message}"
+    describer = _DESCRIBERS.get(error.validator)
+    return (describer(error, path, root) if describer else None) or f"{path}: {error.message}"
+
+
+def _type(error: ValidationError, path: str, root: str) -> str:
+    expected, schema = error.schema.get("type"), error.schema
+    bounds = [f"{op} {schema[key]}" for key, op in (("minimum", ">="), ("maximum", "<=")) if key in schema]
+    expected_text = " or ".join(expected) if isinstance(expected, list) else str(expected)
+    shown_bounds = " " + " and ".join(bounds) if bounds else ""
+    return f"{path}: expected {expected_text}{shown_bounds}, got {_shown(error.instance)}"
+
+
+def _bound(error: ValidationError, path: str, root: str) -> str:
+    op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[error.validator]
+    return f"{path}: expected a value {op} {error.validator_value}, got {_shown(error.instance)}"
+
+
+def _enum(error: ValidationError, path: str, root: str) -> str:
+    choices = ", ".join(_shown(choice) for choice in error.validator_value)
+    return f"{path}: expected one of {choices}, got {_shown(error.instance)}"
+
+
+def _const(error: ValidationError, path: str, root: str) -> str:
+    return f"{path}: expected {_shown(error.validator_value)}, got {_shown(error.instance)}"
+
+
+def _required(error: ValidationError, path: str, root: str) -> str:
+    return f"{json_path([*error.absolute_path, _missing_field(error)], root)}: required field is missing"
+
+
+def _additional(error: ValidationError, path: str, root: str) -> str:
+    value, allowed = error.instance, sorted(error.schema.get("properties", {}))
+    extras = sorted(set(value) - set(allowed)) if isinstance(value, dict) else []
+    where = json_path([*error.absolute_path, extras[0]], root) if extras else path
+    hint = f" (allowed: {', '.join(allowed)})" if allowed else ""
+    return f"{where}: unknown field{hint}"
+
+
+def _pattern(error: ValidationError, path: str, root: str) -> str:
+    hint = error.schema.get("description") or f"a string matching {error.validator_value}"
+    return f"{path}: expected {hint}, got {_shown(error.instance)}"
+
+
+def _length(error: ValidationError, path: str, root: str) -> str:
+    if len(error.message) <= 80:
+        return f"{path}: {error.message}"
+    # jsonschema's message quotes the whole value (a list of 20 tier dicts): say the count instead
+    bound = "at least" if error.validator.startswith("min") else "at most"
+    unit = "items" if error.validator.endswith("Items") else "characters"
+    return f"{path}: expected {bound} {error.validator_value} {unit}, got {len(error.instance)}"
+
+
+def _alternatives(error: ValidationError, path: str, root: str) -> str | None:
+    return _describe_alternatives(error, root) if error.context else None
+
+
+def _not(error: ValidationError, path: str, root: str) -> str:
+    return f"{path}: {error.schema.get('description') or 'value not allowed here'}, got {_shown(error.instance)}"
+
+
+#: The JSON-Schema keywords worded here, one function each (None: jsonschema's own message).
+_DESCRIBERS: dict[str, Callable[[ValidationError, str, str], str | None]] = {
+    "type": _type, "minimum": _bound, "exclusiveMinimum": _bound, "maximum": _bound, "exclusiveMaximum": _bound,
+    "enum": _enum, "const": _const, "required": _required, "additionalProperties": _additional,
+    "pattern": _pattern, "minItems": _length, "maxItems": _length, "minLength": _length, "maxLength": _length,
+    "oneOf": _alternatives, "anyOf": _alternatives, "not": _not,
+}
 
 
 #: Errors that only say "this branch does not apply to a value of this kind".
