@@ -54,7 +54,6 @@ KNOWN = {
     "kvbench_core/spec/bounds.py:check_memory_tiers",
     "kvbench_core/spec/loader.py:_check_cross_fields",  # spec/loader.py is being edited
     "kvbench_core/spec/loader.py:resolve",
-    "plugins/kvbench_workloads/kvbench_workloads/survey.py:detect_format",  # one branch per trace format
 }
 
 

@@ -18,39 +18,52 @@ from kvbench_workloads.catalog import sources as plugin_sources
 
 def detect_format(path: Path) -> str:
     """The trace format from the file name (a directory: its files' names, which must agree), else the content."""
-    sources = plugin_sources()
-    samples = [path]
-    if path.is_dir():
-        samples = sorted(entry for entry in path.iterdir() if entry.is_file() and not entry.name.startswith("."))
-        if not samples:
-            raise InputFileError(f"{path}: directory holds no files")
-    by_suffix = sorted(((suffix, name) for name, cls in sources.items() for suffix in cls.suffixes),
-                       key=lambda item: -len(item[0]))  # ".jsonl" before ".json"
-    named: dict[str, list[str]] = {}  # format -> the files its suffix claims
-    for sample in samples:
-        for suffix, name in by_suffix:
-            if sample.name.lower().endswith(suffix):
-                named.setdefault(name, []).append(sample.name)
-                break
+    samples = _samples(path)
+    named = _formats_by_name(samples)
     if len(named) > 1:  # a directory of several formats: replaying one would silently skip the others
         found = "; ".join(f"{name}: {', '.join(files[:2])}{' …' if len(files) > 2 else ''}"
                           for name, files in sorted(named.items()))
         raise InputFileError(f"{path}: holds traces of {len(named)} formats ({found}); pass one file, or "
                              f"--format {'|'.join(sorted(named))} to read only that format's files")
-    if named:
-        return next(iter(named))
+    return next(iter(named)) if named else _format_by_content(samples[0])
+
+
+def _samples(path: Path) -> list[Path]:
+    """The file, or a directory's visible files."""
+    if not path.is_dir():
+        return [path]
+    samples = sorted(entry for entry in path.iterdir() if entry.is_file() and not entry.name.startswith("."))
+    if not samples:
+        raise InputFileError(f"{path}: directory holds no files")
+    return samples
+
+
+def _formats_by_name(samples: list[Path]) -> dict[str, list[str]]:
+    """Format -> the files its sources' suffixes claim (the longest suffix first: ".jsonl" before ".json")."""
+    by_suffix = sorted(((suffix, name) for name, cls in plugin_sources().items() for suffix in cls.suffixes),
+                       key=lambda item: -len(item[0]))
+    named: dict[str, list[str]] = {}
+    for sample in samples:
+        name = next((name for suffix, name in by_suffix if sample.name.lower().endswith(suffix)), None)
+        if name is not None:
+            named.setdefault(name, []).append(sample.name)
+    return named
+
+
+def _format_by_content(sample: Path) -> str:
+    """A file no suffix claims: told by its first bytes."""
     try:
-        with samples[0].open(encoding="utf-8", errors="replace") as file:
+        with sample.open(encoding="utf-8", errors="replace") as file:
             head = file.read(4096).lstrip()
     except OSError as error:
-        raise InputFileError(f"{samples[0]}: cannot read: {error.strerror or error}") from error
+        raise InputFileError(f"{sample}: cannot read: {error.strerror or error}") from error
     if head.startswith("["):
         return "sharegpt"
     if head.startswith("{"):
         return "mooncake"
     if head.split("\n", 1)[0].lower().startswith("timestamp,"):
         return "burstgpt"
-    raise InputFileError(f"{samples[0]}: cannot tell the trace format; pass --format sharegpt|burstgpt|mooncake")
+    raise InputFileError(f"{sample}: cannot tell the trace format; pass --format sharegpt|burstgpt|mooncake")
 
 
 def trace_stats(path: str, fmt: str | None = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
