@@ -68,6 +68,9 @@ def test_a_faster_tier_and_more_users_move_the_forecast_as_the_service_times_say
     bigger = forecaster.forecast([], ["dram.capacity=256MiB"])  # everything fits in DRAM: no slow reads
     assert bigger["reads_served_by_tier"].get("slow", 0) == 0 < base["reads_served_by_tier"]["slow"]
     assert bigger["tiers"].get("slow", {}).get("read", 0.0) == 0.0
+    # ... unless the runner's tick moves entries idle for 0.5 s down to it
+    cold = forecaster.forecast(["cache.tiers.1.cold_after=0.5s"], ["dram.capacity=256MiB"])
+    assert cold["tiers"]["slow"]["write"] > bigger["tiers"].get("slow", {}).get("write", 0.0)
 
 
 def test_an_arrival_rate_is_forecast_as_an_open_loop(measured: Path) -> None:

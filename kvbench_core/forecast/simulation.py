@@ -114,11 +114,20 @@ class Simulation:
                                   else self.simpy.Resource(self.env, capacity=model.servers)
                                   for name, model in self.models.items()})
         client.backlog = self.simpy.Resource(self.env, capacity=backlog_limit(client.workers.capacity))
+        if any(tier.cold_after is not None for tier in tiers):
+            self.env.process(self._cold_mover(cache, client))
         if source.open_loop:
             self.env.process(self._arrivals(source, client, users))
         else:
             for user in range(users):
                 self.env.process(self._user(source, client, user))
+
+    def _cold_mover(self, cache: MultiTierCache, client: _Client) -> Generator[Any, Any, None]:
+        """The runner's tick: every output interval, entries idle past a tier's ``cold_after`` move down, their
+        copies charged to the tiers as any operation is (no worker is held: the runner's loop does it)."""
+        while True:
+            yield self.env.timeout(self.plan.output.interval_s)
+            yield from self._steps(Stepper(cache.demote_cold, client.telemetry), client)
 
     def _user(self, source: Any, client: _Client, user: int) -> Generator[Any, Any, None]:
         """A closed-loop user: wait for room in the backlog, issue, wait for the response, think, again."""
