@@ -34,7 +34,6 @@ KNOWN = {
     "kvbench_core/reports/compare_specs.py:effective",
     "kvbench_core/reports/compare_plots.py:class_p95",
     # issue #30 §5 (helper H listed these; each is split in its own commit by whoever owns the file then)
-    "kvbench_core/builtins/synthetic.py:SyntheticSource.check_options",  # option rules, one branch each
     "kvbench_core/cli/capacity_cmd.py:handle",  # capacity search (in progress in the working tree)
     "kvbench_core/cli/plan_cmd.py:render",  # the kvio offload plan's text
     "kvbench_core/cli/report_cmd.py:handle",

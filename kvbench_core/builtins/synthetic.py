@@ -113,6 +113,17 @@ class _Conversation:
     last_tokens: int
 
 
+def _check_ranges(path: str, profiles: dict[str, Any], filled: dict[str, Any]) -> None:
+    """Every ``[low, high]`` of the options (each profile's, the turn and prefix lengths) has low <= high."""
+    ranges_at = [(f"{path}.profiles.{name}.{field}", bounds) for name, profile in profiles.items()
+                 for field, bounds in profile.items()]
+    for section, field in (("multi_turn", "turn_tokens"), ("prefix_caching", "prefix_tokens")):
+        ranges_at.append((f"{path}.{section}.{field}", filled[section][field]))
+    for where, (low, high) in ranges_at:
+        if low > high:
+            raise SpecError(f"{where}: expected [low, high] with low <= high, got [{low}, {high}]")
+
+
 class SyntheticSource(WorkloadSource):
     """Synthetic inference traffic shaped like the MLPerf KV-cache v3 reference."""
 
@@ -161,13 +172,7 @@ class SyntheticSource(WorkloadSource):
                 if field not in profiles[name]:
                     raise SpecError(f"{path}.profiles.{name}.{field}: required field is missing "
                                     f"(a new profile needs context, generate and think_s)")
-        ranges_at = [(f"{path}.profiles.{name}.{field}", bounds) for name, profile in profiles.items()
-                     for field, bounds in profile.items()]
-        for section, field in (("multi_turn", "turn_tokens"), ("prefix_caching", "prefix_tokens")):
-            ranges_at.append((f"{path}.{section}.{field}", filled[section][field]))
-        for where, (low, high) in ranges_at:
-            if low > high:
-                raise SpecError(f"{where}: expected [low, high] with low <= high, got [{low}, {high}]")
+        _check_ranges(path, profiles, filled)
         mix = options.get("profile_mix")
         if mix is not None:
             unknown = sorted(set(mix) - set(profiles))
