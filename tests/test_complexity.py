@@ -43,7 +43,6 @@ KNOWN = {
     "kvbench_core/engine/dryrun.py:dry_run_estimate",
     "kvbench_core/engine/executor.py:RequestExecutor._steps",  # the request's step machine (#30 §3)
     "kvbench_core/engine/runner.py:Runner._finish",  # runner.py is being edited (#30 §3, #29)
-    "kvbench_core/exports/tables.py:histogram_rows",
     "kvbench_core/kvio/replay.py:replay",  # the kvio room: replay, semantic reads, validation gates
     "kvbench_core/kvio/replay.py:_run_passes",
     "kvbench_core/kvio/semantic.py:read_semantic",

@@ -74,12 +74,7 @@ def histogram_rows(label: str, result: dict[str, Any]) -> Iterator[Row]:
     layer (``scope`` tier: total, host, device, codec, and command = one device command) and the
     requests' (``scope`` request: end_to_end, queue_wait, storage, and per class end_to_end / service)."""
     metrics = result.get("metrics") or {}
-    for tier, figures in (metrics.get("tiers") or {}).items():
-        for op in TIER_OPS:
-            for layer, histogram in ((figures.get(op) or {}).get("histograms") or {}).items():
-                for row in _bucket_rows(histogram):
-                    yield {**_head(label, result), "scope": "tier", "tier": tier, "op": op, "layer": layer,
-                           "qos_class": None, **row}
+    yield from _tier_histogram_rows(label, result, metrics.get("tiers") or {})
     histograms = metrics.get("histograms") or {}
     for name in REQUEST_HISTOGRAMS:
         for row in _bucket_rows(histograms.get(name)):
@@ -90,6 +85,15 @@ def histogram_rows(label: str, result: dict[str, Any]) -> Iterator[Row]:
             for row in _bucket_rows(histogram):
                 yield {**_head(label, result), "scope": "request", "tier": None, "op": None,
                        "layer": name.removesuffix("_by_qos"), "qos_class": qos, **row}
+
+
+def _tier_histogram_rows(label: str, result: dict[str, Any], tiers: dict[str, Any]) -> Iterator[Row]:
+    for tier, figures in tiers.items():
+        for op in TIER_OPS:
+            for layer, histogram in ((figures.get(op) or {}).get("histograms") or {}).items():
+                for row in _bucket_rows(histogram):
+                    yield {**_head(label, result), "scope": "tier", "tier": tier, "op": op, "layer": layer,
+                           "qos_class": None, **row}
 
 
 def class_rows(label: str, result: dict[str, Any]) -> Iterator[Row]:
