@@ -135,24 +135,47 @@ def _size(nbytes: float) -> str:
     return f"{format_bytes(nbytes)} ({int(nbytes):,} B)" if nbytes >= 1024 else f"{int(nbytes)} B"
 
 
-def render(summary: dict[str, Any]) -> None:
-    """The plan as a few terminal tables."""
-    out = console()
+def _header_lines(summary: dict[str, Any]) -> list[str]:
+    """The model, the chunking, the engine preset and the geometry, a line each."""
     model, chunking, geometry = summary["model"], summary["chunking"], summary["geometry"]
-    out.print(f"[bold]{model['name']}[/bold]  {model['family']}  {model['dtype']}  TP {model['tp']}  "
-              f"{model['bytes_per_token']:,} B/token per rank")
-    out.print(f"chunks: {chunking['chunks']} × {chunking['chunk_tokens']} tokens ({chunking['tokens']:,} tokens), "
-              f"{chunking['objects_per_chunk']} object(s) per chunk")
+    lines = [f"[bold]{model['name']}[/bold]  {model['family']}  {model['dtype']}  TP {model['tp']}  "
+             f"{model['bytes_per_token']:,} B/token per rank",
+             f"chunks: {chunking['chunks']} × {chunking['chunk_tokens']} tokens ({chunking['tokens']:,} tokens), "
+             f"{chunking['objects_per_chunk']} object(s) per chunk"]
     if chunking.get("unstored_tokens"):
-        out.print(f"tail chunk dropped: the last {chunking['unstored_tokens']:,} tokens fill no whole chunk and "
-                  "are not stored (--tail-chunk keep stores them)")
+        lines.append(f"tail chunk dropped: the last {chunking['unstored_tokens']:,} tokens fill no whole chunk and "
+                     "are not stored (--tail-chunk keep stores them)")
     engine = summary.get("engine")
     if engine:
         slot = f", slot {engine['slot_bytes']:,} B per object" if engine.get("slot_bytes") else ""
-        out.print(f"engine preset: {engine['name']} {engine['backend']} (tail chunk {engine['tail_chunk']}{slot}; "
-                  "rules and their sources: --json, docs/kvio.md)")
-    out.print(f"geometry: max transfer {_size(geometry['max_transfer'])}, align {geometry['align']} B, "
-              f"store header {geometry['store_header_bytes']} B")
+        lines.append(f"engine preset: {engine['name']} {engine['backend']} (tail chunk {engine['tail_chunk']}"
+                     f"{slot}; rules and their sources: --json, docs/kvio.md)")
+    lines.append(f"geometry: max transfer {_size(geometry['max_transfer'])}, align {geometry['align']} B, "
+                 f"store header {geometry['store_header_bytes']} B")
+    return lines
+
+
+def _print_codec(out: Any, summary: dict[str, Any]) -> None:
+    """The codec line and the objects as they are stored encoded."""
+    codec = summary["codec"]
+    decode = codec["decode_bytes_per_s"]
+    rate = f"{format_bytes(decode)}/s per core x {codec['decode_cores']}" if decode else "not given (0 s)"
+    out.print(f"codec: {codec['name']} ({codec['source']}), ratio {codec['ratio']:.3f}, decode {rate}")
+    encoded = Table("payload per object", "encoded", "store cmds", "load cmds", "store device bytes",
+                    "load device bytes", title="objects stored encoded")
+    for row in summary["object_classes"]:
+        encoded.add_row(_size(row["payload_bytes"]), _size(row["encoded_bytes"]),
+                        str(row["encoded_store_commands"]), str(row["encoded_load_commands"]),
+                        f"{row['encoded_store_device_bytes']:,}",
+                        f"{row['encoded_load_device_bytes']:,}")
+    out.print(encoded)
+
+
+def render(summary: dict[str, Any]) -> None:
+    """The plan as a few terminal tables."""
+    out = console()
+    for line in _header_lines(summary):
+        out.print(line)
     objects = Table("payload per object", "tokens", "objects", "store cmds", "load cmds", "store device bytes",
                     "load device bytes", title="objects")
     for row in summary["object_classes"]:
@@ -161,18 +184,7 @@ def render(summary: dict[str, Any]) -> None:
                         f"{row['store_device_bytes']:,}", f"{row['load_device_bytes']:,}")
     out.print(objects)
     if "codec" in summary:
-        codec = summary["codec"]
-        decode = codec["decode_bytes_per_s"]
-        rate = f"{format_bytes(decode)}/s per core x {codec['decode_cores']}" if decode else "not given (0 s)"
-        out.print(f"codec: {codec['name']} ({codec['source']}), ratio {codec['ratio']:.3f}, decode {rate}")
-        encoded = Table("payload per object", "encoded", "store cmds", "load cmds", "store device bytes",
-                        "load device bytes", title="objects stored encoded")
-        for row in summary["object_classes"]:
-            encoded.add_row(_size(row["payload_bytes"]), _size(row["encoded_bytes"]),
-                            str(row["encoded_store_commands"]), str(row["encoded_load_commands"]),
-                            f"{row['encoded_store_device_bytes']:,}",
-                            f"{row['encoded_load_device_bytes']:,}")
-        out.print(encoded)
+        _print_codec(out, summary)
     sizes = Table("command size (log2 bin)", "store", "load", title="command sizes")
     for row in summary["command_sizes"]:
         sizes.add_row(f"≥ {format_bytes(row['bin_bytes'])}", f"{row['store']:,}", f"{row['load']:,}")
