@@ -7,8 +7,9 @@
 #   python3-venv  - Debian's python3 has no venv module without it
 #   chromium      - the HTML report's test loads the page in real headless Chromium and takes a screenshot
 #   strace        - tests/test_lmcache_io.py captures LMCache's own reads and writes and scores them
+#   iproute2      - tests/test_netns_mpi.py puts each MPI rank in its own network namespace (ip netns, veth)
 set -euo pipefail
-packages=(redis-server redis-tools fio openmpi-bin libopenmpi-dev bpftrace python3-venv chromium strace)
+packages=(redis-server redis-tools fio openmpi-bin libopenmpi-dev bpftrace python3-venv chromium strace iproute2)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
