@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from kvbench_core.contracts.errors import UserError
 from kvbench_core.reports import require_formats, write_reports
@@ -73,10 +74,18 @@ def handle(args: argparse.Namespace) -> int:
         require_sections(result, path, ("run", "spec", "metrics"))
     if not args.force:
         refuse_existing(targets(args, paths))
+    written = _write_chosen(args, paths, results) if chosen else [
+        report for path, result in zip(paths, results, strict=True)  # the default: everything, next to each
+        for report in write_reports(result, path, ["xlsx", "png", "html"])]
+    for path in written:
+        print(path)
+    return 0
+
+
+def _write_chosen(args: argparse.Namespace, paths: list[Path], results: list[dict[str, Any]]) -> list[Path]:
+    """The formats asked for, where they were asked to go: one workbook (a comparison of several results),
+    each result's plots and HTML page."""
     written: list[Path] = []
-    if not chosen:  # the default: everything, next to each result
-        for path, result in zip(paths, results, strict=True):
-            written += write_reports(result, path, ["xlsx", "png", "html"])
     if args.xlsx:
         out = Path(args.xlsx)
         written.append(write_workbook(results[0], out) if len(results) == 1
@@ -87,9 +96,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.html:
         for path, result in zip(paths, results, strict=True):
             written.append(write_html(result, _html_path(args.html, path, len(paths))))
-    for path in written:
-        print(path)
-    return 0
+    return written
 
 
 def _html_path(option: str, result_path: Path, count: int) -> Path:
