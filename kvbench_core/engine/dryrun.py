@@ -119,28 +119,40 @@ def dry_run_estimate(plan: RunPlan, client_plans: Sequence[RunPlan] = ()) -> dic
                      "warmup_s": plan.window.warmup_s, "duration_s": plan.window.duration_s,
                      "requests": plan.window.request_limit, "sampled_requests": draw.drawn},
         "clients": _clients(plan, client_plans) if client_plans else None,
-        "profiles": {name: {"requests": len(row["entry_bytes"]),
-                            "context_tokens_mean": float(np.mean(row["context_tokens"])),
-                            "entry_bytes_mean": float(np.mean(row["entry_bytes"])),
-                            "entry_bytes_p95": float(sample_percentiles(row["entry_bytes"], (95,))[0]),
-                            "read_bytes_per_request_mean": float(np.mean(row["read_bytes"]))}
-                     for name, row in draw.profiles.items()},
+        "profiles": {name: _profile_figures(row) for name, row in draw.profiles.items()},
         "entry_bytes_min": _smallest_entry(draw),
         "tiers": [{"name": t.name, "backend": t.backend.name, "capacity_bytes": t.capacity,
-                   "capacity_entries": (t.capacity / mean_entry
-                                        if isinstance(t.capacity, int | float) and mean_entry else None)}
-                  for t in plan.tiers],
+                   "capacity_entries": _entries_held(t.capacity, mean_entry)} for t in plan.tiers],
         "warnings": [*tier_fit_warnings(plan, {t.name: t.capacity for t in plan.tiers}, _smallest_entry(draw),
                                         f"the run's first {draw.drawn} requests"),
                      *window_fit_warnings(plan, [pair for row in draw.profiles.values()
                                                  for pair in zip(row["entry_bytes"], row["read_bytes"], strict=True)],
                                           f"the run's first {draw.drawn} requests")],
-        "offered": {"requests_per_s": rate,
-                    "bytes_per_s": None if rate is None or not moved else rate * float(np.mean(moved)),
-                    "write_bytes_per_s": None if rate is None or not every else rate * mean_entry,
-                    "basis": "open-loop arrivals of the sampled requests" if draw.arrivals
-                    else "users / (think + generation time): storage taking no time"},
+        "offered": _offered(rate, moved, mean_entry if every else None, draw.arrivals),
     }
+
+
+def _profile_figures(row: dict[str, list[float]]) -> dict[str, Any]:
+    """One profile's drawn requests: count, mean context, entry size (mean, p95), bytes read per request."""
+    return {"requests": len(row["entry_bytes"]), "context_tokens_mean": float(np.mean(row["context_tokens"])),
+            "entry_bytes_mean": float(np.mean(row["entry_bytes"])),
+            "entry_bytes_p95": float(sample_percentiles(row["entry_bytes"], (95,))[0]),
+            "read_bytes_per_request_mean": float(np.mean(row["read_bytes"]))}
+
+
+def _entries_held(capacity: Any, mean_entry: float) -> float | None:
+    """How many mean-sized entries a tier's capacity holds (None: ``auto``, or no entry written)."""
+    return capacity / mean_entry if isinstance(capacity, int | float) and mean_entry else None
+
+
+def _offered(rate: float | None, moved: list[float], mean_entry: float | None,
+             arrivals: list[float]) -> dict[str, Any]:
+    """The load the drawn requests offer the storage: requests, bytes moved and written per second."""
+    return {"requests_per_s": rate,
+            "bytes_per_s": None if rate is None or not moved else rate * float(np.mean(moved)),
+            "write_bytes_per_s": None if rate is None or mean_entry is None else rate * mean_entry,
+            "basis": "open-loop arrivals of the sampled requests" if arrivals
+            else "users / (think + generation time): storage taking no time"}
 
 
 def check_requirements(plan: RunPlan) -> None:
