@@ -79,7 +79,6 @@ def redact_text(text: str, known_secrets: tuple[str, ...] = ()) -> str:
 def register_spec_secrets(spec: Any) -> None:
     """Remember every credential-shaped value in a spec (see the module docstring), before anything
     (a validation error, a driver's message, the result) can quote it."""
-    import os
 
     def visit(value: Any, key: str, in_options: bool) -> None:
         if isinstance(value, dict):
@@ -89,19 +88,26 @@ def register_spec_secrets(spec: Any) -> None:
             for item in value:
                 visit(item, key, in_options)
         elif isinstance(value, str):
-            if is_secret_key(key):
-                _REGISTERED.add(value)
-            elif key.lower().endswith("_env") and is_secret_key(key[:-4]):
-                if not _VARIABLE_NAME.match(value) and value not in os.environ:
-                    _REGISTERED.add(value)  # a password typed where its variable's name belongs
-            elif in_options and _TOKEN_SHAPED.match(value):  # a plugin's option: model names are not keys
-                _REGISTERED.add(value)
-            for match in _BARE_USERINFO.finditer(value):
-                _REGISTERED.add(match.group("password"))
-            for match in _URL_USERINFO.finditer(value):
-                _REGISTERED.update(part for part in match.group("userinfo").split(":", 1)[1:] if part)
+            _register_string(value, key, in_options)
 
     visit(spec, "", False)
+
+
+def _register_string(value: str, key: str, in_options: bool) -> None:
+    """One string of a spec, under ``key``: registered when its key, its shape or a URL in it says secret."""
+    import os
+
+    if is_secret_key(key):
+        _REGISTERED.add(value)
+    elif key.lower().endswith("_env") and is_secret_key(key[:-4]):
+        if not _VARIABLE_NAME.match(value) and value not in os.environ:
+            _REGISTERED.add(value)  # a password typed where its variable's name belongs
+    elif in_options and _TOKEN_SHAPED.match(value):  # a plugin's option: model names are not keys
+        _REGISTERED.add(value)
+    for match in _BARE_USERINFO.finditer(value):
+        _REGISTERED.add(match.group("password"))
+    for match in _URL_USERINFO.finditer(value):
+        _REGISTERED.update(part for part in match.group("userinfo").split(":", 1)[1:] if part)
 
 
 def redact(value: Any, known_secrets: tuple[str, ...] = ()) -> Any:
