@@ -58,20 +58,13 @@ def check_memory_tiers(raw: dict[str, Any]) -> None:
     the OOM killer (exit 137, no result).  DRAM tiers of every local client process add up."""
     from kvbench_core.contracts.plugins import lookup
     from kvbench_core.contracts.validation import with_defaults
-    from kvbench_core.spec.memlimit import gpu_memory_limit, host_memory_limit
+    from kvbench_core.spec.memlimit import gpu_memory_limit
 
     tiers = [(i, tier) for i, tier in enumerate(raw["cache"]["tiers"])
              if tier.get("capacity", "auto") != "auto" and parse_size(tier["capacity"]) > 0]
     dram = [(i, parse_size(tier["capacity"])) for i, tier in tiers if tier["backend"] == "cpu"]
     if dram:
-        clients = raw.get("clients", 1)
-        wanted = sum(size for _, size in dram) * clients
-        limit = host_memory_limit()
-        if limit is not None and wanted > limit.nbytes:
-            first = dram[0][0]
-            what = f"{format_bytes(wanted)} of DRAM tiers" + (f" ({clients} clients)" if clients > 1 else "")
-            raise SpecError(f"cache.tiers[{first}].capacity: {what} is more than this machine can give: "
-                            f"{limit.reason}; lower the capacity or use capacity: auto")
+        _check_dram(dram, raw.get("clients", 1))
     for i, tier in tiers:
         if tier["backend"] != "gpu":
             continue
@@ -81,6 +74,19 @@ def check_memory_tiers(raw: dict[str, Any]) -> None:
         if limit is not None and parse_size(tier["capacity"]) > limit.nbytes:
             raise SpecError(f"cache.tiers[{i}].capacity: {format_bytes(parse_size(tier['capacity']))} is more "
                             f"than the GPU can give: {limit.reason}; lower it or use capacity: auto")
+
+
+def _check_dram(dram: list[tuple[int, int]], clients: int) -> None:
+    """The DRAM tiers ``(index, bytes)`` of every local client together, against what the host can give."""
+    from kvbench_core.spec.memlimit import host_memory_limit
+
+    wanted = sum(size for _, size in dram) * clients
+    limit = host_memory_limit()
+    if limit is not None and wanted > limit.nbytes:
+        first = dram[0][0]
+        what = f"{format_bytes(wanted)} of DRAM tiers" + (f" ({clients} clients)" if clients > 1 else "")
+        raise SpecError(f"cache.tiers[{first}].capacity: {what} is more than this machine can give: "
+                        f"{limit.reason}; lower the capacity or use capacity: auto")
 
 
 def admits(capacity: float, size: float, large_entry_limit_ratio: float) -> bool:
