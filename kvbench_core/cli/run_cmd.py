@@ -67,6 +67,8 @@ def handle(args: argparse.Namespace) -> int:
         return outcome.exit_code
     for result, path in zip(outcome.results, outcome.paths, strict=True):
         print(summarize(result))
+        for line in outcome.deletions.get(result["run"]["id"], []):  # finished after the result was written
+            print(f"  cleanup: {line}")
         if args.verbose:
             print(tier_percentiles(result))
         print(f"result: {path}")

@@ -226,6 +226,11 @@ class StorageBackend(Configurable, abc.ABC):
         parts…), read at the end of the run; None when the tier keeps none."""
         return None
 
+    def cleanup_begins(self) -> None:
+        """The run is over and its cleanup deletes every entry next: a backend may leave those deletes to
+        ``close`` and finish them after the result is written, as the file tiers do (issue 32 §4,
+        ``filetiers/deleter.py``).  The default changes nothing."""
+
     def close(self) -> None:
         """Release resources and remove every entry this run created unless ``context.keep``."""
 

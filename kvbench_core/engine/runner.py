@@ -381,6 +381,8 @@ class Runner:
         """Remove every entry this run wrote (unless keep_files) and close the tiers."""
         if self.cache is not None and not self.plan.output.keep_files:
             try:
+                for tier in self.state.tiers:
+                    tier.backend.cleanup_begins()
                 self.cache.clear()
             except Exception as error:  # a kvbench bug: the tiers still close, the result is still written
                 self.state.crash = self.state.crash or error

@@ -130,6 +130,11 @@ class TierDirectory:
         finally:
             self._lock.unlock()
 
+    def release_leaving_record(self) -> None:
+        """Unlock but leave the run record ``running``: files this run could not delete are then a dead
+        run's to the next run on the directory, which removes and reports them (``filetiers/deleter.py``)."""
+        self._lock.unlock()
+
     def _remove_if_ours(self) -> None:
         try:
             with os.scandir(self.path) as entries:

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from kvbench_core.contracts.backend import BackendContext, StorageBackend, check_key
 from kvbench_core.contracts.errors import Cancelled
+from kvbench_core.filetiers import deleter
 from kvbench_core.filetiers.directory import TierDirectory
 
 
@@ -26,6 +27,9 @@ class EntryFilesBackend(StorageBackend):
     The subclass sets ``self.directory`` in ``__init__``, writes each entry's file
     inside ``with self.new_entry_file(key) as path`` and calls ``_remove_files()``
     from ``close``; it gets ``path_of``, ``delete`` and ``capacity_bytes``.
+
+    Once the run's cleanup begins (``cleanup_begins``), ``delete`` leaves the file to ``close``, which
+    hands every file to a background deleter (``filetiers/deleter.py``) so the result need not wait.
     """
 
     directory: TierDirectory
@@ -36,6 +40,9 @@ class EntryFilesBackend(StorageBackend):
         self._files: set[str] = set()
         self._cut_short: set[str] = set()  # files of cancelled writes: deleted at close, even with keep
         self._files_lock = threading.Lock()  # writers on many threads create and delete files
+        self._cleaning_up = False  # the run is over: deletes are left to close's background deleter
+        self.deletion: deleter.Deletion | None = None  # close's background deletion, when it started one
+        deleter.wait_for_pending()  # a previous trial's deletion still holds its directory's lock
 
     def path_of(self, key: str) -> str:
         """The entry's file; the key check keeps it inside the tier directory."""
@@ -64,7 +71,11 @@ class EntryFilesBackend(StorageBackend):
             raise
 
     def delete(self, key: str) -> None:
-        self._forget(self.path_of(key))
+        if not self._cleaning_up:  # at the end of the run, the file stays tracked for close to hand over
+            self._forget(self.path_of(key))
+
+    def cleanup_begins(self) -> None:
+        self._cleaning_up = True
 
     def _forget(self, path: str) -> None:
         """Delete one entry's file (already gone is fine) and stop tracking it."""
@@ -87,6 +98,10 @@ class EntryFilesBackend(StorageBackend):
         with self._files_lock:
             doomed = self._cut_short if self.context.keep else self._files
             self._files, self._cut_short = self._files - doomed, set()
+        if self._cleaning_up and doomed and not self.context.keep:
+            self.deletion = deleter.delete_in_background(doomed, self.directory, self.context.run_id,
+                                                         self.directory.label)
+            return
         for path in doomed:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)

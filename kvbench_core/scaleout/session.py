@@ -10,6 +10,7 @@ clients is decided once: under ``mpirun`` each rank is a client
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from kvbench_core.contracts.errors import InputFileError, IntegrityError, Interr
 from kvbench_core.engine.progress import ProgressPrinter
 from kvbench_core.engine.runner import new_run_id
 from kvbench_core.exports.live_metrics import live_metrics
+from kvbench_core.filetiers import deleter
 from kvbench_core.reports import require_formats, write_reports
 from kvbench_core.reports.aggregate import summarize_trials
 from kvbench_core.results.result import write_result
@@ -40,6 +42,7 @@ class SessionOutcome:
     writer: bool = True  # false on MPI ranks other than 0: they print and write nothing
     save_error: UserError | None = None  # a result that had to go to the temp directory
     exit_zero: bool = False  # a degraded/inconclusive status exits 0: --exit-zero or output.exit_zero asked
+    deletions: dict[str, list[str]] = field(default_factory=dict)  # run id -> its file tiers' deletions, a line each
 
 
 def launcher_for(plan: RunPlan) -> Launcher:
@@ -106,6 +109,7 @@ def run_session(as_written: dict[str, Any], plan: RunPlan, *, quiet: bool = Fals
             if trial < trials and (launcher.agree_stop(bool(received))
                                    or launcher.agree_stop(_pause(plan.trial_pause_s, received))):
                 break
+        outcome.deletions = _finish_deletions(outcome)  # still under the handlers: a signal does not cut it short
     if trials > 1 and outcome.results:
         outcome.summary = summarize_trials(outcome.results, outcome.paths, session_id=session_id, requested=trials)
         wanted = result_path(plan, session_id, "-summary")
@@ -164,6 +168,30 @@ def _save(result: dict[str, Any], path: Path, outcome: SessionOutcome) -> Path:
             raise error from None
         outcome.save_error = outcome.save_error or InputFileError(f"{error}; saved it to {saved} instead")
         return saved
+
+
+def _finish_deletions(outcome: SessionOutcome) -> dict[str, list[str]]:
+    """Wait for the file tiers' entry deletions, which ran while the results were written
+    (``filetiers/deleter.py``); a file one could not delete joins its run's result's ``warnings`` (the
+    file this session wrote, rewritten; reports already written are not)."""
+    lines: dict[str, list[str]] = {}
+    for deletion, directory in deleter.finish_all():
+        lines.setdefault(deletion.run_id, []).append(
+            f"{deletion.label}: deleted {deletion.files} entry files ({deletion.nbytes / 2**30:.2f} GiB) "
+            f"in {deletion.seconds:.1f} s, after the result was written")
+        warnings = deletion.warnings(directory)
+        for result, path in zip(outcome.results, outcome.paths, strict=True):
+            if warnings and result.get("run", {}).get("id") == deletion.run_id:
+                result["warnings"] = [*result.get("warnings", []), *warnings]
+                _rewrite(result, path)
+    return lines
+
+
+def _rewrite(result: dict[str, Any], path: Path) -> None:
+    """Replace the result this session wrote at ``path`` with ``result``, atomically."""
+    fresh = path.with_name(f".{path.name}.{os.getpid()}.new")
+    write_result(result, fresh)
+    os.replace(fresh, path)
 
 
 def counted_storage_errors(results: list[dict[str, Any]], on_error: str = "count") -> StorageErrorsCounted | None:
