@@ -9,12 +9,14 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
 from test_mpi import MPIRUN, needs_mpi
 from tiny_spec import assert_valid_result, tiny_spec
 
+from kvbench_core.scaleout import rank_watch
 from kvbench_core.scaleout.rank_watch import LOST_AFTER_S
 
 DRAIN_S = 2.0
@@ -87,3 +89,61 @@ def test_a_rank_killed_mid_run_is_named_and_the_others_stop_within_the_drain_lim
         assert rank["phases_s"]["drain"] <= DRAIN_S + 1.0  # the drain limit, plus the cancel grace
         assert rank["metrics"]["headline"]["requests_completed"] > 0
     assert result["metrics"]["window"]["measured_s"] < 60  # stopped, not run to its 120 s
+
+
+class _FakeComm:
+    """Point-to-point calls of one rank in a world of two, recorded; no MPI library is started."""
+
+    def __init__(self, rank: int, stop_from_rank0: str | None = None) -> None:
+        self.rank, self.sent, self.stop = rank, [], stop_from_rank0
+
+    def Get_rank(self) -> int:  # mpi4py's spelling
+        return self.rank
+
+    def Get_size(self) -> int:
+        return 2
+
+    def isend(self, value: object, dest: int, tag: int) -> object:
+        self.sent.append((dest, tag, value))
+        return types.SimpleNamespace(Test=lambda: True)
+
+    def iprobe(self, source: int = 0, tag: int = 0, status: object = None) -> bool:
+        return tag == rank_watch.TAG_STOP and self.stop is not None
+
+    def recv(self, source: int = 0, tag: int = 0) -> object:
+        stop, self.stop = self.stop, None
+        return stop
+
+
+@pytest.fixture
+def fast_watch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rank_watch, "LOST_AFTER_S", 0.3)
+    monkeypatch.setattr(rank_watch, "BEAT_S", 0.05)
+    monkeypatch.setitem(sys.modules, "mpi4py", types.SimpleNamespace(MPI=types.SimpleNamespace(
+        ANY_SOURCE=-1, Status=lambda: None)))
+
+
+def test_rank_0_declares_a_silent_rank_lost_once_and_says_what_it_knew(fast_watch: None) -> None:
+    stops: list[str] = []
+    with rank_watch.RankWatch(_FakeComm(0), stops.append) as watch:
+        deadline = time.monotonic() + 10
+        while not watch.broken.is_set() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2)  # more silence declares nothing twice
+    assert stops == [stops[0]] and stops[0].startswith("rank 1 lost: no heartbeat for ")
+    last = watch.last_report(1)
+    assert last["point"] is None and last["silent_s"] >= 0.3  # it never beat: nothing to tell but silence
+
+
+def test_a_rank_beats_its_latest_point_and_applies_rank_0s_stop(fast_watch: None) -> None:
+    stops: list[str] = []
+    comm = _FakeComm(1, stop_from_rank0="rank 2 lost: no heartbeat for 5.0 s")
+    with rank_watch.RankWatch(comm, stops.append) as watch:
+        watch.saw({"phase": "measure", "elapsed_s": 1.5})
+        deadline = time.monotonic() + 10
+        while not (stops and any(beat["point"] for _, _, beat in comm.sent)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert stops == ["rank 2 lost: no heartbeat for 5.0 s"] and watch.broken.is_set()
+    dest, tag, beat = comm.sent[-1]
+    assert (dest, tag, beat["pid"], beat["point"]) == (0, rank_watch.TAG_BEAT, os.getpid(),
+                                                        {"phase": "measure", "elapsed_s": 1.5})

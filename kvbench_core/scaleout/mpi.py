@@ -58,10 +58,10 @@ def _leave_mpi() -> None:
     from mpi4py import MPI
 
     after_loss = _AT_EXIT["after_loss"]
-    if after_loss is None:
-        MPI.Finalize()
-    else:
+    if after_loss is not None:
         after_loss()
+    elif not MPI.Is_finalized():
+        MPI.Finalize()
 
 
 def detect_world() -> Any | None:
@@ -77,7 +77,9 @@ def detect_world() -> Any | None:
     except ImportError:
         raise MissingDependency("this process was started by an MPI launcher (several ranks) but mpi4py is not "
                                 "installed; install it with: pip install 'kvbench-core[mpi]'") from None
-    atexit.register(_leave_mpi)
+    if not _AT_EXIT.get("registered"):
+        _AT_EXIT["registered"] = True
+        atexit.register(_leave_mpi)
     comm = MPI.COMM_WORLD
     return comm if comm.Get_size() > 1 else None
 
