@@ -33,7 +33,8 @@ from kvbench_core.forecast.forecast import Forecaster, measured_figures
 from kvbench_core.forecast.search import max_users_within_sla
 
 KVBENCH = str(Path(sys.executable).with_name("kvbench"))
-SLA = {name: {"p95": "1500ms", "p99": "5s"} for name in ("interactive", "responsive", "batch")}
+#: Loose enough that a shared 2-core machine's slow disk is within it at a few users (p95 2-5 s seen at 4).
+SLA = {name: {"p95": "4s", "p99": "10s"} for name in ("interactive", "responsive", "batch")}
 MIN_REQUESTS = 20  # a class's p95 is compared where both sides have this many requests
 
 
@@ -71,11 +72,20 @@ def nvme_redis(work: Path, port: int) -> list[dict[str, Any]]:
 
 
 def run(path: Path) -> tuple[Path, float]:
-    """A real ``kvbench run``: its result (the merged one for several clients) and the load average before."""
-    load = os.getloadavg()[0]
+    """A real ``kvbench run``: its result (the merged one for several clients) and the load average before.
+    A run already in ``--work`` is reused (a re-run of the bench after one point failed keeps the others).
+    A run whose status is not ``completed`` still measured its figures; its row says the status."""
     out = Path(yaml.safe_load(path.read_text())["output"]["directory"])
-    subprocess.run([KVBENCH, "run", str(path), "-q"], check=True, stdout=subprocess.DEVNULL)
-    return max(out.glob("*.json"), key=lambda p: p.stat().st_mtime), load
+    load_file = out / "load_avg"
+    if not list(out.glob("*.json")):
+        load = os.getloadavg()[0]
+        subprocess.run([KVBENCH, "run", str(path), "-q"], stdout=subprocess.DEVNULL)
+        out.mkdir(parents=True, exist_ok=True)
+        load_file.write_text(f"{load}\n")
+    results = list(out.glob("*.json"))
+    if not results:
+        raise SystemExit(f"forecast_validation: {path} wrote no result")
+    return max(results, key=lambda p: p.stat().st_mtime), float(load_file.read_text()) if load_file.exists() else -1.0
 
 
 def compare(predicted: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
@@ -95,16 +105,23 @@ def compare(predicted: dict[str, Any], measured: dict[str, Any]) -> dict[str, An
 def point(rows: list[dict[str, Any]], setup: str, held_out: str, command: str, fitted: Forecaster,
           measured_path: Path, load: float, *, sets: list[str], clients: int | None = None) -> None:
     predicted = fitted.forecast(sets, [], clients)
-    measured = measured_figures(json.loads(measured_path.read_text()))
+    document = json.loads(measured_path.read_text())
+    measured = measured_figures(document)
     rows.append({"setup": setup, "held_out": held_out, "command": command, "load_avg": round(load, 1),
+                 "status": document["run"]["status"], "status_reason": document["run"].get("status_reason"),
                  "predicted": predicted, "measured": measured, "error": compare(predicted, measured)})
 
 
 def capacity(path: Path) -> tuple[int, float]:
-    load = os.getloadavg()[0]
-    done = subprocess.run([KVBENCH, "capacity", str(path), "--budget", ARGS.budget, "--json", "-q"],
-                          check=True, capture_output=True, text=True)
-    return int(json.loads(done.stdout)["max_users_within_sla"]), load
+    """``kvbench capacity``'s measured answer and the load average before (reused from ``--work``)."""
+    answer = path.with_suffix(".answer.json")
+    if not answer.exists():
+        load = os.getloadavg()[0]
+        done = subprocess.run([KVBENCH, "capacity", str(path), "--budget", ARGS.budget, "--json", "-q"],
+                              check=True, capture_output=True, text=True)
+        answer.write_text(json.dumps({"answer": json.loads(done.stdout), "load_avg": load}))
+    recorded = json.loads(answer.read_text())
+    return int(recorded["answer"]["max_users_within_sla"]), float(recorded["load_avg"])
 
 
 def free_port() -> int:
@@ -168,7 +185,8 @@ def table(rows: list[dict[str, Any]], a: dict[str, Any]) -> list[str]:
         bandwidth = "; ".join(f"{tier} {sum(p['tiers'].get(tier, {}).values()):.3f} / "
                               f"{sum(m['tiers'][tier].values()):.3f} ({pct(err)})"
                               for tier, err in e["bandwidth"].items())
-        lines.append(f"| {row['setup']} | {row['held_out']} | {row['load_avg']} | {p95} | "
+        held_out = row["held_out"] + ("" if row["status"] == "completed" else f" (run {row['status']})")
+        lines.append(f"| {row['setup']} | {held_out} | {row['load_avg']} | {p95} | "
                      f"{p['requests_per_s']:.2f} / {m['requests_per_s']:.2f} ({pct(e['throughput'])}) | {bandwidth} |")
     lines.append(f"| DRAM+nvme | max users within SLA (4 workers) | {a['capacity_load_avg']} | forecast "
                  f"{a['capacity_forecast']}, measured {a['capacity_measured']} | | |")
