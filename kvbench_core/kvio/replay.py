@@ -171,17 +171,10 @@ def replay(manifest: Manifest, tier: dict[str, Any], settings: ReplaySettings, *
     gate = _OnePassLog(log) if log else None
     context = BackendContext(tier_name=str(tier.get("name", tier["backend"])), run_id=f"kvio-{uuid.uuid4().hex[:8]}",
                              seed=settings.seed, concurrency=settings.concurrency, io_log=gate)
-    warnings = []
     try:
         backend = create_backend({**tier, "options": options}, context, path=where)
-        if not cls.volatile and not manifest.geometry.splits_like(backend.transfer_size, largest):
-            warnings.append(f"the tier moves {backend.transfer_size} B per command but the manifest's commands "
-                            f"need {transfer} B: its commands will not match the plan")
-        if log and not cls.volatile and manifest.geometry.store_header_bytes:
-            # kvbench's tiers store the payload alone; LMCache raw_block writes a header block first
-            warnings.append(f"the plan expects a {manifest.geometry.store_header_bytes} B header op before each "
-                            f"store, which the {tier['backend']} tier does not write: `kvbench score` will "
-                            "find every store one command short (plan with --store-header-bytes 0)")
+        warnings = [] if cls.volatile else _fit_warnings(backend, tier["backend"], manifest, largest, transfer,
+                                                         logged=log is not None)
         backend.open()
         try:
             report = _run_passes(backend, manifest, settings, gate, breakeven)
@@ -192,6 +185,51 @@ def replay(manifest: Manifest, tier: dict[str, Any], settings: ReplaySettings, *
             log.close()
     return {"format": FORMAT, "version": VERSION, "model": manifest.model, "geometry": manifest.geometry.to_dict(),
             "settings": asdict(settings), **report, "warnings": warnings}
+
+
+def _fit_warnings(backend: StorageBackend, name: str, manifest: Manifest, largest: int, transfer: int, *,
+                  logged: bool) -> list[str]:
+    """Where a file or network tier's commands cannot match the plan's (a memory tier's have no geometry)."""
+    warnings = []
+    if not manifest.geometry.splits_like(backend.transfer_size, largest):
+        warnings.append(f"the tier moves {backend.transfer_size} B per command but the manifest's commands "
+                        f"need {transfer} B: its commands will not match the plan")
+    if logged and manifest.geometry.store_header_bytes:
+        # kvbench's tiers store the payload alone; LMCache raw_block writes a header block first
+        warnings.append(f"the plan expects a {manifest.geometry.store_header_bytes} B header op before each "
+                        f"store, which the {name} tier does not write: `kvbench score` will "
+                        "find every store one command short (plan with --store-header-bytes 0)")
+    return warnings
+
+
+def _book_pass(manifest: Manifest, passed: dict[str, Any], iterations: list[dict[str, Any]], wall: dict[str, float],
+               latency: dict[str, LatencyHistogram],
+               loads: dict[tuple[int, int | None], LatencyHistogram]) -> None:
+    """One measured pass: its iteration row, its wall time and latencies per op, each load by object size."""
+    histograms = {op: _histogram(passed[op][1]) for op in OPS}
+    iterations.append({"iteration": len(iterations) + 1,
+                       **{op: _op_result(manifest.objects, *passed[op], histograms[op]) for op in OPS}})
+    for op in OPS:
+        wall[op] += passed[op][0]
+        latency[op].merge(histograms[op])
+    for obj, timing in zip(manifest.objects, passed["load"][1], strict=True):
+        loads[(obj.nbytes, obj.tokens)].add(timing.total)
+
+
+def _start_pass(index: int, settings: ReplaySettings, gate: _OnePassLog | None, disk: DiskWindow | None) -> bool:
+    """Arm the one-pass I/O log and the disk window for the first measured pass; True for a measured one."""
+    if gate:
+        gate.active = index == settings.warmup
+    if disk and index == settings.warmup:
+        disk.start()
+    return index >= settings.warmup
+
+
+def _overall(latency: LatencyHistogram, wall: float, payload: int, planned: Counter[int]) -> dict[str, Any]:
+    """One op over every measured pass."""
+    return {"objects": latency.count, "bytes": payload, "seconds": wall,
+            "throughput_bytes_per_s": payload / wall if wall > 0 else None,
+            "planned_commands_per_pass": sum(planned.values()), "latency_ms": latency.summary()}
 
 
 def _run_passes(backend: StorageBackend, manifest: Manifest, settings: ReplaySettings, gate: _OnePassLog | None,
@@ -205,22 +243,10 @@ def _run_passes(backend: StorageBackend, manifest: Manifest, settings: ReplaySet
     loads: dict[tuple[int, int | None], LatencyHistogram] = defaultdict(LatencyHistogram)
     with ThreadPoolExecutor(settings.concurrency, thread_name_prefix="kvio-replay") as executor:
         for index in range(settings.warmup + settings.iters):
-            measured = index >= settings.warmup
-            if gate:
-                gate.active = index == settings.warmup
-            if disk and index == settings.warmup:
-                disk.start()
+            measured = _start_pass(index, settings, gate, disk)
             passed = {op: _phase(backend, op, manifest.objects, pool, executor) for op in OPS}
-            if not measured:
-                continue
-            histograms = {op: _histogram(passed[op][1]) for op in OPS}
-            iterations.append({"iteration": len(iterations) + 1,
-                               **{op: _op_result(manifest.objects, *passed[op], histograms[op]) for op in OPS}})
-            for op in OPS:
-                wall[op] += passed[op][0]
-                latency[op].merge(histograms[op])
-            for obj, timing in zip(manifest.objects, passed["load"][1], strict=True):
-                loads[(obj.nbytes, obj.tokens)].add(timing.total)
+            if measured:
+                _book_pass(manifest, passed, iterations, wall, latency, loads)
     if gate:
         gate.active = False
     payload = sum(obj.nbytes for obj in manifest.objects) * settings.iters
@@ -228,10 +254,7 @@ def _run_passes(backend: StorageBackend, manifest: Manifest, settings: ReplaySet
     report: dict[str, Any] = {
         "tier": tier,
         "iterations": iterations,
-        "overall": {op: {"objects": latency[op].count, "bytes": payload, "seconds": wall[op],
-                         "throughput_bytes_per_s": payload / wall[op] if wall[op] > 0 else None,
-                         "planned_commands_per_pass": sum(planned[op].values()),
-                         "latency_ms": latency[op].summary()} for op in OPS},
+        "overall": {op: _overall(latency[op], wall[op], payload, planned[op]) for op in OPS},
     }
     if breakeven is not None:
         report["load_vs_recompute"] = _load_vs_recompute(breakeven, loads)
