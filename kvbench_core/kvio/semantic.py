@@ -68,6 +68,29 @@ def _add_record(earlier: Expected | None, record: Expected) -> Expected:
     return Expected(earlier.key, earlier.trace_id, earlier.op, planned, earlier.part or record.part)
 
 
+def _record(line: str, where: str) -> dict[str, Any] | None:
+    """One line's record; None for a record that is not a store or load with its bytes (skipped)."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise InputFileError(f"{where}: invalid JSON: {error.msg}") from None
+    if not isinstance(record, dict) or "bytes" not in record or str(record.get("op")) not in _OPS:
+        return None
+    return record
+
+
+def _unit(record: dict[str, Any], geometry: TransferGeometry, where: str) -> Expected:
+    """The unit one record expects: its object, op, part and the commands ``geometry`` splits it into."""
+    nbytes = record["bytes"]
+    if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 0:
+        raise InputFileError(f"{where}: bytes must be a non-negative integer, got {nbytes!r}")
+    op = _OPS[record["op"]]
+    trace_id = _trace_id(record.get("trace_id"), where)
+    part = None if record.get("part") is None else str(record["part"])
+    key = str(record.get("object_id") or f"trace-{trace_id}")
+    return Expected(key, trace_id, op, geometry.commands(op, nbytes), part)
+
+
 def read_semantic(path: str, geometry: TransferGeometry) -> SemanticTrace:
     """The units of ``path`` (JSONL), split by ``geometry``; errors name the line and field."""
     trace = SemanticTrace()
@@ -83,24 +106,14 @@ def read_semantic(path: str, geometry: TransferGeometry) -> SemanticTrace:
             where = f"{path}: line {number}"
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise InputFileError(f"{where}: invalid JSON: {error.msg}") from None
-            if not isinstance(record, dict) or "bytes" not in record or str(record.get("op")) not in _OPS:
+            record = _record(line, where)
+            if record is None:
                 trace.skipped_lines += 1
                 continue
-            nbytes = record["bytes"]
-            if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 0:
-                raise InputFileError(f"{where}: bytes must be a non-negative integer, got {nbytes!r}")
-            op = _OPS[record["op"]]
-            trace_id = _trace_id(record.get("trace_id"), where)
-            part = None if record.get("part") is None else str(record["part"])
-            key = str(record.get("object_id") or f"trace-{trace_id}")
-            commands = geometry.commands(op, nbytes)
-            earlier = units.get((trace_id, op))  # an object loaded twice, or its K then its V: all on the wire
-            units[(trace_id, op)] = _add_record(earlier, Expected(key, trace_id, op, commands, part))
-            if op == "store":  # a load re-reads the same blob: count its components once
+            unit = _unit(record, geometry, where)
+            earlier = units.get((unit.trace_id, unit.op))  # an object loaded twice, or its K then its V
+            units[(unit.trace_id, unit.op)] = _add_record(earlier, unit)
+            if unit.op == "store":  # a load re-reads the same blob: count its components once
                 for name, size in (record.get("components") or {}).items():
                     if isinstance(size, int) and not isinstance(size, bool):
                         trace.components[str(name)] += size
