@@ -136,3 +136,12 @@ def test_ranks_in_their_own_namespaces_share_a_redis_tier_over_veth(nodes: Nodes
         # The only way from the rank's namespace to the Redis server is its veth link: what the rank wrote
         # to Redis crossed it from the namespace, what it read came back into it.
         assert received >= redis["write"]["bytes"] and sent >= redis["read"]["bytes"], (rank, received, sent)
+
+
+def test_where_network_namespaces_are_not_allowed_the_reason_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    import test_netns_mpi as here
+
+    monkeypatch.setattr(here.os, "geteuid", lambda: 1000)
+    assert _netns_refused() == "needs root for ip netns and veth links (CI runs as root)"
+    monkeypatch.setattr(here, "IP", None)
+    assert _netns_refused() == "needs the ip command (iproute2)"
