@@ -65,6 +65,8 @@ def test_a_faster_tier_and_more_users_move_the_forecast_as_the_service_times_say
     assert base["beyond_measured"] == [] == crowded["beyond_measured"]  # still the 2 measured workers
     more = forecaster.forecast(["workload.max_inflight=8", "workload.users=8"], [])
     assert [line.split(":")[0] for line in more["beyond_measured"]] == ["dram", "slow"]
+    longer = forecaster.forecast(["workload.options.profiles.chatbot.context=[160,480]"], [])  # 10x the tokens
+    assert any(line.startswith("slow write: operations of") for line in longer["beyond_measured"])
     bigger = forecaster.forecast([], ["dram.capacity=256MiB"])  # everything fits in DRAM: no slow reads
     assert bigger["reads_served_by_tier"].get("slow", 0) == 0 < base["reads_served_by_tier"]["slow"]
     assert bigger["tiers"].get("slow", {}).get("read", 0.0) == 0.0

@@ -83,11 +83,24 @@ class Forecaster:
         figures["users"] = plan.workload.users
         figures["clients"] = clients
         figures["wall_s"] = round(time.perf_counter() - started, 3)
-        figures["beyond_measured"] = beyond
+        figures["beyond_measured"] = beyond + sizes_beyond(tally, models)
         figures["fit"] = {name: {op: {"ops": model.ops, "servers": tier.servers,
                                       "mean_bytes": round(model.mean_bytes)}
                                  for op, model in tier.ops.items()} for name, tier in models.items()}
         return figures
+
+
+def sizes_beyond(tally: Tally, models: dict[str, TierModel]) -> list[str]:
+    """A line per tier operation whose simulated mean size is more than twice or under half the measured
+    one: its latencies are the measured ones rescaled (fit.SIZE_EXPONENT), an extrapolation."""
+    lines = []
+    for (tier, op), count in sorted(tally.tier_ops.items()):
+        model = models[tier].ops[op]
+        ratio = tally.tier_bytes[tier][op] / count / model.mean_bytes
+        if not 0.5 <= ratio <= 2.0:
+            lines.append(f"{tier} {op}: operations of {ratio:.1f}x the measured mean size: their latency is the "
+                         "measured one rescaled, not measured")
+    return lines
 
 
 def figures_of(tally: Tally, plan: RunPlan, memory: set[str]) -> dict[str, Any]:

@@ -56,6 +56,7 @@ class Tally:
     hits: dict[str, int] = field(default_factory=dict)
     misses: int = 0
     tier_bytes: dict[str, dict[str, int]] = field(default_factory=dict)
+    tier_ops: dict[tuple[str, str], int] = field(default_factory=dict)  # operations per (tier, op) in the window
 
 
 @dataclass
@@ -196,6 +197,7 @@ class Simulation:
                 if self.window.start <= env.now <= self.window.end:
                     booked = self.tally.tier_bytes.setdefault(tier, {"read": 0, "write": 0})
                     booked[op] += nbytes
+                    self.tally.tier_ops[tier, op] = self.tally.tier_ops.get((tier, op), 0) + 1
         except StopIteration as done:
             return done.value
 
