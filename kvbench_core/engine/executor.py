@@ -94,7 +94,6 @@ class RequestExecutor:
         return outcome
 
     def _steps(self, request: Request) -> StepOutcome:
-        bpt = self.bytes_per_token
         stored = True
         for read in request.reads:
             self.telemetry.count(f"{read.kind}_reads")
@@ -109,24 +108,26 @@ class RequestExecutor:
             stored = self._store(request.write) and stored
             self.telemetry.count("prefill_writes")
         decode_tokens = 0
-        phase = derive_phase(request)
-        if phase in (Phase.PREFILL_DECODE, Phase.DECODE):
-            keys = request.decode_keys or ((request.write.key,) if request.write else ())
-            for _ in range(decode_read_count(request.generate_tokens, self.decode_batch) if keys else 0):
-                self.telemetry.count("decode_reads")
-                read_all = True
-                for key in keys:
-                    size = self.cache.entry_size(key)
-                    if size is None or self._read(key) is None:
-                        if size is None:  # not even looked up: still a read of the cache that missed
-                            self.telemetry.record_read_outcome(None)
-                        read_all = False
-                        break
-                    decode_tokens += size // bpt  # what was read counts, even in a step cut short
-                if not read_all:
-                    self.telemetry.count("decode_misses")
-                    break
+        if derive_phase(request) in (Phase.PREFILL_DECODE, Phase.DECODE):
+            decode_tokens = self._decode_reads(request)
         return StepOutcome(0.0, decode_tokens, write_failed=not stored)
+
+    def _decode_reads(self, request: Request) -> int:
+        """The decode steps' reads of the request's entries; the tokens read (a step cut short by a miss
+        counts what it read, and ends the decode)."""
+        bpt, decode_tokens = self.bytes_per_token, 0
+        keys = request.decode_keys or ((request.write.key,) if request.write else ())
+        for _ in range(decode_read_count(request.generate_tokens, self.decode_batch) if keys else 0):
+            self.telemetry.count("decode_reads")
+            for key in keys:
+                size = self.cache.entry_size(key)
+                if size is None or self._read(key) is None:
+                    if size is None:  # not even looked up: still a read of the cache that missed
+                        self.telemetry.record_read_outcome(None)
+                    self.telemetry.count("decode_misses")
+                    return decode_tokens
+                decode_tokens += size // bpt  # what was read counts, even in a step cut short
+        return decode_tokens
 
 
 class _TimedVerifySink:
