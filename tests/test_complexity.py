@@ -41,8 +41,6 @@ KNOWN = {
     "kvbench_core/scaleout/multiclient.py:worst_p95",  # scaleout/ is being edited (rank loss, #29)
     "kvbench_core/scaleout/multiclient.py:LocalClients.run_trial",
     "kvbench_core/scaleout/session.py:run_session",
-    "kvbench_core/spec/loader.py:_check_cross_fields",  # spec/loader.py is being edited
-    "kvbench_core/spec/loader.py:resolve",
 }
 
 

@@ -66,19 +66,7 @@ def _check_cross_fields(raw: dict[str, Any]) -> None:
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         raise SpecError(f"cache.tiers: tier names must be unique, repeated: {', '.join(duplicates)}")
-    for i, tier in enumerate(cache["tiers"]):
-        cls = lookup("backend", tier["backend"], path=f"cache.tiers[{i}].backend")
-        # What a backend's schema fragment cannot say, checked without building it (a run builds it once).
-        cls.check_options(dict(tier.get("options") or {}), f"cache.tiers[{i}].options")
-    check_codec_choices(raw)
-    source = (raw.get("workload") or {}).get("source", DEFAULTS["workload"]["source"])
-    source_class = lookup("source", source, path="workload.source")
-    # A source checks what its schema fragment cannot say (WorkloadSource.check_options raises SpecError).
-    source_class.check_options((raw.get("workload") or {}).get("options") or {}, "workload.options")
-    autoscaler = raw.get("autoscaler")
-    if autoscaler:
-        lookup("autoscaler", autoscaler["name"], path="autoscaler.name").check_options(
-            autoscaler.get("options") or {}, "autoscaler.options")
+    _check_plugin_options(raw)
     if not raw.get("model", {}).get("name") and not raw.get("model", {}).get("config"):
         raise SpecError("model: give a catalog name (model.name) or a config.json path (model.config)")
     if raw.get("duration") is not None and parse_duration(raw["duration"]) == 0:
@@ -87,6 +75,22 @@ def _check_cross_fields(raw: dict[str, Any]) -> None:
     # Compare parsed sizes: "0GiB" disables a tier as surely as 0 does.
     if not any(tier.get("capacity", "auto") == "auto" or parse_size(tier["capacity"]) > 0 for tier in cache["tiers"]):
         raise SpecError("cache.tiers: every tier has capacity 0; enable at least one")
+
+
+def _check_plugin_options(raw: dict[str, Any]) -> None:
+    """Every chosen plugin (tiers, codecs, the source, the autoscaler) known, and its ``check_options``:
+    what its schema fragment cannot say, checked without building it (a run builds it once)."""
+    for i, tier in enumerate(raw["cache"]["tiers"]):
+        cls = lookup("backend", tier["backend"], path=f"cache.tiers[{i}].backend")
+        cls.check_options(dict(tier.get("options") or {}), f"cache.tiers[{i}].options")
+    check_codec_choices(raw)
+    source = (raw.get("workload") or {}).get("source", DEFAULTS["workload"]["source"])
+    source_class = lookup("source", source, path="workload.source")
+    source_class.check_options((raw.get("workload") or {}).get("options") or {}, "workload.options")
+    autoscaler = raw.get("autoscaler")
+    if autoscaler:
+        lookup("autoscaler", autoscaler["name"], path="autoscaler.name").check_options(
+            autoscaler.get("options") or {}, "autoscaler.options")
 
 
 def resolve(raw: dict[str, Any], spec_dir: str) -> dict[str, Any]:
@@ -103,27 +107,37 @@ def resolve(raw: dict[str, Any], spec_dir: str) -> dict[str, Any]:
         for key in list(targets):
             targets[key] = parse_duration(targets[key])
     for tier in spec["cache"]["tiers"]:
-        capacity = tier.get("capacity", "auto")
-        tier["capacity"] = "auto" if capacity == "auto" else parse_size(capacity)
-        tier.setdefault("options", {})
-        if option := directory_option(tier):
-            tier["options"][option] = expanded(tier["options"][option])
-        if tier.get("cold_after") is not None:
-            tier["cold_after"] = parse_duration(tier["cold_after"])
+        _resolve_tier(tier)
     resolve_codecs(spec)
     generation = spec["workload"]["generation"]
     spec["workload"]["generation_ms_per_token"] = (
         GENERATION_MS_PER_TOKEN[generation] if isinstance(generation, str) else float(generation)
     )
     if spec.get("precondition") is not None:
-        pre = with_defaults(section_schema("precondition"), spec["precondition"])
-        pre["size"] = "auto" if pre["size"] == "auto" else parse_size(pre["size"])
-        pre["entry_size"] = parse_size(pre["entry_size"])
-        pre["threads"] = pre["threads"] or min(os.cpu_count() or 1, 256)
-        spec["precondition"] = pre
+        spec["precondition"] = _resolve_precondition(spec["precondition"])
     if spec.get("autoscaler") is not None:
         spec["autoscaler"] = with_defaults(section_schema("autoscaler"), spec["autoscaler"])
     return spec
+
+
+def _resolve_tier(tier: dict[str, Any]) -> None:
+    """One tier in place: its capacity in bytes (or ``auto``), its directory expanded, ``cold_after`` in s."""
+    capacity = tier.get("capacity", "auto")
+    tier["capacity"] = "auto" if capacity == "auto" else parse_size(capacity)
+    tier.setdefault("options", {})
+    if option := directory_option(tier):
+        tier["options"][option] = expanded(tier["options"][option])
+    if tier.get("cold_after") is not None:
+        tier["cold_after"] = parse_duration(tier["cold_after"])
+
+
+def _resolve_precondition(written: dict[str, Any]) -> dict[str, Any]:
+    """The precondition section with its defaults, sizes in bytes and a thread count."""
+    pre = with_defaults(section_schema("precondition"), written)
+    pre["size"] = "auto" if pre["size"] == "auto" else parse_size(pre["size"])
+    pre["entry_size"] = parse_size(pre["entry_size"])
+    pre["threads"] = pre["threads"] or min(os.cpu_count() or 1, 256)
+    return pre
 
 
 def load_plan(path: str | os.PathLike[str], overrides: list[str] | None = None, *,
