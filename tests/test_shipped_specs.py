@@ -99,7 +99,12 @@ def test_a_shipped_spec_runs_and_every_tier_stores_bytes(path: Path, tmp_path: P
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     spec = yaml.safe_load(path.read_text())
     skip_unless_runnable(spec, servers)
-    check_run(path, spec, run_shortened(path, shortened(spec, tmp_path, servers), tmp_path))
+    # A 3 s window of 2 users completes 0-40 requests: fewer than 20 is `inconclusive` (a p95 needs 20,
+    # docs/results.md), which is what a run this short honestly is; what this test requires is a run that
+    # neither failed nor lost requests nor broke an invariant, with bytes in every tier.  `make specs-smoke`
+    # runs each spec as users do and requires `completed`.
+    check_run(path, spec, run_shortened(path, [*shortened(spec, tmp_path, servers)], tmp_path, exit_zero=True),
+              statuses=("completed", "inconclusive"))
 
 
 def skip_unless_runnable(spec: dict[str, Any], servers: dict[str, Any]) -> None:
@@ -121,25 +126,26 @@ def skip_unless_runnable(spec: dict[str, Any], servers: dict[str, Any]) -> None:
         pytest.skip("traced spec: needs root and bpftrace")
 
 
-def run_shortened(path: Path, overrides: list[str], tmp_path: Path, timeout_s: float = 300
-                  ) -> subprocess.CompletedProcess[str]:
+def run_shortened(path: Path, overrides: list[str], tmp_path: Path, timeout_s: float = 300, *,
+                  exit_zero: bool = False) -> subprocess.CompletedProcess[str]:
     """``kvbench run`` of the shipped spec with ``overrides``, as a real process against the test servers."""
     env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
            "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
            "AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}
-    command = [sys.executable, "-m", "kvbench_core.cli", "run", str(path), "--quiet"]
+    command = [sys.executable, "-m", "kvbench_core.cli", "run", str(path), "--quiet", *(["--exit-zero"] * exit_zero)]
     for override in overrides:
         command += ["--set", override]
     return subprocess.run(command, capture_output=True, text=True, env=env, cwd=path.parent, timeout=timeout_s)
 
 
-def check_run(path: Path, spec: dict[str, Any], done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    """The run completed (exit 0, status completed) and every tier the spec declares stored bytes."""
+def check_run(path: Path, spec: dict[str, Any], done: subprocess.CompletedProcess[str], *,
+              statuses: tuple[str, ...] = ("completed",)) -> dict[str, Any]:
+    """The run ended with exit 0 and one of ``statuses``, and every tier the spec declares stored bytes."""
     assert done.returncode == 0, f"{path.name}: exit {done.returncode}\n{done.stderr[-3000:]}"
     out = Path(next(arg.split("=", 1)[1] for arg in done.args if str(arg).startswith("output.directory=")))
     (result_path,) = [p for p in out.glob("*.json") if not p.stem.endswith("-summary")][-1:]
     result = json.loads(result_path.read_text())
-    assert result["run"]["status"] == "completed", (result["run"], result["metrics"].get("requests"),
+    assert result["run"]["status"] in statuses, (result["run"], result["metrics"].get("requests"),
                                                     result.get("errors", [])[:3])
     tiers = result["metrics"]["tiers"]
     for tier in spec["cache"]["tiers"]:

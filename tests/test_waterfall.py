@@ -371,6 +371,25 @@ def test_entries_idle_for_cold_after_move_down(make_cache: CacheFactory) -> None
     assert cache.telemetry.counters["cold_demotions"] == 2
 
 
+def test_the_cold_mover_stops_starting_demotions_when_its_time_budget_is_spent(make_cache: CacheFactory) -> None:
+    """The runner's loop calls it with the time left to the next interval or the window's end: a slow tier
+    below must not hold the loop (and the window's close) past it; what is left moves at the next call."""
+    now = [0.0]
+    ticks = iter(range(1, 10_000))
+
+    def clock() -> float:  # every reading is one second later once the entries are cold
+        return now[0] + (next(ticks) if now[0] > 0 else 0)
+
+    cache = make_cache([("cpu", 100 * S), ("cpu", 100 * S)], clock=clock)
+    cache.tiers[1].cold_after = 10.0
+    for key in "abcde":
+        cache.put(key, S)
+    now[0] = 100.0
+    first = cache.demote_cold(budget_s=2.5)
+    assert 1 <= first < 5
+    assert cache.demote_cold() == 5 - first  # no budget: the rest
+
+
 # -- concurrency -----------------------------------------------------------------------------------------------
 
 

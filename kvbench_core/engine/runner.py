@@ -289,7 +289,7 @@ class Runner:
             point = self._close_interval()
             if any(t.cold_after is not None for t in self.cache.tiers):
                 try:  # the cold mover's storage errors count like a request's (on_error)
-                    self.cache.demote_cold()
+                    self.cache.demote_cold(budget_s=self.window.time_left(now, until=self._next_tick))
                 except StorageError as error:
                     self._storage_error(error)
             if self.on_progress:
