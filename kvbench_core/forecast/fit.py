@@ -5,19 +5,15 @@ operations' latency histogram (``metrics.tiers.<t>.<op>.histograms.total``), the
 operation of ``n`` bytes costs a latency drawn from that histogram, scaled by ``(n / m) ** SIZE_EXPONENT``
 (``m`` the measured mean operation size): the measured tail keeps its shape (a slow fsync slows a whole
 entry, which a sum of independent per-command draws averaged away: that first model forecast the p95 of
-quickstart-like runs 35-45 % low).  The exponent is a calibration: the histogram already holds the spread
-of the sizes, so scaling each draw by its size in full counts that spread twice, and not scaling it loses
-the size altogether; on five fitted runs' own reproduction the median absolute p95 error was 35 % at 1,
-23 % at 0 and 26 % at 0.5 (the noise of a p95 of 40 requests, +-30 %, is most of each), and 0.5 keeps a
-longer entry costing more.  A forecast that changes entry sizes (contexts, a model) says so in its
-uncertainty, as a tier past its measured concurrency does.
+quickstart-like runs 35-45 % low).
 
-Each tier serves at most ``k`` operations at once, ``k`` the most the measured run could have had in
-flight there (its workers; all clients' workers at a persistent tier they share): those latencies were
-measured with up to ``k`` operations in flight, so up to ``k`` an operation costs what it cost in the
-measured run, and past it operations queue.  So the bandwidth ceiling the model assumes is the one
-measured at the measured concurrency: it forecasts a tier pushed past it as saturated, never faster, and
-one given fewer operations at once as no faster either (an upper bound on latency there).
+The exponent is 1 (a transfer's time scales with its bytes).  0.5 was tried: the histogram already holds
+the spread of the sizes, so scaling each draw by its size in full counts that spread twice, and on
+five fitted runs' reproduction of themselves the median absolute p95 error was 35 % at 1 and 26 % at 0.5
+(most of it the noise of a p95 of 40 requests, +-30 %); but on the held-out points of docs/FORECAST.md
+0.5 did no better on the p95 (27 % both) and worse on everything else (bandwidth 15 % vs 11 %, max users
+21 vs 17 for 14 measured), so 1 stays.  A forecast that changes entry sizes (contexts, a model) says so
+in its uncertainty, as a tier past its measured concurrency does.
 """
 
 from __future__ import annotations
@@ -34,7 +30,7 @@ from kvbench_core.engine.histogram import LatencyHistogram
 #: Draws kept per operation model: enough that a forecast's tail is not the pool's.
 POOL_DRAWS = 1 << 18
 #: How an operation's latency scales with its size relative to the measured mean (see above).
-SIZE_EXPONENT = 0.5
+SIZE_EXPONENT = 1.0
 
 
 @dataclass
