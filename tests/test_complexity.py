@@ -34,7 +34,6 @@ KNOWN = {
     "kvbench_core/reports/compare_specs.py:effective",
     "kvbench_core/reports/compare_plots.py:class_p95",
     # issue #30 §5 (helper H listed these; each is split in its own commit by whoever owns the file then)
-    "kvbench_core/cli/capacity_cmd.py:handle",  # capacity search (in progress in the working tree)
     "kvbench_core/cli/run_cmd.py:summarize",  # the run summary (others are editing run_cmd's lines)
     "kvbench_core/cli/run_cmd.py:render_plan",
     "kvbench_core/engine/runner.py:Runner._finish",  # runner.py is being edited (#30 §3, #29)

@@ -89,19 +89,24 @@ def handle(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(json_answer(result, path, budget), indent=2))
     else:
-        print(answer_line(result) if result and capacity_of(result) else "max users within SLA: no answer "
-              "(the run ended before its first step was judged)")
-        for line in curve_lines(result or {}):
-            print(f"  {line}")
-        if result is not None:
-            print(f"run [{result['run']['status']}] {result['run']['stop_reason']}")
-        if path:
-            print(f"result: {path}")
-        for report in outcome.reports:
-            print(f"report: {report}")
+        _print_answer(result, path, outcome.reports)
     if outcome.error is not None:
         print(outcome.error.line(), file=sys.stderr)
     return outcome.exit_code
+
+
+def _print_answer(result: dict[str, Any] | None, path: str | None, reports: list[Any]) -> None:
+    """The answer, the capacity curve, the run's status, and where the result and reports are."""
+    print(answer_line(result) if result and capacity_of(result) else "max users within SLA: no answer "
+          "(the run ended before its first step was judged)")
+    for line in curve_lines(result or {}):
+        print(f"  {line}")
+    if result is not None:
+        print(f"run [{result['run']['status']}] {result['run']['stop_reason']}")
+    if path:
+        print(f"result: {path}")
+    for report in reports:
+        print(f"report: {report}")
 
 
 def _refuse_what_cannot_search(plan: RunPlan) -> None:
