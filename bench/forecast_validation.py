@@ -1,6 +1,8 @@
 """Re-make docs/FORECAST.md's validation table: measured runs held out of the fit, predicted by
 ``kvbench forecast`` from one fitted run, on two tier set-ups (DRAM+nvme, nvme+redis).
 
+Needs: the forecast extra and the redis plugin: pip install -e '.[forecast]' -e plugins/kvbench_redis; redis-server.
+
     .venv/bin/python bench/forecast_validation.py [--work DIR] [--duration 30s] [--budget 4m]
 
 DRAM+nvme: fitted at 4 users (4 workers, 1 client); held out: 2, 8 and 16 users (workers = users), 2 and
@@ -13,6 +15,11 @@ markdown table (with the load average at each run: the machine is shared) and wr
 """
 
 from __future__ import annotations
+
+from needs import need  # bench/needs.py: the line above, checked before the imports that need it
+
+need("the forecast extra and the redis plugin: pip install -e '.[forecast]' -e plugins/kvbench_redis; redis-server",
+     modules=("simpy", "greenlet", "kvbench_redis", "kvbench_nvme"), programs=("redis-server",))
 
 import argparse
 import json
