@@ -114,6 +114,17 @@ def test_a_port_in_use_is_one_line_before_the_run(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+def test_the_dry_run_refuses_a_port_in_use_as_the_run_does(tmp_path: Path) -> None:
+    """Binding the port needs no storage I/O, so the dry run says it too (issue #31 §5, review R1)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        spec = yaml.safe_load(tiny_spec(tmp_path).read_text())
+        spec["output"]["metrics"] = {"port": taken.getsockname()[1]}
+        code, _, err = run_cli(tmp_path, spec, "--dry-run")
+    assert code == 2 and err.count("\n") == 1 and "output.metrics: cannot serve on 127.0.0.1:" in err
+
+
 def test_every_dashboard_query_names_a_metric_the_run_serves(scrapes: dict[str, Any]) -> None:
     import re
 

@@ -22,6 +22,7 @@ bound, so a bound is exact to the sketch's 1 % (docs/live-metrics.md).
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -167,10 +168,22 @@ class LiveMetrics:
 
 
 def require_metrics(metrics: Any) -> None:
-    """The metrics extra, when ``output.metrics`` asks for it: what the session needs first, which the dry
-    run asks too (a missing package is one line naming the extra)."""
+    """The metrics extra and a free port, when ``output.metrics`` asks for them: what the session needs
+    first, which the dry run asks too (a missing package or a port in use is one line, before anything)."""
     if metrics:
         optional_module("prometheus_client", EXTRA, "output.metrics")
+        settings = metrics_settings(metrics)
+        with socket.socket(socket.AF_INET6 if ":" in settings["host"] else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the HTTP server binds it
+            try:
+                probe.bind((settings["host"], settings["port"]))
+            except OSError as error:
+                raise _cannot_serve(settings, error) from None
+
+
+def _cannot_serve(settings: dict[str, Any], error: OSError) -> UserError:
+    return UserError(f"output.metrics: cannot serve on {settings['host']}:{settings['port']}: "
+                     f"{error.strerror or error}")
 
 
 @contextmanager
@@ -186,11 +199,10 @@ def live_metrics(metrics: Any, runner_of: Any, spec_name: str) -> Iterator[LiveM
     registry = client.CollectorRegistry(auto_describe=False)
     collector = RunCollector(runner_of, spec_name)
     registry.register(collector)
-    where = f"{settings['host']}:{settings['port']}"
     try:
         server, thread = client.start_http_server(settings["port"], addr=settings["host"], registry=registry)
     except OSError as error:
-        raise UserError(f"output.metrics: cannot serve on {where}: {error.strerror or error}") from None
+        raise _cannot_serve(settings, error) from None
     try:
         yield LiveMetrics(collector)
     finally:
