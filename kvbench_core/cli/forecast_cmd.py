@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from kvbench_core.contracts.errors import ForecastRefused
 from kvbench_core.forecast.forecast import Forecaster, measured_figures
 from kvbench_core.forecast.search import max_users_within_sla
 
@@ -29,8 +30,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     if args.clients is not None and args.clients < 1:
-        from kvbench_core.contracts.errors import ForecastRefused
-
         raise ForecastRefused(f"forecast: --clients {args.clients}: at least 1")
     forecaster = Forecaster(args.result)
     figures = forecaster.forecast(args.overrides, args.tiers, args.clients)
