@@ -258,19 +258,22 @@ def worst_p95(points: list[dict[str, Any]]) -> dict[str, Any]:
     A p95 of all clients' operations lies between the lowest and the highest client p95 (at the highest,
     every client has 95 % of its operations at or below it, so the union has too): the worst client's p95
     is an honest upper bound, which the line labels so."""
-    def worst(values: Any) -> float | None:
-        return max((v for v in values if v is not None), default=None)
-
-    tiers = {}
-    for tier in dict.fromkeys(t for p in points for t in p.get("tiers") or {}):
-        figures = [((p.get("tiers") or {}).get(tier) or {}) for p in points]
-        tiers[tier] = {**{rate: sum(f.get(rate) or 0.0 for f in figures)
-                          for rate in ("read_bytes_per_s", "write_bytes_per_s")},
-                       **{p95: worst(f.get(p95) for f in figures) for p95 in ("read_p95_ms", "write_p95_ms")}}
+    tiers = {tier: _tier_point([((p.get("tiers") or {}).get(tier) or {}) for p in points])
+             for tier in dict.fromkeys(t for p in points for t in p.get("tiers") or {})}
     classes = dict.fromkeys(q for p in points for q in p.get("e2e_p95_ms") or {})
     return {"tiers": tiers,
-            "e2e_p95_ms": {q: worst((p.get("e2e_p95_ms") or {}).get(q) for p in points) for q in classes},
-            "storage_p95_ms": worst(p.get("storage_p95_ms") for p in points)}
+            "e2e_p95_ms": {q: _worst((p.get("e2e_p95_ms") or {}).get(q) for p in points) for q in classes},
+            "storage_p95_ms": _worst(p.get("storage_p95_ms") for p in points)}
+
+
+def _worst(values: Any) -> float | None:
+    return max((v for v in values if v is not None), default=None)
+
+
+def _tier_point(figures: list[dict[str, Any]]) -> dict[str, Any]:
+    """One tier over the clients' points: its rates summed, its p95s the worst."""
+    return {**{rate: sum(f.get(rate) or 0.0 for f in figures) for rate in ("read_bytes_per_s", "write_bytes_per_s")},
+            **{p95: _worst(f.get(p95) for f in figures) for p95 in ("read_p95_ms", "write_p95_ms")}}
 
 
 def _readable(conn: Connection) -> bool:
