@@ -137,6 +137,14 @@ def plan_and_score(capture: dict[str, Any], scenario: Scenario, tag: str = "") -
     return code, json.loads(score.read_text())
 
 
+def planned_slot(capture: dict[str, Any], scenario: Scenario, tag: str) -> int | None:
+    """The device slot per object the preset's plan says (raw_block), from the recorded plan."""
+    manifest_path = capture["work"] / f"{scenario.name}{tag}.slot.plan.json"
+    assert main(["plan", "--model", scenario.model, "--tokens", str(scenario.tokens), "--engine", LMCACHE_05,
+                 "--backend", scenario.backend, *scenario.plan_flags, "--record", str(manifest_path)]) == 0
+    return Manifest.read(str(manifest_path)).engine.get("slot_bytes")
+
+
 @pytest.mark.parametrize("name", [scenario.name for scenario in SCENARIOS])
 def test_the_presets_plan_scores_lmcaches_own_io_exactly(capture: dict[str, Any], name: str) -> None:
     scenario = BY_NAME[name]
@@ -153,6 +161,8 @@ def test_the_presets_plan_scores_lmcaches_own_io_exactly(capture: dict[str, Any]
     assert all(check["matched"] == check["total"] for name, check in score["offsets"].items() if name != "examples")
     if scenario.order:
         assert not any(info["inversions"] for info in score["order"]["objects"].values())
+    # the score places raw_block's commands by the slots LMCache reports; the plan's own slot rule must agree
+    assert planned_slot(capture, scenario, "") == report.get("slot_bytes")
 
 
 def _tail_kept(preset: Any) -> Any:
@@ -177,3 +187,18 @@ def test_a_planted_change_to_a_preset_rule_fails_the_score(capture: dict[str, An
     assert code == 1 and not score["gate"]["passed"]
     assert any(missed in line for line in score["gate"]["missed"]), score["gate"]["missed"]
     assert score["exact_match"]["matched"] < score["exact_match"]["total"]
+
+
+def _slot_misaligned(preset: Any) -> Any:
+    return replace(preset, slot_align=8192)
+
+
+@pytest.mark.parametrize("name", ["gqa-raw-block", "mla-raw-block"])
+def test_a_planted_change_to_the_slot_rule_misses_the_engines_slot(capture: dict[str, Any],
+                                                                  monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """The score cannot see a wrong slot size (commands are placed by LMCache's own slots), so the plan's
+    slot is compared with the engine's: a planted slot alignment must not pass (review R1 of issue #34)."""
+    scenario = BY_NAME[name]
+    key = (LMCACHE_05, scenario.backend)
+    monkeypatch.setitem(PRESETS, key, _slot_misaligned(PRESETS[key]))
+    assert planned_slot(capture, scenario, ".slot_misaligned") != capture["placements"][name]["slot_bytes"]
