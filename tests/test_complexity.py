@@ -32,7 +32,6 @@ KNOWN = {
     "kvbench_core/reports/compare.py:caveats",  # helper E's compare
     "kvbench_core/reports/compare.py:compare",
     "kvbench_core/reports/compare_specs.py:effective",
-    "kvbench_core/reports/compare_plots.py:class_p95",
     # issue #30 §5 (helper H listed these; each is split in its own commit by whoever owns the file then)
     "kvbench_core/cli/run_cmd.py:summarize",  # the run summary (others are editing run_cmd's lines)
     "kvbench_core/cli/run_cmd.py:render_plan",

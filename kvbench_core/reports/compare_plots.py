@@ -92,10 +92,25 @@ def bandwidth(results: list[tuple[str, dict[str, Any]]]) -> Any:
     return figure
 
 
+def _qos_figures(result: dict[str, Any]) -> dict[str, Any]:
+    """A result's per-class QoS figures; empty when the run had no classes (an older or a classless result)."""
+    return (result.get("metrics") or {}).get("qos") or {}
+
+
+def _class_figure(result: dict[str, Any], name: str) -> dict[str, Any]:
+    """One class's figures in a result; empty when that result did not run the class."""
+    return _qos_figures(result).get(name) or {}
+
+
+def _class_p95(result: dict[str, Any], name: str) -> float:
+    """A class's service p95 in a result, 0 where the result has none (a bar of nothing, not a gap)."""
+    return (_class_figure(result, name).get("service_latency_ms") or {}).get("p95") or 0.0
+
+
 def class_p95(results: list[tuple[str, dict[str, Any]]]) -> Any:
     """Each QoS class's service p95 per result as grouped bars, the class's SLA p95 as a dashed line."""
-    classes = list(dict.fromkeys(qos for _, r in results for qos, figures in
-                                 ((r.get("metrics") or {}).get("qos") or {}).items() if figures.get("requests")))
+    classes = list(dict.fromkeys(qos for _, r in results for qos, figures in _qos_figures(r).items()
+                                 if figures.get("requests")))
     if not classes:
         return None
     colors = _colors([label for label, _ in results])
@@ -103,13 +118,12 @@ def class_p95(results: list[tuple[str, dict[str, Any]]]) -> Any:
     axes = figure.subplots()
     width = 0.8 / len(results)
     for nth, (label, result) in enumerate(results):
-        qos = (result.get("metrics") or {}).get("qos") or {}
-        values = [((qos.get(name) or {}).get("service_latency_ms") or {}).get("p95") or 0.0 for name in classes]
+        values = [_class_p95(result, name) for name in classes]
         axes.bar(np.arange(len(classes)) + (nth - (len(results) - 1) / 2) * width, values, width,
                  color=colors[label], label=label)
     for index, name in enumerate(classes):
-        sla = next((((r.get("metrics") or {}).get("qos") or {}).get(name) or {}).get("sla_p95_ms")
-                   for _, r in results)
+        # The first result's SLA for the class is the one drawn.
+        sla = next(_class_figure(r, name).get("sla_p95_ms") for _, r in results)
         if sla:
             axes.hlines(sla, index - 0.45, index + 0.45, colors="black", linestyles="--", linewidth=1)
     axes.set_xticks(np.arange(len(classes)), classes)
