@@ -24,8 +24,6 @@ LIMIT = 15
 KNOWN = {
     "kvbench_core/results/status.py:decide",  # helper B1's status rules
     "kvbench_core/results/detected_declaration.py:network_fields",  # the self-filling declaration (#31 §4)
-    "kvbench_core/reports/capacity.py:curve_figure",  # helper C1's capacity curve
-    "kvbench_core/reports/capacity.py:curve_numbers",
     "kvbench_core/reports/verdicts.py:dominant_share",  # helper C1's verdicts
     "kvbench_core/reports/verdicts.py:next_step",
     "kvbench_core/reports/verdicts.py:_codec_of_host",

@@ -93,10 +93,15 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+def _steps_by_load(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The judged steps in order of load: a curve is drawn left to right whatever order the search judged them."""
+    return sorted((capacity_of(result) or {}).get("steps") or [], key=lambda s: s["load"])
+
+
 def curve_figure(result: dict[str, Any]) -> Any:
     """``-capacity.png``: per class service p95 against users with its SLA as a dashed line (log scale), and
     throughput and each tier's bandwidth against users; None when the result judged no steps."""
-    steps = sorted((capacity_of(result) or {}).get("steps") or [], key=lambda s: s["load"])
+    steps = _steps_by_load(result)
     if not steps:
         return None
     from kvbench_core.reports.plots import _figure, _title
@@ -104,6 +109,14 @@ def curve_figure(result: dict[str, Any]) -> Any:
     figure = _figure(2, 1, height_per_row=3.2)
     figure.subplots_adjust(right=0.9)  # room for the bandwidth axis on the right
     latency, rates = figure.subplots(2, 1)
+    _draw_latency(latency, result, steps)
+    latency.set_title(_title(result, "capacity curve"))
+    _draw_rates(rates, result, steps)
+    return figure
+
+
+def _draw_latency(latency: Any, result: dict[str, Any], steps: list[dict[str, Any]]) -> None:
+    """The upper panel: each class's service p95 per step, its SLA dashed, the load found as a dotted line."""
     for index, name in enumerate(classes_of(steps)):
         color = f"C{index}"
         points = [(s["load"], s["classes"][name]) for s in steps if name in (s.get("classes") or {})]
@@ -120,7 +133,11 @@ def curve_figure(result: dict[str, Any]) -> Any:
     latency.set_ylabel("service p95 (ms)")
     latency.grid(alpha=0.3)
     latency.legend(loc="upper left", fontsize="small")
-    latency.set_title(_title(result, "capacity curve"))
+
+
+def _draw_rates(rates: Any, result: dict[str, Any], steps: list[dict[str, Any]]) -> None:
+    """The lower panel: generated tokens/s per step, each tier's read and write MB/s on a second axis, one
+    legend for both axes."""
     loads = [s["load"] for s in steps]
     rates.plot(loads, [s["generated_tokens_per_s"] for s in steps], "o-", color="black", label="generated tok/s")
     rates.set_ylabel("tokens/s")
@@ -135,12 +152,11 @@ def curve_figure(result: dict[str, Any]) -> Any:
     handles = rates.get_legend_handles_labels()
     extra = bandwidth.get_legend_handles_labels()
     rates.legend(handles[0] + extra[0], handles[1] + extra[1], loc="upper left", fontsize="small")
-    return figure
 
 
 def curve_numbers(result: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     """The curve as numbers, one row per step in order of load: what the workbook's table and chart plot."""
-    steps = sorted((capacity_of(result) or {}).get("steps") or [], key=lambda s: s["load"])
+    steps = _steps_by_load(result)
     classes, tiers = classes_of(steps), tiers_of(steps)
     headers = [load_label(result), "verdict", "requests", "seconds", "requests/s",
                *(f"{q} {what}" for q in classes for what in ("service p95 (ms)", "SLA p95 (ms)")), "tok/s",
@@ -149,13 +165,24 @@ def curve_numbers(result: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     for step in steps:
         figures, rates = step.get("classes") or {}, step.get("tiers") or {}
         rows.append([step["load"], step["verdict"], step["requests"], step["duration_s"], step["requests_per_s"],
-                     *(value for q in classes for value in
-                       ((figures[q]["service_p95_ms"], figures[q]["sla_p95_ms"]) if q in figures else (None, None))),
+                     *(value for q in classes for value in _class_numbers(figures.get(q))),
                      step["generated_tokens_per_s"],
-                     *(value for t in tiers for value in
-                       ((rates[t]["read_bytes_per_s"] / GB, rates[t]["write_bytes_per_s"] / GB,
-                         rates[t]["device_share"]) if t in rates else (None, None, None)))])
+                     *(value for t in tiers for value in _tier_numbers(rates.get(t)))])
     return headers, rows
+
+
+def _class_numbers(figures: dict[str, Any] | None) -> tuple[Any, Any]:
+    """A class's service p95 and SLA p95 at one step; empty cells where the step did not run the class."""
+    if figures is None:
+        return None, None
+    return figures["service_p95_ms"], figures["sla_p95_ms"]
+
+
+def _tier_numbers(row: dict[str, Any] | None) -> tuple[Any, Any, Any]:
+    """A tier's read and write GB/s and device share at one step; empty cells where the step did not touch it."""
+    if row is None:
+        return None, None, None
+    return row["read_bytes_per_s"] / GB, row["write_bytes_per_s"] / GB, row["device_share"]
 
 
 def capacity_sheet(book: Any, result: dict[str, Any]) -> None:
