@@ -74,7 +74,7 @@ bandwidth() {
 import json, os, time
 from concurrent.futures import ThreadPoolExecutor
 from kvbench_core.contracts.backend import DISCARD, BackendContext
-from kvbench_core.engine.payload import NoisePool
+from kvbench_core.contracts.payload import NoisePool
 from kvbench_core.builtins.memory import GPUMemoryBackend
 from kvbench_gds.backend import GDSBackend
 from kvbench_nvme.backend import NVMeBackend
