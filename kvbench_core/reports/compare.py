@@ -48,16 +48,18 @@ def compare(results: list[dict[str, Any]]) -> list[Row]:
         if all(c is None or c.value is None for c in cells):
             continue
         base = cells[0]
-        row_cells = [Cell(base)]
-        for cell in cells[1:]:
-            if cell is None or base is None or cell.value is None or base.value is None:
-                row_cells.append(Cell(cell))
-                continue
-            ratio = cell.value / base.value if base.value else None
-            row_cells.append(Cell(cell, ratio, ranges_overlap(base, cell)))
         figure = next(c.figure for c in cells if c is not None)
-        rows.append(Row(figure, row_cells))
+        rows.append(Row(figure, [Cell(base), *(_against(base, cell) for cell in cells[1:])]))
     return rows
+
+
+def _against(base: FigureValue | None, cell: FigureValue | None) -> Cell:
+    """One later result's cell: its ratio to the baseline and whether their trial ranges overlap, or the
+    value alone where either side has no value to divide (a ratio of 0 baseline is None, not infinite)."""
+    if cell is None or base is None or cell.value is None or base.value is None:
+        return Cell(cell)
+    ratio = cell.value / base.value if base.value else None
+    return Cell(cell, ratio, ranges_overlap(base, cell))
 
 
 def rows_as_json(rows: list[Row], labels: list[str]) -> list[dict[str, Any]]:
@@ -100,22 +102,44 @@ def caveats(results: list[dict[str, Any]], labels: list[str]) -> list[str]:
     baseline's (other entry sizes), and every spec difference that changes what a ratio to the baseline
     means (``spec_differences``)."""
     notes = []
-    base_spec = (results[0].get("spec") or {}).get("resolved")
-    base_model = (results[0].get("model") or {}).get("name")
+    base = results[0]
     for label, result in zip(labels, results, strict=True):
-        run = result.get("run") or {}
-        if run.get("status") not in (None, "completed"):
-            notes.append(f"{label}: the run ended {run['status']} ({run.get('stop_reason') or 'no reason given'}); "
-                         "its figures cover only what it measured")
-        model = (result.get("model") or {}).get("name")
-        if model and base_model and model != base_model:
-            notes.append(f"{label}: model {model}, the baseline's is {base_model}: entry sizes differ")
-        violations = (result.get("checks") or {}).get("violations") or []
-        if violations:
-            notes.append(f"{label}: {len(violations)} invariant(s) violated ({violations[0]}): its figures "
-                         "do not add up")
-        spec = (result.get("spec") or {}).get("resolved")
-        if result is not results[0] and isinstance(spec, dict) and isinstance(base_spec, dict):
-            notes += [f"{label}: {note}" for note in spec_differences(results[0], result)
-                      if not note.startswith("model.name ")]  # the model line above says it with entry sizes
+        notes += [f"{label}: {note}" for note in _result_caveats(base, result)]
     return notes
+
+
+def _result_caveats(base: dict[str, Any], result: dict[str, Any]) -> list[str]:
+    """One result's caveats against the baseline, each without the result's label."""
+    notes = [*_run_caveat(result), *_model_caveat(base, result), *_checks_caveat(result)]
+    base_spec = (base.get("spec") or {}).get("resolved")
+    spec = (result.get("spec") or {}).get("resolved")
+    if result is not base and isinstance(spec, dict) and isinstance(base_spec, dict):
+        notes += [note for note in spec_differences(base, result)
+                  if not note.startswith("model.name ")]  # the model line says it with entry sizes
+    return notes
+
+
+def _run_caveat(result: dict[str, Any]) -> list[str]:
+    """A run that ended other than completed measured only part of its window (or none of it)."""
+    run = result.get("run") or {}
+    if run.get("status") in (None, "completed"):
+        return []
+    return [f"the run ended {run['status']} ({run.get('stop_reason') or 'no reason given'}); "
+            "its figures cover only what it measured"]
+
+
+def _model_caveat(base: dict[str, Any], result: dict[str, Any]) -> list[str]:
+    """Another model than the baseline's has other entry sizes, so bytes and rates are not like for like."""
+    model = (result.get("model") or {}).get("name")
+    base_model = (base.get("model") or {}).get("name")
+    if model and base_model and model != base_model:
+        return [f"model {model}, the baseline's is {base_model}: entry sizes differ"]
+    return []
+
+
+def _checks_caveat(result: dict[str, Any]) -> list[str]:
+    """A result whose invariants failed has figures that do not add up; the first violation names why."""
+    violations = (result.get("checks") or {}).get("violations") or []
+    if not violations:
+        return []
+    return [f"{len(violations)} invariant(s) violated ({violations[0]}): its figures do not add up"]
