@@ -23,7 +23,6 @@ LIMIT = 15
 #: "<file from the repository root>:<function>" still above the limit, and whose they are now.
 KNOWN = {
     "kvbench_core/results/status.py:decide",  # helper B1's status rules
-    "kvbench_core/results/detected_declaration.py:network_fields",  # the self-filling declaration (#31 §4)
     "kvbench_core/reports/verdicts.py:dominant_share",  # helper C1's verdicts
     "kvbench_core/reports/verdicts.py:next_step",
     "kvbench_core/reports/verdicts.py:_codec_of_host",

@@ -62,19 +62,30 @@ def network_fields(environment: dict[str, Any]) -> dict[str, Any]:
         none = NotApplicable(NO_NETWORK)
         return {"fabric": "none (local: " + NO_NETWORK + ")", "link_speed_gbps": none, "gpudirect_rdma": none,
                 "congestion_control": none, "nvme_of": nvme_of}
-    fabrics = {tier: _fabric(route) for tier, route in routes.items()}
     tcp = {tier: route for tier, route in routes.items() if route.get("link_type") not in (None, "unix socket")}
-    speeds = {route.get("speed_mbps") for route in tcp.values()}
-    if tcp and all(route.get("link_type") == "loopback" for route in tcp.values()):
-        link: Any = NotApplicable("loopback: no physical link")
-    else:
-        link = speeds.pop() / 1000 if len(speeds) == 1 and None not in speeds else None
-    return {"fabric": _one_or_each(fabrics),
-            "link_speed_gbps": link if tcp else NotApplicable("no tier is reached over TCP"),
+    return {"fabric": _one_or_each({tier: _fabric(route) for tier, route in routes.items()}),
+            "link_speed_gbps": _link_speed(tcp),
             "gpudirect_rdma": False if tcp and len(tcp) == len(routes) and "nixl" not in routes else None,
-            "congestion_control": _one_or_each({t: f"TCP {r.get('tcp_congestion_control')}" for t, r in tcp.items()})
-            if tcp else NotApplicable("no tier is reached over TCP"),
+            "congestion_control": _congestion_control(tcp),
             "nvme_of": nvme_of}
+
+
+def _link_speed(tcp: dict[str, dict[str, Any]]) -> Any:
+    """The TCP routes' link speed in Gb/s when they all share one known speed; a loopback has no physical
+    link to have a speed, and routes of different or unknown speeds leave the field for the user."""
+    if not tcp:
+        return NotApplicable("no tier is reached over TCP")
+    if all(route.get("link_type") == "loopback" for route in tcp.values()):
+        return NotApplicable("loopback: no physical link")
+    speeds = {route.get("speed_mbps") for route in tcp.values()}
+    return speeds.pop() / 1000 if len(speeds) == 1 and None not in speeds else None
+
+
+def _congestion_control(tcp: dict[str, dict[str, Any]]) -> Any:
+    """The TCP routes' congestion control algorithm (``tier: value`` when they differ)."""
+    if not tcp:
+        return NotApplicable("no tier is reached over TCP")
+    return _one_or_each({tier: f"TCP {route.get('tcp_congestion_control')}" for tier, route in tcp.items()})
 
 
 def _one_or_each(values: dict[str, Any]) -> Any:
