@@ -79,19 +79,26 @@ def dominant_share(result: dict[str, Any]) -> Share | None:
     if queue is None or storage is None or queue + storage <= 0:
         return None
     service = queue + storage
-    parts: list[tuple[float, str, str, str, float]] = []
-    for name, tier in (metrics.get("tiers") or {}).items():
+    parts = _tier_parts(metrics.get("tiers") or {})
+    total = sum(p[0] for p in parts)
+    shares = [Share("queue", queue / service)]
+    shares += [Share(layer, storage / service * time_ms / total, name, op, mean)
+               for time_ms, name, op, layer, mean in parts] if total else []
+    return max(shares, key=lambda s: s.share)
+
+
+def _tier_parts(tiers: dict[str, Any]) -> list[tuple[float, str, str, str, float]]:
+    """(total ms, tier, op, layer, mean ms) of every (tier, op, layer) that ran and was timed: its total time
+    over the run (ops x mean) is what weighs its share of the storage time."""
+    parts = []
+    for name, tier in tiers.items():
         for op in ("read", "write"):
             ops = tier[op].get("ops", 0)
             for layer in ("host", "device"):
                 mean = ((tier[op].get("latency_ms") or {}).get(layer) or {}).get("mean")
                 if ops and mean:
                     parts.append((ops * mean, name, op, layer, mean))
-    total = sum(p[0] for p in parts)
-    shares = [Share("queue", queue / service)]
-    shares += [Share(layer, storage / service * time_ms / total, name, op, mean)
-               for time_ms, name, op, layer, mean in parts] if total else []
-    return max(shares, key=lambda s: s.share)
+    return parts
 
 
 def explain(result: dict[str, Any]) -> list[Verdict]:
@@ -126,44 +133,62 @@ def starved_classes(result: dict[str, Any]) -> list[str]:
 
 def next_step(result: dict[str, Any], dominant: Share | None, sla_ms: float, met: bool) -> str:
     """What a storage engineer would try next, from what dominated the service time."""
-    spec = (result.get("spec") or {}).get("resolved") or {}
-    workload = spec.get("workload") or {}
-    load = load_knob(result)
     if met:
-        if (spec.get("autoscaler") or {}).get("name"):  # it scaled already: its answer is the summary's
-            return (f"next: the {spec['autoscaler']['name']} autoscaler chose the load; `kvbench capacity SPEC` "
-                    "searches the highest load within every SLA, with its 95 % CI")
-        return (f"next: raise {load} to find the load where it stops, or `kvbench capacity SPEC` to search "
-                "it with a 95 % CI")
+        return _step_when_met(result)
     if dominant is None:
         return "next: too few requests to say what dominates; run longer (duration) or with more users"
     if dominant.layer == "queue":
+        workload = ((result.get("spec") or {}).get("resolved") or {}).get("workload") or {}
         return (f"next: requests wait for one of {workload.get('max_inflight', '?')} workers (max_inflight): "
-                f"lower {load}, or raise workload.max_inflight if the devices have queue depth to spare")
-    # The dominant tier operation's own entries, the size its mean time is for (not every tier's mean).
-    entry = op_entry_bytes(result, dominant.tier, dominant.op) or mean_entry_bytes(result) or 0.0
-    if dominant.layer == "host" and _is_memory(result, dominant.tier):
-        return (f"next: {dominant.tier} copies of {format_bytes(entry)} entries take {dominant.mean_ms:,.1f} ms "
-                "each: memory bandwidth is the limit here; fewer tokens per entry (a smaller model, shorter "
-                "contexts) or fewer concurrent users")
-    codec = _codec_of_host(result, dominant.tier, dominant.op) if dominant.layer == "host" else None
+                f"lower {load_knob(result)}, or raise workload.max_inflight if the devices have queue depth to "
+                "spare")
+    if dominant.layer == "host":
+        return _host_step(result, dominant)
+    return _device_step(result, dominant, sla_ms)
+
+
+def _step_when_met(result: dict[str, Any]) -> str:
+    """Every SLA met: find where it stops (or, when an autoscaler chose the load, search it with a CI)."""
+    autoscaler = ((result.get("spec") or {}).get("resolved") or {}).get("autoscaler") or {}
+    if autoscaler.get("name"):  # it scaled already: its answer is the summary's
+        return (f"next: the {autoscaler['name']} autoscaler chose the load; `kvbench capacity SPEC` "
+                "searches the highest load within every SLA, with its 95 % CI")
+    return (f"next: raise {load_knob(result)} to find the load where it stops, or `kvbench capacity SPEC` to "
+            "search it with a 95 % CI")
+
+
+def _dominant_entry(result: dict[str, Any], dominant: Share) -> float:
+    """The dominant tier operation's own entries, the size its mean time is for (not every tier's mean)."""
+    return op_entry_bytes(result, dominant.tier, dominant.op) or mean_entry_bytes(result) or 0.0
+
+
+def _host_step(result: dict[str, Any], dominant: Share) -> str:
+    """Host time dominates: a memory tier's copy, a codec's encode/decode, or kvbench's own buffers."""
+    if _is_memory(result, dominant.tier):
+        return (f"next: {dominant.tier} copies of {format_bytes(_dominant_entry(result, dominant))} entries take "
+                f"{dominant.mean_ms:,.1f} ms each: memory bandwidth is the limit here; fewer tokens per entry (a "
+                "smaller model, shorter contexts) or fewer concurrent users")
+    codec = _codec_of_host(result, dominant.tier, dominant.op)
     if codec is not None:
         name, codec_ms = codec
         work = "encoding" if dominant.op == "write" else "decoding"
         return (f"next: {dominant.tier}'s host time is mostly its codec: {work} {name} takes {codec_ms:,.1f} ms of "
                 f"the {dominant.mean_ms:,.1f} ms per {dominant.op}: a faster codec or lower level, or codec: none "
                 f"on {dominant.tier} to see what the storage alone does")
-    if dominant.layer == "host":
-        return (f"next: {dominant.tier}'s host side (filling and copying buffers, kvbench's Python) dominates, "
-                f"not its device: try direct: true or a larger transfer_size, and `kvbench plugins --conformance` "
-                f"its backend")
+    return (f"next: {dominant.tier}'s host side (filling and copying buffers, kvbench's Python) dominates, "
+            f"not its device: try direct: true or a larger transfer_size, and `kvbench plugins --conformance` "
+            f"its backend")
+
+
+def _device_step(result: dict[str, Any], dominant: Share, sla_ms: float) -> str:
+    """Device time dominates: the bandwidth the SLA needs for what one request moves."""
     moved = bytes_per_request(result)
     need = "" if moved is None else (
         f"; a request moves {format_bytes(moved)} one entry after another, so {sla_ms:,.0f} ms needs "
         f"~{moved / (sla_ms / 1000.0) / 1e9:.2f} GB/s")
-    return (f"next: one {dominant.tier} {dominant.op} of {format_bytes(entry)} takes {dominant.mean_ms:,.1f} ms on "
-            f"the device{need}: a faster device, smaller entries (a smaller model, shorter contexts) or a larger "
-            f"tier above {dominant.tier}")
+    return (f"next: one {dominant.tier} {dominant.op} of {format_bytes(_dominant_entry(result, dominant))} takes "
+            f"{dominant.mean_ms:,.1f} ms on the device{need}: a faster device, smaller entries (a smaller model, "
+            f"shorter contexts) or a larger tier above {dominant.tier}")
 
 
 def load_knob(result: dict[str, Any]) -> str:
@@ -188,23 +213,32 @@ def bytes_per_request(result: dict[str, Any]) -> float | None:
     return nbytes / requests if requests else None
 
 
+def _tier_info(result: dict[str, Any], tier: str | None) -> dict[str, Any]:
+    """One tier's figures in the result; empty for a tier the result does not have."""
+    return ((result.get("metrics") or {}).get("tiers") or {}).get(tier or "") or {}
+
+
 def _codec_of_host(result: dict[str, Any], tier: str | None, op: str | None) -> tuple[str, float] | None:
     """(codec name, its mean ms per operation) when the codec layer is most of that operation's host time.
 
     The codec layer runs inside host time (docs/metrics.md, L4), so on a coded tier the host figure is
     mostly encode/decode, which no direct I/O or transfer size changes."""
-    info = ((result.get("metrics") or {}).get("tiers") or {}).get(tier or "") or {}
+    info = _tier_info(result, tier)
     stats = info.get(op or "") or {}
     latency = stats.get("latency_ms") or {}
-    codec, host = latency.get("codec") or {}, latency.get("host") or {}
-    if not (codec.get("count") and codec.get("mean") and stats.get("ops") and host.get("mean")):
+    codec_ms = _total_ms((latency.get("codec") or {}).get("count"), latency.get("codec"))
+    host_ms = _total_ms(stats.get("ops"), latency.get("host"))
+    if not codec_ms or not host_ms or codec_ms <= 0.5 * host_ms:
         return None
-    if codec["count"] * codec["mean"] <= 0.5 * stats["ops"] * host["mean"]:
-        return None
-    return (info.get("codec") or {}).get("name") or "the codec", codec["count"] * codec["mean"] / stats["ops"]
+    return (info.get("codec") or {}).get("name") or "the codec", codec_ms / stats["ops"]
+
+
+def _total_ms(count: float | None, layer: dict[str, Any] | None) -> float:
+    """A layer's total time over a count of timings (count x mean); 0 when either is missing or zero."""
+    return (count or 0) * ((layer or {}).get("mean") or 0)
 
 
 def _is_memory(result: dict[str, Any], tier: str | None) -> bool:
     """A volatile in-process tier (cpu, gpu): its "host" time is the memory copy itself."""
-    info = ((result.get("metrics") or {}).get("tiers") or {}).get(tier or "") or {}
+    info = _tier_info(result, tier)
     return bool(info.get("volatile")) and info.get("backend") in ("cpu", "gpu")
