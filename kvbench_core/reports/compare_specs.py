@@ -99,18 +99,32 @@ def effective(result: dict[str, Any]) -> dict[str, Any]:
     """Dotted field -> value of what ``result``'s run used (see the module docstring); a tier's fields are
     ``(backend, value)`` pairs, compared only between tiers of one backend."""
     spec = (result.get("spec") or {}).get("resolved") or {}
-    model = result.get("model") or {}
-    fields = {path: _field(spec, path) for path, _ in MEANING_FIELDS}
-    fields.update({f"model.{key}": model[key] for key in ("dtype", "tp") if model.get(key) is not None})
-    workload = spec.get("workload") or {}
-    fields.update({f"workload.options.{key}": value for key, value in
-                   _defaults("source", workload.get("source"), workload.get("options") or {}).items()})
     metrics = result.get("metrics") or {}
-    for qos, figures in (metrics.get("qos") or {}).items():
-        fields.update({f"qos.{qos}.{key}": figures.get(key) for key in ("sla_p95_ms", "sla_p99_ms", "priority")})
+    fields = {path: _field(spec, path) for path, _ in MEANING_FIELDS}
+    fields.update(_model_fields(result.get("model") or {}))
+    fields.update(_workload_fields(spec.get("workload") or {}))
+    fields.update(_qos_fields(metrics.get("qos") or {}))
     for tier in (spec.get("cache") or {}).get("tiers") or []:
         fields.update(_tier_fields(tier, (metrics.get("tiers") or {}).get(tier.get("name")) or {}))
     return fields
+
+
+def _model_fields(model: dict[str, Any]) -> dict[str, Any]:
+    """The model's dtype and tensor parallelism as the result recorded them (they set the entry sizes)."""
+    return {f"model.{key}": model[key] for key in ("dtype", "tp") if model.get(key) is not None}
+
+
+def _workload_fields(workload: dict[str, Any]) -> dict[str, Any]:
+    """The workload source's options, completed with the source's defaults so an option left out compares
+    equal to the same value written."""
+    options = _defaults("source", workload.get("source"), workload.get("options") or {})
+    return {f"workload.options.{key}": value for key, value in options.items()}
+
+
+def _qos_fields(qos: dict[str, Any]) -> dict[str, Any]:
+    """Each QoS class's SLAs and priority as the result measured them against."""
+    return {f"qos.{name}.{key}": figures.get(key) for name, figures in qos.items()
+            for key in ("sla_p95_ms", "sla_p99_ms", "priority")}
 
 
 def _reason(path: str) -> str:
