@@ -43,7 +43,7 @@ def test_every_installed_implementation_contributes_its_options_fragment() -> No
 
 def test_the_core_builtins_are_there() -> None:
     tier_rules = full_schema()["properties"]["cache"]["properties"]["tiers"]["items"]["allOf"]
-    assert options_rule(tier_rules, "backend", "cpu")["properties"] == {}
+    assert set(options_rule(tier_rules, "backend", "cpu")["properties"]) == {"prefault"}
     assert set(options_rule(tier_rules, "backend", "gpu")["properties"]) == {"device"}
 
 
@@ -75,7 +75,7 @@ def nvme_spec(**options: Any) -> dict[str, Any]:
     ({"transfer_size": 0}, "cache.tiers[1].options.transfer_size: expected a value >= 1, got 0"),
     ({"queue_depth": "deep"}, 'cache.tiers[1].options.queue_depth: expected integer >= 1 and <= 256, got "deep"'),
     ({"fsync": "yes"}, 'cache.tiers[1].options.fsync: expected boolean, got "yes"'),
-    ({"odirect": True}, "cache.tiers[1].options.odirect: unknown field (allowed: allow_nonempty, direct, "
+    ({"odirect": True}, "cache.tiers[1].options.odirect: unknown field (allowed: allow_nonempty, create, direct, "
                         "drop_cache, engine, fsync, path, queue_depth, transfer_size)"),
 ])
 def test_a_bad_plugin_option_is_rejected_with_its_path(options: dict[str, Any], message: str) -> None:
@@ -97,7 +97,7 @@ def test_a_core_tier_rejects_options_it_does_not_take() -> None:
     raw = apply_overrides(small_spec(), ["cache.tiers.0.options.path=/tmp"])
     with pytest.raises(SpecError) as info:
         validate(raw)
-    assert str(info.value) == "cache.tiers[0].options.path: unknown field"
+    assert str(info.value) == "cache.tiers[0].options.path: unknown field (allowed: prefault)"
 
 
 def test_workload_and_autoscaler_options_are_checked_by_their_fragments() -> None:
