@@ -64,6 +64,15 @@ def decide(*, stopped_as: str | None, stop_reason: str, completed: int, failed: 
     ``stopped_as`` is what the run's stop said (``failed`` for an error, ``interrupted`` for a signal, None
     when it ran to its end); ``completed``/``failed``/``no_room`` are the measured window's requests
     (``metrics.requests``: completed, failed, write_failed); ``violations`` the violated invariants."""
+    return (_what_stopped_or_broke(stopped_as, stop_reason, integrity_errors, violations)
+            or _lost_requests(completed, failed, no_room)
+            or _by_completed(completed, stop_reason))
+
+
+def _what_stopped_or_broke(stopped_as: str | None, stop_reason: str, integrity_errors: int,
+                           violations: Sequence[str]) -> Verdict | None:
+    """The rules ``error``, ``integrity``, ``interrupted`` and ``invariant``, in that order: what makes the
+    run's figures not a measurement at all, whatever its counts; None when none applies."""
     if stopped_as == "failed":
         return Verdict("failed", "error", stop_reason or "an error stopped the run")
     if integrity_errors:
@@ -74,13 +83,24 @@ def decide(*, stopped_as: str | None, stop_reason: str, completed: int, failed: 
     if violations:
         more = f" (+{len(violations) - 1} more)" if len(violations) > 1 else ""
         return Verdict("failed", "invariant", f"invariant violated: {violations[0]}{more}")
+    return None
+
+
+def _lost_requests(completed: int, failed: int, no_room: int) -> Verdict | None:
+    """The rule ``failed_requests``: a share of lost requests above ``DEGRADED_ABOVE_SHARE`` degrades the run,
+    because they are missing from every percentile; None when the share is within it."""
     lost = failed + no_room
     ended = completed + lost
-    if lost and lost / ended > DEGRADED_ABOVE_SHARE:
-        parts = [f"{failed} failed on storage errors" if failed else "",
-                 f"{no_room} found no tier with room for their KV" if no_room else ""]
-        return Verdict("degraded", "failed_requests",
-                       f"{lost} of {_count(ended, 'request')} did not complete: {', '.join(p for p in parts if p)}")
+    if not lost or lost / ended <= DEGRADED_ABOVE_SHARE:
+        return None
+    parts = [f"{failed} failed on storage errors" if failed else "",
+             f"{no_room} found no tier with room for their KV" if no_room else ""]
+    return Verdict("degraded", "failed_requests",
+                   f"{lost} of {_count(ended, 'request')} did not complete: {', '.join(p for p in parts if p)}")
+
+
+def _by_completed(completed: int, stop_reason: str) -> Verdict:
+    """The rules ``too_few_requests`` and ``completed``: enough completed requests for a p95, or not."""
     if completed < MIN_REQUESTS_FOR_P95:
         return Verdict("inconclusive", "too_few_requests",
                        f"{_count(completed, 'request')} completed, a p95 needs {MIN_REQUESTS_FOR_P95}")
