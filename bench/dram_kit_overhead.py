@@ -1,6 +1,6 @@
 """What the backend kit costs the DRAM tier: this tree's ``cpu`` tier against a git revision's, in one run.
 
-Needs: kvbench-core alone (pip install -e .) and git (the baseline is read from git).
+Needs: kvbench-core alone (pip install -e .) and git.
 
 The baseline's ``kvbench_core/builtins/memory.py`` is read from git (``--baseline``, e.g. the commit before
 the tier moved onto ``PieceBackend``: ``83add1a~1``) and loaded beside this tree's; both tiers are
