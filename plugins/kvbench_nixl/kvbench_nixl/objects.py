@@ -20,6 +20,7 @@ an agent of its own and any of them may read an entry another one wrote.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import threading
 from collections.abc import Callable, Iterator
@@ -29,6 +30,7 @@ from urllib.parse import urlsplit
 from kvbench_s3.backend import S3Backend
 
 from kvbench_core.contracts.backend import BackendContext, check_key
+from kvbench_core.contracts.errors import Cancelled
 from kvbench_nixl.library import Agent
 from kvbench_nixl.transfer import Descriptor
 
@@ -69,14 +71,29 @@ class ObjectPieces:
     @contextlib.contextmanager
     def writing(self, agent: Agent, key: str, size: int) -> Iterator[Callable[[int, int], Descriptor]]:
         """Registered objects to write ``key`` to.  When the write succeeds they are the entry (and an
-        overwritten entry's surplus objects are deleted); when it fails, the entry is gone."""
+        overwritten entry's surplus objects are deleted); when it fails, the entry is gone.
+
+        A failed write deletes only the objects it was given descriptors for (the others were never sent);
+        a cancelled one deletes none: the run is ending and its close removes the prefix in batches, while
+        one DeleteObject per piece here, inside the operation, outlived the drain's cancel grace (a
+        GB entry is thousands of pieces) and the run's figures were read with the write still booking."""
+        sent = [0]  # pieces 0 .. sent-1 may exist: a descriptor was handed out for them
+
+        def tracked(descriptor: Callable[[int, int], Descriptor], offset: int, n: int) -> Descriptor:
+            sent[0] = max(sent[0], offset // self.piece_bytes + 1)
+            return descriptor(offset, n)
+
         try:
             with self._registered(agent, key, size) as descriptor:
-                yield descriptor
+                yield functools.partial(tracked, descriptor)
+        except Cancelled:
+            with self._lock:
+                self._sizes.pop(key, None)  # an overwrite cancelled half way leaves no usable old entry
+            raise
         except BaseException:
             with contextlib.suppress(Exception):  # best effort: the run's prefix is cleaned up at close anyway
                 self.delete(key)  # an overwrite that failed half way leaves no usable old entry either
-                self._delete_objects(key, range(self._count(size)))
+                self._delete_objects(key, range(sent[0]))
             raise
         with self._lock:
             old = self._sizes.get(key)
