@@ -916,3 +916,14 @@ def test_a_spec_drawn_from_the_schema_is_a_plan_or_one_line_naming_a_field(sandb
 @given(drawn=schema_specs())
 def test_many_more_specs_drawn_from_the_schema(sandbox: Path, drawn: tuple[str, dict[str, Any]]) -> None:
     _drawn(sandbox, *drawn)
+
+
+def test_a_wrong_list_is_one_line_naming_the_list(sandbox: Path) -> None:
+    """``formats: ['', '']`` fails the list's uniqueness and each element's enum: one wrong value, one line
+    naming the field (the fuzzer's find in a fresh-clone CI run: three lines)."""
+    spec_path = sandbox / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(base_spec(FUZZ_ROOT), sort_keys=False))
+    outcome = run_in_process(["run", str(spec_path), "--dry-run", "--set", "output.formats=['', '']"])
+    assert outcome.code == 2
+    (line,) = outcome.stderr.splitlines()
+    assert line.startswith("kvbench: error: output.formats"), line

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from conftest import small_spec
 from test_check import _failed, _set, _submission, _trial
 
 from kvbench_core.results.metrics import headline
@@ -46,8 +47,6 @@ def test_the_headline_has_the_seeds_meanings_and_names_its_tier() -> None:
 
 
 def test_peak_io_bandwidth_is_the_best_interval_and_at_least_the_mean(run_spec: Any) -> None:
-    from conftest import small_spec
-
     from kvbench_core.reports.metrics import measured_figures, peak_io_bandwidth
 
     spec = small_spec(duration=1.0, output={"interval": 0.25},

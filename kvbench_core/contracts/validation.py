@@ -204,10 +204,16 @@ def schema_errors(instance: Any, schema: dict[str, Any], root: str = "") -> list
     fields = {_field_of(message) for message in messages}
     for error in errors:
         message = describe_error(error, root)
-        if _field_of(message) not in fields:
+        if not any(_same_mistake(_field_of(message), seen) for seen in fields):
             fields.add(_field_of(message))
             messages.append(message)
     return messages
+
+
+def _same_mistake(field: str, seen: str) -> bool:
+    """``field`` is ``seen``, or inside it: ``output.formats: ['', ''] has non-unique elements`` and then
+    ``output.formats[0]: expected one of ...`` are one wrong value, told once (the first, the field's own)."""
+    return field == seen or (bool(seen) and field.startswith((f"{seen}.", f"{seen}[")))
 
 
 def validate_or_raise(instance: Any, schema: dict[str, Any], root: str = "") -> None:

@@ -35,7 +35,7 @@ def test_traced_run_records_kernel_histograms_and_distils_to_fio(tmp_path: Path,
         "output": {"directory": str(tmp_path / "results")},
     }
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
-    assert main(["run", str(tmp_path / "spec.yaml"), "--quiet"]) == 0
+    assert main(["run", str(tmp_path / "spec.yaml"), "--quiet", "--exit-zero"]) == 0  # 6 s: a p95 needs 20 requests
     (path,) = (tmp_path / "results").glob("live-trace-*.json")
     result = json.loads(path.read_text())
     assert result["run"]["traced"] is True
