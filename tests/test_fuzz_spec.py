@@ -923,7 +923,7 @@ def test_a_wrong_list_is_one_line_naming_the_list(sandbox: Path) -> None:
     naming the field (the fuzzer's find in a fresh-clone CI run: three lines)."""
     spec_path = sandbox / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(base_spec(FUZZ_ROOT), sort_keys=False))
-    outcome = run_in_process(["run", str(spec_path), "--dry-run", "--set", "output.formats=['', '']"])
+    outcome = run_in_process(["run", str(spec_path), "--dry-run", "--set", "output.formats=['', '0']"])
     assert outcome.code == 2
     (line,) = outcome.stderr.splitlines()
     assert line.startswith("kvbench: error: output.formats"), line

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -213,7 +214,10 @@ def schema_errors(instance: Any, schema: dict[str, Any], root: str = "") -> list
 def _same_mistake(field: str, seen: str) -> bool:
     """``field`` is ``seen``, or inside it: ``output.formats: ['', ''] has non-unique elements`` and then
     ``output.formats[0]: expected one of ...`` are one wrong value, told once (the first, the field's own)."""
-    return field == seen or (bool(seen) and field.startswith((f"{seen}.", f"{seen}[")))
+    if field == seen or (bool(seen) and field.startswith((f"{seen}.", f"{seen}["))):
+        return True
+    element = re.compile(r"\[\d+\]$")  # two wrong elements of one list are one wrong value too
+    return bool(element.search(field)) and element.sub("", field) == element.sub("", seen)
 
 
 def validate_or_raise(instance: Any, schema: dict[str, Any], root: str = "") -> None:
