@@ -31,7 +31,7 @@ $(VENV)/.test-installed: $(VENV)/.installed
 	@$(PIP) install -q -e '.[test,mpi,gpu,codecs,export,metrics,forecast]' 'moto[server]'
 	@# NIXL's wheel (~235 MB) requires torch: installed after the gpu extra's torch==2.13.0, so pip keeps that CPU build
 	@$(PIP) install -q -e 'plugins/kvbench_nixl[nixl]'
-	@# LMCache 0.5.6 CPU-only (~160 MB) for tests/test_lmcache_io.py, after that torch too, so pip keeps the CPU build
+	@# LMCache 0.5.6 CPU-only (~160 MB) for tests/kvio/test_lmcache_io.py, after that torch too, so pip keeps the CPU build
 	@$(PIP) install -q -e '.[lmcache]'
 	@touch $@
 
@@ -54,7 +54,7 @@ test-fast: test-venv
 ## Every shipped spec as users run it: its own model, users and tiers, duration, warm-up and capacities cut to
 ## this machine; each must complete requests and store bytes on every tier (docs/RELIABILITY.md).
 specs-smoke: test-venv
-	KVBENCH_SPECS_SMOKE=1 $(VENV)/bin/pytest -q -m slow -rA tests/test_specs_smoke.py $(PYTEST_ARGS)
+	KVBENCH_SPECS_SMOKE=1 $(VENV)/bin/pytest -q -m slow -rA tests/shipped/test_specs_smoke.py $(PYTEST_ARGS)
 
 system-deps:
 	scripts/install-system-deps.sh

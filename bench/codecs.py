@@ -29,8 +29,8 @@ import numpy as np
 from kvbench_core.contracts.backend import DISCARD, BackendContext
 from kvbench_core.contracts.payload import PAYLOAD_KINDS, NoisePool
 from kvbench_core.contracts.plugins import registry
-from kvbench_core.engine.factory import create_backend
-from kvbench_core.spec.codec_choices import codec_choice
+from kvbench_core.engine.run.factory import create_backend
+from kvbench_core.runspec.codec_choices import codec_choice
 
 CHUNK = 1 << 20
 CODECS = [("zstd", {"level": 1}), ("zstd", {"level": 3}), ("lz4", {"level": 0}), ("lz4", {"level": 9}),

@@ -58,7 +58,7 @@ print(json.dumps(report, indent=2))
 PY
 }
 tests() {
-  KVBENCH_GDS_DIR="$DIR" "$VENV/bin/pytest" -q -rs plugins/kvbench_gds tests/test_conformance_builtin.py
+  KVBENCH_GDS_DIR="$DIR" "$VENV/bin/pytest" -q -rs plugins/kvbench_gds tests/contracts/test_conformance_builtin.py
 }
 check() {
   "$VENV/bin/kvbench" plugins --conformance gds --options "{path: $DIR/check, payload_origin: gpu}"

@@ -6,8 +6,8 @@
 #   bpftrace      - block-layer tracing (tracing: block) and its live test
 #   python3-venv  - Debian's python3 has no venv module without it
 #   chromium      - the HTML report's test loads the page in real headless Chromium and takes a screenshot
-#   strace        - tests/test_lmcache_io.py captures LMCache's own reads and writes and scores them
-#   iproute2      - tests/test_netns_mpi.py puts each MPI rank in its own network namespace (ip netns, veth)
+#   strace        - tests/kvio/test_lmcache_io.py captures LMCache's own reads and writes and scores them
+#   iproute2      - tests/scaleout/test_netns_mpi.py puts each MPI rank in its own network namespace (ip netns, veth)
 set -euo pipefail
 packages=(redis-server redis-tools fio openmpi-bin libopenmpi-dev bpftrace python3-venv chromium strace iproute2)
 missing=()

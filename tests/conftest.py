@@ -20,15 +20,15 @@ from kvbench_core.builtins.memory import CPUMemoryBackend
 from kvbench_core.contracts.backend import BackendContext
 from kvbench_core.contracts.payload import NoisePool
 from kvbench_core.contracts.workload import DEFAULT_QOS
-from kvbench_core.engine.cache_types import Tier
-from kvbench_core.engine.executor import RequestExecutor
-from kvbench_core.engine.runner import Runner, RunState
-from kvbench_core.engine.telemetry import Telemetry
-from kvbench_core.engine.waterfall import MultiTierCache
+from kvbench_core.engine.cache.cache_types import Tier
+from kvbench_core.engine.cache.waterfall import MultiTierCache
+from kvbench_core.engine.measure.telemetry import Telemetry
+from kvbench_core.engine.run.executor import RequestExecutor
+from kvbench_core.engine.run.runner import Runner, RunState
 from kvbench_core.results.result import build_result
-from kvbench_core.spec.loader import resolve, validate
-from kvbench_core.spec.overrides import _deep_merge
-from kvbench_core.spec.plan import plan_run
+from kvbench_core.runspec.loader import resolve, validate
+from kvbench_core.runspec.overrides import _deep_merge
+from kvbench_core.runspec.plan import plan_run
 
 sigint_reaches_children()  # the signal tests interrupt kvbench children
 

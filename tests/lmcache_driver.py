@@ -1,6 +1,6 @@
 """Drive LMCache's own standalone engine (mock GPU connector, CPU only): store a prompt, load it back.
 
-Run as a script, under strace, by tests/test_lmcache_io.py: ``python lmcache_driver.py SCENARIOS OUT``.
+Run as a script, under strace, by tests/kvio/test_lmcache_io.py: ``python lmcache_driver.py SCENARIOS OUT``.
 SCENARIOS is a JSON list; each scenario names a backend (``local_disk`` or ``raw_block``), the store's
 path (a directory, or the file raw_block uses as its device), the KV shape a serving engine would hand
 LMCache for the model (layers, kv_dim 2 or 1 for MLA, kv heads, head size) and a prompt length, and

@@ -25,7 +25,7 @@ from kvbench_core.builtins.dram_buffers import BLOCK, BlockArena, RestoreRing
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, DiscardSink, IOTiming, StorageBackend
 from kvbench_core.contracts.errors import BackendUnavailable
 from kvbench_core.contracts.pieces import PieceBackend
-from kvbench_core.spec.memlimit import host_memory_limit
+from kvbench_core.runspec.memlimit import host_memory_limit
 
 PIECE = 16 << 20  # how much a memory tier moves per source/sink call
 

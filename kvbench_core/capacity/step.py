@@ -1,7 +1,7 @@
 """One judged step: a load held until every QoS class has enough requests, judged on all of them at once.
 
 The step merges the per-class service-latency histograms of its decisions' samples (the requests issued
-at this load: engine/load_requests.py) and reads each class's p95 from the merged bucket counts.  Not the
+at this load: engine/run/load_requests.py) and reads each class's p95 from the merged bucket counts.  Not the
 worst of the 1 s points' p95s: with a few requests per point that is close to the step's slowest request.
 A class needs ``min_requests`` completed requests (20 for a p95: by the nearest rank the p95 of fewer is
 the slowest one); a class with none at this load (no user of it yet) is not judged.  The SLA is the one

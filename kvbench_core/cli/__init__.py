@@ -58,7 +58,7 @@ COMMAND_MODULES = [
     "spec_cmd",
     "plugins_cmd",
     "models_cmd",
-    "plan_cmd",
+    "project_cmd",
     "replay_cmd",
     "score_cmd",
     "fio_cmd",

@@ -18,10 +18,10 @@ from kvbench_core.capacity.search import steps_needed
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.contracts.units import parse_duration
 from kvbench_core.reports.capacity import answer_line, capacity_of, curve_lines
+from kvbench_core.runspec.loader import load_plan
+from kvbench_core.runspec.plan import RunPlan, autoscaler_ceiling
+from kvbench_core.runspec.rerun import OVERRIDE_FLAG
 from kvbench_core.scaleout.session import run_session
-from kvbench_core.spec.loader import load_plan
-from kvbench_core.spec.plan import RunPlan, autoscaler_ceiling
-from kvbench_core.spec.rerun import OVERRIDE_FLAG
 
 DEFAULT_BUDGET = "10m"
 #: The drain may take this share of the budget (at most 30 s, at least 1 s): what is in flight at the end.

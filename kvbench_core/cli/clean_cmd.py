@@ -14,10 +14,10 @@ import os
 from typing import Any
 
 from kvbench_core.contracts.backend import BackendContext, StorageBackend
-from kvbench_core.engine.factory import build_backend
-from kvbench_core.engine.runner import new_run_id
-from kvbench_core.spec.loader import load_plan
-from kvbench_core.spec.safepaths import resolved
+from kvbench_core.engine.run.factory import build_backend
+from kvbench_core.engine.run.runner import new_run_id
+from kvbench_core.runspec.loader import load_plan
+from kvbench_core.runspec.safepaths import resolved
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.console import Console
 
-from kvbench_core.spec.jsonfile import write_json
+from kvbench_core.runspec.jsonfile import write_json
 
 #: Width used when stdout is a pipe or file, so tables stay whole for grep, less and CI logs.
 PIPE_WIDTH = 200

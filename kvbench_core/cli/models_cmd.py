@@ -11,7 +11,7 @@ from rich.table import Table
 from kvbench_core.cli.console import console
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.contracts.units import format_bytes
-from kvbench_core.spec.geometry import DTYPE_BYTES, ResolvedModel, catalog, normalize_dtype, resolve_model
+from kvbench_core.runspec.geometry import DTYPE_BYTES, ResolvedModel, catalog, normalize_dtype, resolve_model
 
 DEFAULT_TOKENS = "1024,8192"
 

@@ -24,8 +24,8 @@ from kvbench_core.contracts.backend import BackendContext, StorageBackend
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.contracts.plugins import installed_plugins, lookup
 from kvbench_core.contracts.validation import schema_errors
-from kvbench_core.spec.loader import check_tier_directory
-from kvbench_core.spec.reading import parse_or_refuse
+from kvbench_core.runspec.loader import check_tier_directory
+from kvbench_core.runspec.reading import parse_or_refuse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -92,7 +92,7 @@ def run_conformance(name: str, options: dict[str, Any], *, as_json: bool,
     """Select the backend and check its options (errors there name the flag: ``--conformance``,
     ``--options.x``), open the tier once (errors there name ``--conformance NAME``), then run every check."""
     from kvbench_core.contracts.conformance import BackendHarness, CheckSkipped, reopen_probe, run_checks
-    from kvbench_core.engine.factory import create_backend
+    from kvbench_core.engine.run.factory import create_backend
 
     cls = lookup("backend", name, path="--conformance")
     check_flag_options(cls, options, "--options")

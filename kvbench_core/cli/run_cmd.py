@@ -14,16 +14,16 @@ from typing import Any
 
 from kvbench_core.codecs.figures import codec_line
 from kvbench_core.contracts.units import format_bytes
-from kvbench_core.engine.dryrun import dry_run_estimate
+from kvbench_core.engine.run.dryrun import dry_run_estimate
 from kvbench_core.exports.live_metrics import require_metrics
 from kvbench_core.reports import require_formats
 from kvbench_core.reports.capacity import answer_line
 from kvbench_core.reports.verdicts import explain, starved_classes
-from kvbench_core.results.checks import attention_lines
+from kvbench_core.results.invariants import attention_lines
+from kvbench_core.runspec.loader import load_plan
+from kvbench_core.runspec.rerun import OVERRIDE_FLAG
 from kvbench_core.scaleout.multiclient import local_client_plans
 from kvbench_core.scaleout.session import run_session
-from kvbench_core.spec.loader import load_plan
-from kvbench_core.spec.rerun import OVERRIDE_FLAG
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

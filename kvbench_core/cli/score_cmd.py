@@ -11,7 +11,7 @@ from dataclasses import asdict
 from typing import Any
 
 from kvbench_core.cli.console import console, set_report_handler
-from kvbench_core.cli.plan_cmd import add_geometry_arguments, geometry_from, size_argument
+from kvbench_core.cli.project_cmd import add_geometry_arguments, geometry_from, size_argument
 from kvbench_core.cli.renamed import add_renamed_switch
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.kvio.commands import TransferGeometry

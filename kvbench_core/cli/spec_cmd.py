@@ -11,10 +11,10 @@ from typing import Any
 
 from kvbench_core.contracts.errors import UserError
 from kvbench_core.contracts.units import format_bytes, parse_duration, parse_size
-from kvbench_core.spec.codec_choices import codec_choice, tier_codec
-from kvbench_core.spec.declaration import CHECKLIST, missing_fields
-from kvbench_core.spec.loader import load_spec
-from kvbench_core.spec.schema import full_schema
+from kvbench_core.runspec.codec_choices import codec_choice, tier_codec
+from kvbench_core.runspec.declaration import CHECKLIST, missing_fields
+from kvbench_core.runspec.loader import load_spec
+from kvbench_core.runspec.spec_schema import full_schema
 
 #: A value written with a unit letter ("128k", "30s"): the ones worth showing as parsed.
 _WITH_UNIT = re.compile(r"^\s*[0-9.]+\s*[a-zA-Z]+\s*$")

@@ -1,4 +1,4 @@
-"""Putting the chosen codec stage around a tier (the choice itself: ``kvbench_core.spec.codec_choices``).
+"""Putting the chosen codec stage around a tier (the choice itself: ``kvbench_core.runspec.codec_choices``).
 
 ``none`` means no stage at all, so a tier without a codec runs exactly the code it ran before codecs.
 """
@@ -10,7 +10,7 @@ from typing import Any
 from kvbench_core.codecs.tier import CodecTier
 from kvbench_core.contracts.backend import StorageBackend
 from kvbench_core.contracts.plugins import lookup, require_dependencies
-from kvbench_core.spec.codec_choices import codec_choice
+from kvbench_core.runspec.codec_choices import codec_choice
 
 
 def with_codec(backend: StorageBackend, choice: dict[str, Any] | None, *, path: str) -> StorageBackend:
@@ -26,7 +26,7 @@ def with_codec(backend: StorageBackend, choice: dict[str, Any] | None, *, path: 
 
 def codec_class(choice: dict[str, Any] | None, *, path: str) -> type | None:
     """The chosen codec's class with its optional packages checked (None for no codec or ``none``): the
-    run's stage and ``--dry-run`` ask the same (engine/dryrun.check_requirements)."""
+    run's stage and ``--dry-run`` ask the same (engine/run/dryrun.check_requirements)."""
     choice = codec_choice(choice)
     if choice is None or choice["name"] == "none":
         return None

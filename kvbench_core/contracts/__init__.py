@@ -1,5 +1,5 @@
 """What plugins build against, and all they may import of the core (with ``kvbench_core.filetiers`` for tiers
-that keep entries in files; ``tests/test_layers.py`` holds every plugin to it).
+that keep entries in files; ``tests/house/test_layers.py`` holds every plugin to it).
 
 ``from kvbench_core.contracts import StorageBackend, BackendContext, IOTiming, parse_size`` works for every
 name in ``__all__``; each is loaded on first use, so importing the package costs nothing.  By module:

@@ -109,7 +109,7 @@ class BackendContext:
     seed: int = 0
     concurrency: int = 1
     keep: bool = False
-    io_log: Any = None  # optional per-command logger (kvbench_core.engine.iolog.IOLog) for kvio validation
+    io_log: Any = None  # optional per-command logger (kvbench_core.engine.measure.iolog.IOLog) for kvio validation
     extra: dict[str, Any] = field(default_factory=dict)
     #: Where the user wrote this tier's options (``cache.tiers[1].options``; ``--options`` on a command
     #: line), so that an option error the constructor raises names the place to fix, as the schema's do.

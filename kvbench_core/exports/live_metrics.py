@@ -2,7 +2,7 @@
 
 prometheus-client serves ``http://HOST:PORT/metrics`` (HOST ``127.0.0.1`` unless the spec says otherwise:
 a benchmark host is rarely meant to be scraped from outside) from the moment the session starts until it
-ends.  Nothing is counted twice: a scrape reads the run's own telemetry (``engine/telemetry``, under its
+ends.  Nothing is counted twice: a scrape reads the run's own telemetry (``engine/measure/telemetry``, under its
 lock) and the last progress point, and turns them into metric families on the spot, so the run pays
 nothing between scrapes (no per-operation hook, no second set of counters):
 
@@ -29,7 +29,7 @@ from typing import Any
 
 from kvbench_core.contracts.errors import UserError
 from kvbench_core.contracts.validation import with_defaults
-from kvbench_core.engine.histogram import LatencyHistogram
+from kvbench_core.engine.measure.histogram import LatencyHistogram
 from kvbench_core.exports.requires import optional_module
 
 EXTRA = "metrics"
@@ -41,7 +41,7 @@ LE_BOUNDS_S = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 
 
 def metrics_settings(metrics: Any) -> dict[str, Any]:
     """``output.metrics`` with its schema defaults (the host) filled, from the schema, where they live."""
-    from kvbench_core.spec.schema import core_schema
+    from kvbench_core.runspec.spec_schema import core_schema
 
     fragment = core_schema()["properties"]["output"]["properties"]["metrics"]
     return with_defaults(fragment, dict(metrics))

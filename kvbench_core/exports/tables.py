@@ -4,7 +4,7 @@ Pure Python over the result JSON (no pyarrow here): ``tabular`` writes these row
 test can check them against the document they came from.  Every row starts with ``result`` (the label the
 caller gives, a file's stem) and ``run_id``, so tables of several results stack into one (docs/export.md
 lists every column and its unit).  Latency histograms are the result's own mergeable DDSketch buckets
-(``engine/histogram``): bucket ``i`` holds the samples in (gamma^(i-1), gamma^i] seconds, written here as
+(``engine/measure/histogram``): bucket ``i`` holds the samples in (gamma^(i-1), gamma^i] seconds, written here as
 ``lower_ms``/``upper_ms`` so a reader needs no formula; the zero bucket is ``bucket`` null, 0 .. 1e-6 ms.
 """
 

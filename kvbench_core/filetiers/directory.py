@@ -4,7 +4,7 @@ A benchmark that writes and deletes thousands of files must never be pointed
 at the wrong place.  The rules:
 
 * system paths are refused outright (``/``, ``/etc``, ``/usr``, ``/proc``…, the
-  home directory itself), after resolving symlinks (``kvbench_core.spec.safepaths``,
+  home directory itself), after resolving symlinks (``kvbench_core.runspec.safepaths``,
   the list the result writer obeys too);
 * a directory kvbench creates gets a ``.kvbench-owner`` marker; a non-empty
   directory without a *genuine* marker (a regular file kvbench wrote, never a
@@ -31,7 +31,7 @@ import sys
 
 from kvbench_core.contracts.errors import BackendUnavailable
 from kvbench_core.filetiers.dirlock import OWNER_MARKER, DirectoryBusy, DirectoryLock, StaleRun, mark_created, owner_of
-from kvbench_core.spec.safepaths import refusal_reason, resolved
+from kvbench_core.runspec.safepaths import refusal_reason, resolved
 
 MARKER = OWNER_MARKER
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from kvbench_core.contracts.errors import ForecastRefused
-from kvbench_core.engine.histogram import LatencyHistogram
+from kvbench_core.engine.measure.histogram import LatencyHistogram
 
 #: Draws kept per operation model: enough that a forecast's tail is not the pool's.
 POOL_DRAWS = 1 << 18

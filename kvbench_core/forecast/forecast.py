@@ -21,8 +21,8 @@ from kvbench_core.filetiers.directory import CREATE_OPTION
 from kvbench_core.forecast.fit import TierModel, fit_tiers, request_overhead_s
 from kvbench_core.forecast.simulation import Simulation, Tally
 from kvbench_core.forecast.whatif import capacities, check_concurrency, check_tiers, parse_tier_changes
-from kvbench_core.spec.loader import load_plan
-from kvbench_core.spec.plan import RunPlan
+from kvbench_core.runspec.loader import load_plan
+from kvbench_core.runspec.plan import RunPlan
 
 #: Requests a class needs in a window for its p95 to be judged (as ``kvbench capacity``'s step).
 MIN_REQUESTS = 20

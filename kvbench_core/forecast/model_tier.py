@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, IOTiming, StorageBackend
-from kvbench_core.engine.cache_types import TierSource
+from kvbench_core.engine.cache.cache_types import TierSource
 from kvbench_core.forecast.steps import charge
 
 

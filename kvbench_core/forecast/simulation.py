@@ -19,18 +19,18 @@ from typing import Any
 
 from kvbench_core.contracts.errors import ForecastRefused, MissingDependency
 from kvbench_core.contracts.workload import Request
-from kvbench_core.engine.arrivals import backlog_limit
-from kvbench_core.engine.cache_types import EvictionPolicy, Tier
-from kvbench_core.engine.executor import RequestExecutor
-from kvbench_core.engine.histogram import LatencyHistogram
-from kvbench_core.engine.setup import build_source, preload
-from kvbench_core.engine.telemetry import Telemetry
-from kvbench_core.engine.waterfall import MultiTierCache
+from kvbench_core.engine.cache.cache_types import EvictionPolicy, Tier
+from kvbench_core.engine.cache.waterfall import MultiTierCache
+from kvbench_core.engine.measure.histogram import LatencyHistogram
+from kvbench_core.engine.measure.telemetry import Telemetry
+from kvbench_core.engine.run.arrivals import backlog_limit
+from kvbench_core.engine.run.executor import RequestExecutor
+from kvbench_core.engine.run.setup import build_source, preload
 from kvbench_core.forecast.fit import TierModel
 from kvbench_core.forecast.model_tier import ModelTier, SizedSource
 from kvbench_core.forecast.steps import SimLock, Stepper, pause
+from kvbench_core.runspec.plan import RunPlan, users_for_client
 from kvbench_core.scaleout.clients import client_seed
-from kvbench_core.spec.plan import RunPlan, users_for_client
 
 
 def simpy_module() -> Any:

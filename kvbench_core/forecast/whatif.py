@@ -20,7 +20,7 @@ from typing import Any
 from kvbench_core.contracts.errors import ForecastRefused
 from kvbench_core.contracts.units import parse_size
 from kvbench_core.forecast.fit import TierModel
-from kvbench_core.spec.plan import RunPlan, users_for_client
+from kvbench_core.runspec.plan import RunPlan, users_for_client
 
 #: How far past the measured operations in flight at a tier the model may be taken.
 CONCURRENCY_REACH = 16

@@ -22,9 +22,9 @@ from jsonschema import Draft202012Validator
 from kvbench_core.contracts.backend import check_key
 from kvbench_core.contracts.errors import InputFileError, SpecError
 from kvbench_core.contracts.validation import schema_errors
-from kvbench_core.engine.iolog import TRACE_ID_BITS, trace_id_for
+from kvbench_core.engine.measure.iolog import TRACE_ID_BITS, trace_id_for
 from kvbench_core.kvio.commands import TransferGeometry
-from kvbench_core.spec.jsonfile import JsonLinesGiven, json_line, read_json_text, write_text
+from kvbench_core.runspec.jsonfile import JsonLinesGiven, json_line, read_json_text, write_text
 
 FORMAT = "kvbench-kvio-manifest"
 VERSION = 1

@@ -3,7 +3,7 @@
 A generic plan keeps a partial last chunk and writes a 4 KiB header before every store (the kvio seed's
 raw_block figures).  A real engine has its own rules, and a plan that differs from them by one rule
 scores 11/12 against that engine's I/O.  A preset holds one version's defaults, each read from its
-source (``rules`` names the file and setting), and tests/test_lmcache_io.py holds them to the engine's
+source (``rules`` names the file and setting), and tests/kvio/test_lmcache_io.py holds them to the engine's
 own syscalls: LMCache 0.5.6 run CPU-only, captured with strace, scored exactly.  A flag given with a
 preset still wins (a deployment that changed ``chunk_size`` plans with ``--chunk-tokens``).
 """

@@ -29,14 +29,14 @@ from kvbench_core.contracts.backend import DISCARD, BackendContext, IOTiming, St
 from kvbench_core.contracts.errors import InputFileError, SpecError, StorageError
 from kvbench_core.contracts.payload import POOL_BYTES, NoisePool
 from kvbench_core.contracts.plugins import lookup
-from kvbench_core.engine.factory import create_backend
-from kvbench_core.engine.histogram import LatencyHistogram
-from kvbench_core.engine.iolog import IOLog
+from kvbench_core.engine.measure.histogram import LatencyHistogram
+from kvbench_core.engine.measure.iolog import IOLog
+from kvbench_core.engine.run.factory import create_backend
 from kvbench_core.kvio.commands import OPS
 from kvbench_core.kvio.diskcheck import DiskWindow
 from kvbench_core.kvio.manifest import KVObject, Manifest
-from kvbench_core.kvio.plan import planned_commands, recompute_breakeven
-from kvbench_core.spec.reading import read_spec_file
+from kvbench_core.kvio.projection import planned_commands, recompute_breakeven
+from kvbench_core.runspec.reading import read_spec_file
 
 FORMAT = "kvbench-kvio-replay"
 VERSION = 1

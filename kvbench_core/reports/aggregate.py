@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kvbench_core.reports.metrics import HEADLINE, FigureValue, measured_figures
+from kvbench_core.reports.key_figures import HEADLINE, FigureValue, measured_figures
 from kvbench_core.results.document import ResultDocument, RunRecord, TrialRun, TrialsSection
 from kvbench_core.results.status import trials_verdict
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvbench_core.reports.compare_specs import differences
-from kvbench_core.reports.metrics import Figure, FigureValue, figure_values
+from kvbench_core.reports.key_figures import Figure, FigureValue, figure_values
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from kvbench_core.reports.compare import Row, caveats, compare
 from kvbench_core.reports.compare_plots import compare_figures
 from kvbench_core.reports.html import CHECK_SCRIPT, STYLE, _e, _number, _table
 from kvbench_core.reports.plots import png_bytes
-from kvbench_core.spec.jsonfile import temp_beside
+from kvbench_core.runspec.jsonfile import temp_beside
 
 
 def _cell(row: Row, index: int) -> str:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvbench_core.contracts.errors import InputFileError, UserError
-from kvbench_core.spec.schema import GENERATION_MS_PER_TOKEN
+from kvbench_core.runspec.spec_schema import GENERATION_MS_PER_TOKEN
 
 ALIGN = 4096  # block sizes are rounded up to this: O_DIRECT on a 4Kn device rejects anything smaller
 MAX_SPLIT = 64  # fio keeps at most 64 block sizes per direction

@@ -22,9 +22,9 @@ from kvbench_core.contracts.errors import UserError
 from kvbench_core.contracts.units import format_bytes
 from kvbench_core.reports import flatten
 from kvbench_core.reports.capacity import answer_line, curve_table
-from kvbench_core.reports.metrics import HEADLINE, op_figures
+from kvbench_core.reports.key_figures import HEADLINE, op_figures
 from kvbench_core.reports.verdicts import explain, starved_classes
-from kvbench_core.spec.jsonfile import temp_beside
+from kvbench_core.runspec.jsonfile import temp_beside
 
 GB = 1e9
 #: Headline entries that are not figures (``reports.metrics.HEADLINE`` defines the figures).

@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from kvbench_core.engine.histogram import LatencyHistogram
+from kvbench_core.engine.measure.histogram import LatencyHistogram
 from kvbench_core.reports import autoscaler_trajectories, require
-from kvbench_core.reports.metrics import HEADLINE
+from kvbench_core.reports.key_figures import HEADLINE
 
 GB = 1e9
 LAYERS = (("total", "black", "-"), ("host", "tab:blue", "--"), ("device", "tab:orange", "-"))

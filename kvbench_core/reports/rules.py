@@ -22,10 +22,10 @@ from typing import Any
 from kvbench_core.contracts.units import format_bytes
 from kvbench_core.reports.aggregate import figure_statistics
 from kvbench_core.reports.evidence import Evidence, gather, rederived_headline
-from kvbench_core.reports.metrics import HEADLINE, measured_figures
-from kvbench_core.results.checks import run_checks
+from kvbench_core.reports.key_figures import HEADLINE, measured_figures
 from kvbench_core.results.document import ResultDocument
 from kvbench_core.results.document import problems as document_problems
+from kvbench_core.results.invariants import run_checks
 from kvbench_core.results.rederive import IncompleteResult, figure_checks, figure_count, listed, rederived_metrics
 
 GIB = 1 << 30

@@ -29,10 +29,10 @@ import numpy as np
 from kvbench_core.contracts.errors import UserError
 from kvbench_core.reports import autoscaler_trajectories, flatten, require
 from kvbench_core.reports.capacity import capacity_sheet
-from kvbench_core.reports.metrics import HEADLINE, figure_values, op_figures
+from kvbench_core.reports.key_figures import HEADLINE, figure_values, op_figures
 from kvbench_core.reports.series_table import series_table
 from kvbench_core.results.document import ResultDocument
-from kvbench_core.spec.jsonfile import temp_beside
+from kvbench_core.runspec.jsonfile import temp_beside
 
 PERCENTILES = ("p50", "p95", "p99", "p99.9", "mean", "max")
 MAX_CELL_TEXT = 32767
@@ -268,7 +268,7 @@ LatencyGroup = tuple[str, list[tuple[str, dict[str, Any]]]]
 def _latency_sheet(book: _Book, metrics: Mapping[str, Any]) -> None:
     """CDF points (ms at each cumulative fraction) of every tier operation's total time and of each QoS
     class's service latency, from the serialised histograms, with a native log-x scatter chart per group."""
-    from kvbench_core.engine.histogram import LatencyHistogram
+    from kvbench_core.engine.measure.histogram import LatencyHistogram
 
     groups = _latency_groups(metrics)
     columns = [label for _, series in groups for label, _ in series]

@@ -12,7 +12,7 @@ from typing import Any
 
 from kvbench_core.capacity.interval import KEYS, answer
 from kvbench_core.capacity.step import Step
-from kvbench_core.engine.histogram import LatencyHistogram
+from kvbench_core.engine.measure.histogram import LatencyHistogram
 
 
 def capacity_answer(result: dict[str, Any], check: Any) -> Iterator[Any]:

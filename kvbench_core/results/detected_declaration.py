@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvbench_core.spec.declaration import NotApplicable
+from kvbench_core.runspec.declaration import NotApplicable
 
 #: Backend -> the storage interface it drives (``distributed.interface``).
 INTERFACES = {"cpu": "memory (process DRAM)", "gpu": "memory (GPU)", "template-memory": "memory (process)",

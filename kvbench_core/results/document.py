@@ -1,6 +1,6 @@
 """The result document as a typed, frozen value: what readers take instead of string-key lookups.
 
-``RunPlan`` (spec/plan.py) did this for the spec: the validated dict becomes
+``RunPlan`` (runspec/plan.py) did this for the spec: the validated dict becomes
 frozen dataclasses once, and nothing downstream re-reads the dict.  Here a
 result's JSON becomes a ``ResultDocument`` once, in ``from_json``, which
 refuses a document of another format version or one the published schema
@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from kvbench_core.contracts.errors import InputFileError
-from kvbench_core.results.checks import run_checks
+from kvbench_core.results.invariants import run_checks
 from kvbench_core.results.metrics import Metrics
-from kvbench_core.results.schema import schema_violations
+from kvbench_core.results.result_schema import schema_violations
 from kvbench_core.results.status import Verdict, decide_result, recorded_stop, trials_verdict, verdict_of
-from kvbench_core.spec.loader import spec_sha256
-from kvbench_core.spec.plan import qos_classes
+from kvbench_core.runspec.loader import spec_sha256
+from kvbench_core.runspec.plan import qos_classes
 
 #: The result format this kvbench writes and reads; bumped whenever the schema changes.
 RESULT_FORMAT = 2

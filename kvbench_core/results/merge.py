@@ -23,16 +23,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvbench_core.engine.run_state import PHASES
-from kvbench_core.engine.telemetry import SERIES_COUNTS, series_rates
-from kvbench_core.results.checks import run_checks
+from kvbench_core.engine.measure.telemetry import SERIES_COUNTS, series_rates
+from kvbench_core.engine.run.run_state import PHASES
 from kvbench_core.results.document import ResultDocument, RunRecord, SpecRecord
+from kvbench_core.results.invariants import run_checks
 from kvbench_core.results.merge_declaration import merge_declarations
 from kvbench_core.results.metrics import Metrics, sum_dicts
 from kvbench_core.results.result import rerun_section, spec_section
 from kvbench_core.results.status import decide_result, recorded_stop, stamp
-from kvbench_core.spec.declaration import contradictions
-from kvbench_core.spec.plan import qos_classes
+from kvbench_core.runspec.declaration import contradictions
+from kvbench_core.runspec.plan import qos_classes
 
 MAX_LISTED_ERRORS = 100
 

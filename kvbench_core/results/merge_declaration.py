@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from kvbench_core.engine.cache_figures import reuse_rate
+from kvbench_core.engine.cache.cache_figures import reuse_rate
 
 CACHE_STATES = ("cold", "warm", "steady")  # least advanced first
 

@@ -27,11 +27,11 @@ from typing import Any
 
 from kvbench_core.contracts.redact import environment_secrets, redact
 from kvbench_core.contracts.workload import DEFAULT_QOS, QoSClass
-from kvbench_core.engine.cancel import CommandRecorder
-from kvbench_core.engine.histogram import LatencyHistogram
-from kvbench_core.engine.opstats import OpStats
-from kvbench_core.engine.records import PHASES, DeviceStats
-from kvbench_core.engine.runner import RunState
+from kvbench_core.engine.measure.cancel import CommandRecorder
+from kvbench_core.engine.measure.histogram import LatencyHistogram
+from kvbench_core.engine.measure.opstats import OpStats
+from kvbench_core.engine.measure.records import PHASES, DeviceStats
+from kvbench_core.engine.run.runner import RunState
 from kvbench_core.results.tier_metrics import OPS, TierMetrics, sum_dicts
 
 GB = 1e9

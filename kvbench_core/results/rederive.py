@@ -7,12 +7,12 @@ the time series' per-interval counts.  Everything else it states — every
 percentile, bandwidth, mean, rate, hit rate, SLA verdict, the MLPerf
 headline, CPU per GB, each interval's per-second rates — is a function of
 that material, computed once in ``results/metrics.py`` (and
-``engine/telemetry.py`` for the series).  ``kvbench check`` never trusts a
+``engine/measure/telemetry.py`` for the series).  ``kvbench check`` never trusts a
 stated figure: it renders the metrics again from the raw material through
 the same ``Metrics`` model the run and the multi-client merge use, and names
 every figure the file states differently (a headline edited to look better,
 a tier's bandwidth or p95 touched up).  The raw material itself is held
-together by the invariants (``results/checks.py``): two independent tallies
+together by the invariants (``results/invariants.py``): two independent tallies
 of the same completions must agree, so editing one count breaks one of them.
 
 Besides the figures, a result's integrity is its format version, the
@@ -27,9 +27,9 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from kvbench_core.results.checks import SERIES_ROUNDING_S, Check
+from kvbench_core.results.invariants import SERIES_ROUNDING_S, Check
 from kvbench_core.results.metrics import GB, Metrics
-from kvbench_core.spec.plan import qos_classes
+from kvbench_core.runspec.plan import qos_classes
 
 #: Relative slack between a stated float and its re-derivation (the same formula on the same numbers; JSON
 #: round-trips floats exactly, so any difference is an edit).
@@ -153,7 +153,7 @@ def _rate_keys(point: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], str
 
 
 def _series_rates(series: list[dict[str, Any]]) -> Iterator[Check]:
-    """An interval's rates are its counts over its length (``engine/telemetry.py``'s one formula).  The
+    """An interval's rates are its counts over its length (``engine/measure/telemetry.py``'s one formula).  The
     rate was divided by the unrounded length and the file keeps ``interval_s`` to the millisecond, so a
     rate holds when it lies between the count over the longest and over the shortest length that rounds
     to the stated one."""

@@ -25,19 +25,19 @@ from kvbench_core.codecs.figures import tensor_declaration
 from kvbench_core.contracts.percentiles import sample_percentiles
 from kvbench_core.contracts.plugins import plugin_versions
 from kvbench_core.contracts.redact import environment_secrets, redact
-from kvbench_core.engine.cache_figures import reuse_rate
-from kvbench_core.engine.opstats import measured_queue_depth
-from kvbench_core.engine.runner import RunState
-from kvbench_core.results.checks import run_checks
+from kvbench_core.engine.cache.cache_figures import reuse_rate
+from kvbench_core.engine.measure.opstats import measured_queue_depth
+from kvbench_core.engine.run.runner import RunState
 from kvbench_core.results.detected_declaration import about_the_run
 from kvbench_core.results.document import RESULT_FORMAT, ResultDocument, RunRecord, SpecRecord
 from kvbench_core.results.environment import detect_environment
+from kvbench_core.results.invariants import run_checks
 from kvbench_core.results.metrics import Metrics
-from kvbench_core.results.schema import VALIDATE_ENV, assert_conforms
+from kvbench_core.results.result_schema import VALIDATE_ENV, assert_conforms
 from kvbench_core.results.status import decide_result, stamp
-from kvbench_core.spec.declaration import contradictions, detected_system, merge_declaration
-from kvbench_core.spec.jsonfile import temp_beside
-from kvbench_core.spec.loader import spec_sha256
+from kvbench_core.runspec.declaration import contradictions, detected_system, merge_declaration
+from kvbench_core.runspec.jsonfile import temp_beside
+from kvbench_core.runspec.loader import spec_sha256
 
 
 def _stats(values: list[int]) -> dict[str, float | int | None]:
@@ -77,7 +77,7 @@ def _working_set(state: RunState, tiers: dict[str, Any]) -> dict[str, Any] | Non
 def _cache_state(state: RunState) -> str:
     """warm when the measured window opened on a cache already holding entries (warm-up requests, or the
     decode-only / RAG population); preconditioning conditions the device, its entries are deleted."""
-    if state.cache_state:  # detected when the window opened (kvbench_core/engine/cache_figures.py)
+    if state.cache_state:  # detected when the window opened (kvbench_core/engine/cache/cache_figures.py)
         return state.cache_state
     return "warm" if state.plan.window.warmup_s or (state.preload or {}).get("entries") else "cold"
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvbench_core.codecs.figures import tier_codec
-from kvbench_core.engine.opstats import OpStats
-from kvbench_core.engine.records import PHASES, DeviceStats
+from kvbench_core.engine.measure.opstats import OpStats
+from kvbench_core.engine.measure.records import PHASES, DeviceStats
 
 OPS = ("read", "write")
 

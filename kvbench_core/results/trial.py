@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kvbench_core.contracts.errors import STOP_SIGNALS, UserError
-from kvbench_core.engine.progress import ProgressPrinter, ProgressScope
-from kvbench_core.engine.runner import Runner, RunState
+from kvbench_core.engine.measure.progress import ProgressPrinter, ProgressScope
+from kvbench_core.engine.run.runner import Runner, RunState
 from kvbench_core.results.result import build_result
-from kvbench_core.spec.plan import RunPlan
+from kvbench_core.runspec.plan import RunPlan
 
 
 @dataclass

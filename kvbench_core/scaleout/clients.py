@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvbench_core.contracts.errors import UserError
-from kvbench_core.spec.plan import RunPlan, TierPlan
+from kvbench_core.runspec.plan import RunPlan, TierPlan
 
 
 class ClientFailed(UserError):

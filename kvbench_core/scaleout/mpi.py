@@ -35,12 +35,12 @@ from functools import partial
 from typing import Any
 
 from kvbench_core.contracts.errors import MissingDependency, SpecError
-from kvbench_core.engine.progress import ProgressPrinter, ProgressScope
+from kvbench_core.engine.measure.progress import ProgressPrinter, ProgressScope
 from kvbench_core.results.merge import ClientReport, merge_results
 from kvbench_core.results.trial import RunnerSlot, TrialRun, run_once
+from kvbench_core.runspec.plan import RunPlan
 from kvbench_core.scaleout.clients import ClientFailed, ClientLayout, DirectorySnapshot, client_plan, tier_directories
 from kvbench_core.scaleout.rank_watch import RankWatch, hear_bye, say_bye
-from kvbench_core.spec.plan import RunPlan
 
 #: World-size variables set by common MPI launchers (Open MPI, MPICH/Intel MPI hydra, MVAPICH).
 SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE")

@@ -35,11 +35,11 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from kvbench_core.engine.progress import ProgressPrinter, ProgressScope
+from kvbench_core.engine.measure.progress import ProgressPrinter, ProgressScope
 from kvbench_core.results.merge import ClientReport, merge_results
 from kvbench_core.results.trial import RunnerSlot, TrialRun, run_once, stop_on_signals
+from kvbench_core.runspec.plan import RunPlan
 from kvbench_core.scaleout.clients import ClientFailed, ClientLayout, DirectorySnapshot, client_plan, tier_directories
-from kvbench_core.spec.plan import RunPlan
 
 POLL_S = 0.2
 WORST_CLIENT = "worst client"  # whose p95 the aggregate progress line shows (see ``worst_p95``)

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from kvbench_core.contracts.errors import InputFileError, IntegrityError, Interrupted, StorageErrorsCounted, UserError
-from kvbench_core.engine.progress import ProgressPrinter
-from kvbench_core.engine.runner import new_run_id
+from kvbench_core.engine.measure.progress import ProgressPrinter
+from kvbench_core.engine.run.runner import new_run_id
 from kvbench_core.exports.live_metrics import live_metrics
 from kvbench_core.filetiers import deleter
 from kvbench_core.reports import require_formats, write_reports
@@ -27,7 +27,7 @@ from kvbench_core.reports.aggregate import summarize_trials
 from kvbench_core.results.result import write_result
 from kvbench_core.results.status import Verdict, allows_exit_zero, verdict_of, worst
 from kvbench_core.results.trial import InProcess, Launcher, stop_on_signals
-from kvbench_core.spec.plan import RunPlan
+from kvbench_core.runspec.plan import RunPlan
 
 
 @dataclass

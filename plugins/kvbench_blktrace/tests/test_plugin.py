@@ -11,7 +11,7 @@ import yaml
 
 from kvbench_core.cli import main
 from kvbench_core.contracts.errors import SpecError
-from kvbench_core.spec.loader import validate
+from kvbench_core.runspec.loader import validate
 
 MEMORY_ONLY = {
     "version": 1, "name": "traced", "seed": 1, "model": {"name": "llama3.2-1b"}, "duration": "1s",

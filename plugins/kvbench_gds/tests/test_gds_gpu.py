@@ -19,7 +19,7 @@ from gds_fakes import gpu_host_problem
 from kvbench_core.contracts.backend import BackendContext, StorageBackend
 from kvbench_core.contracts.conformance import BackendConformance, remaining_files
 from kvbench_core.contracts.payload import NoisePool, VerifySink
-from kvbench_core.engine.factory import create_backend
+from kvbench_core.engine.run.factory import create_backend
 
 PROBLEM = gpu_host_problem()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(PROBLEM is not None, reason=f"not a GDS-ready GPU host: {PROBLEM}")]

@@ -15,7 +15,7 @@ from kvbench_gds import probe
 from kvbench_core.contracts.backend import BackendContext, StorageBackend
 from kvbench_core.contracts.conformance import BackendConformance, remaining_files
 from kvbench_core.contracts.payload import NoisePool, VerifySink
-from kvbench_core.engine.factory import create_backend
+from kvbench_core.engine.run.factory import create_backend
 
 pytestmark = [pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed"),
               pytest.mark.usefixtures("fake_kvikio")]

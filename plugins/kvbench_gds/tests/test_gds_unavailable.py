@@ -14,7 +14,7 @@ from kvbench_gds.backend import GDSBackend
 from kvbench_core.cli import main
 from kvbench_core.contracts.backend import BackendContext
 from kvbench_core.contracts.errors import BackendUnavailable, MissingDependency
-from kvbench_core.engine.factory import create_backend
+from kvbench_core.engine.run.factory import create_backend
 
 NO_DRIVER = "no NVIDIA driver: libcuda.so.1 cannot be loaded (test)"
 

@@ -13,7 +13,7 @@ from testkit import free_port
 
 from kvbench_core.contracts.backend import BackendContext, StorageBackend
 from kvbench_core.contracts.conformance import BackendConformance, FileTierConformance
-from kvbench_core.engine.factory import create_backend
+from kvbench_core.engine.run.factory import create_backend
 
 pytestmark = needs_nixl
 POSIX: dict[str, Any] = {"nixl_backend": "POSIX", "path": "{tmp_path}/tier", "transfer_size": "64KiB"}

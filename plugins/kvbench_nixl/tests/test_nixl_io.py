@@ -13,7 +13,7 @@ from nixl_helpers import OpenBackend, bucket_keys, needs_nixl
 
 from kvbench_core.contracts.backend import DISCARD
 from kvbench_core.contracts.payload import NoisePool
-from kvbench_core.engine.iolog import IOLog
+from kvbench_core.engine.measure.iolog import IOLog
 
 pytestmark = needs_nixl
 KIB64 = 64 << 10

@@ -12,7 +12,7 @@ from nixl_helpers import has_nvidia_driver, needs_nixl
 from s3_servers import MotoServer
 from tiny_spec import run_cli
 
-from kvbench_core.spec.loader import load_spec
+from kvbench_core.runspec.loader import load_spec
 
 SPECS = Path(__file__).resolve().parents[3] / "specs"
 NAMES = ["nixl-posix", "nixl-obj", "nixl-gds"]

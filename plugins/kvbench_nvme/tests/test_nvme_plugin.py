@@ -12,7 +12,7 @@ from kvbench_nvme.backend import NVMeBackend
 from kvbench_core.contracts.backend import BackendContext
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.contracts.plugins import installed_plugins, registry
-from kvbench_core.engine.factory import create_backend
+from kvbench_core.engine.run.factory import create_backend
 
 CONTEXT = BackendContext(tier_name="nvme0", run_id="run1")
 

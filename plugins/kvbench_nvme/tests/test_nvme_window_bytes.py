@@ -15,11 +15,11 @@ import pytest
 from testkit import registered
 
 from kvbench_core.contracts.plugins import hookimpl
-from kvbench_core.engine.runner import Runner
+from kvbench_core.engine.run.runner import Runner
 from kvbench_core.filetiers.diskstats import DiskCounters, process_io
 from kvbench_core.results.result import build_result
-from kvbench_core.spec.loader import resolve, validate
-from kvbench_core.spec.plan import plan_run
+from kvbench_core.runspec.loader import resolve, validate
+from kvbench_core.runspec.plan import plan_run
 
 
 class WindowProbe:

@@ -23,7 +23,7 @@ from kvbench_core.contracts.conformance import BackendConformance
 from kvbench_core.contracts.errors import BackendUnavailable, SpecError
 from kvbench_core.contracts.payload import NoisePool
 from kvbench_core.contracts.plugins import registry
-from kvbench_core.engine.factory import create_backend
+from kvbench_core.engine.run.factory import create_backend
 
 pytestmark = pytest.mark.redis
 

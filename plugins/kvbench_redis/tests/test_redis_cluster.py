@@ -12,7 +12,7 @@ from redis_servers import RedisCluster, RedisServer, free_port
 from kvbench_core.contracts.backend import BackendContext, StorageBackend
 from kvbench_core.contracts.conformance import BackendConformance
 from kvbench_core.contracts.payload import NoisePool
-from kvbench_core.engine.factory import create_backend
+from kvbench_core.engine.run.factory import create_backend
 
 pytestmark = pytest.mark.redis
 

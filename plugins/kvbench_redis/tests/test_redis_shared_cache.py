@@ -10,9 +10,9 @@ import pytest
 from redis_servers import RedisServer
 
 from kvbench_core.contracts.payload import NoisePool, VerifySink
-from kvbench_core.engine.cache_types import Tier
-from kvbench_core.engine.telemetry import Telemetry
-from kvbench_core.engine.waterfall import MultiTierCache
+from kvbench_core.engine.cache.cache_types import Tier
+from kvbench_core.engine.cache.waterfall import MultiTierCache
+from kvbench_core.engine.measure.telemetry import Telemetry
 
 pytestmark = pytest.mark.redis
 

@@ -16,9 +16,9 @@ from redis_servers import RedisServer
 from kvbench_core.builtins.memory import CPUMemoryBackend
 from kvbench_core.contracts.backend import BackendContext
 from kvbench_core.contracts.payload import NoisePool, VerifySink
-from kvbench_core.engine.cache_types import Tier
-from kvbench_core.engine.telemetry import Telemetry
-from kvbench_core.engine.waterfall import MultiTierCache
+from kvbench_core.engine.cache.cache_types import Tier
+from kvbench_core.engine.cache.waterfall import MultiTierCache
+from kvbench_core.engine.measure.telemetry import Telemetry
 
 pytestmark = pytest.mark.redis
 

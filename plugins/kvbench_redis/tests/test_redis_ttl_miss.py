@@ -15,9 +15,9 @@ from kvbench_core.builtins.memory import CPUMemoryBackend
 from kvbench_core.contracts.backend import BackendContext
 from kvbench_core.contracts.errors import StorageError
 from kvbench_core.contracts.payload import NoisePool
-from kvbench_core.engine.cache_types import Tier
-from kvbench_core.engine.telemetry import Telemetry
-from kvbench_core.engine.waterfall import MultiTierCache
+from kvbench_core.engine.cache.cache_types import Tier
+from kvbench_core.engine.cache.waterfall import MultiTierCache
+from kvbench_core.engine.measure.telemetry import Telemetry
 
 pytestmark = pytest.mark.redis
 

@@ -21,7 +21,7 @@ from kvbench_core.contracts.conformance import BackendConformance
 from kvbench_core.contracts.errors import BackendUnavailable, SpecError
 from kvbench_core.contracts.payload import NoisePool
 from kvbench_core.contracts.plugins import registry
-from kvbench_core.engine.factory import create_backend
+from kvbench_core.engine.run.factory import create_backend
 
 pytestmark = pytest.mark.s3
 
@@ -240,10 +240,10 @@ def test_a_run_with_multipart_entries_holds_its_command_invariants(s3_options: d
                                                                    tmp_path: Path) -> None:
     """Entries of several parts (issue #28 §5): every run printed 'INVARIANT VIOLATED: command_count.s3.write'
     because Create/Complete were counted as commands the I/O log never saw; the commands are the parts."""
-    from kvbench_core.engine.runner import Runner
+    from kvbench_core.engine.run.runner import Runner
     from kvbench_core.results.result import build_result
-    from kvbench_core.spec.loader import resolve, validate
-    from kvbench_core.spec.plan import plan_run
+    from kvbench_core.runspec.loader import resolve, validate
+    from kvbench_core.runspec.plan import plan_run
 
     raw = {"version": 1, "name": "s3-parts", "seed": 7, "model": {"name": "tiny-1b"}, "requests": 6,
            "workload": {"users": 2, "max_inflight": 2,
