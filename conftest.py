@@ -8,6 +8,6 @@ from __future__ import annotations
 
 import os
 
-from kvbench_core.results.schema import VALIDATE_ENV
+from kvbench_core.results.result_schema import VALIDATE_ENV
 
 os.environ[VALIDATE_ENV] = "1"
