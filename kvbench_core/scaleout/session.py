@@ -74,50 +74,76 @@ def run_session(as_written: dict[str, Any], plan: RunPlan, *, quiet: bool = Fals
     """Run every trial of ``plan``; each trial writes its own result, even when it fails or is stopped.  The
     exit code is the status's (results/status.py); ``exit_zero`` (or ``output.exit_zero``) makes a degraded
     or inconclusive session exit 0."""
-    formats = list(plan.output.formats)
-    require_formats(formats)  # a missing reports extra fails now, not after a 300 s run
+    require_formats(list(plan.output.formats))  # a missing reports extra fails now, not after a 300 s run
     launcher = launcher_for(plan)
     outcome = SessionOutcome(writer=launcher.writer)
-    trials = plan.trials
     received: list[int] = []
     session_id = launcher.agree(new_run_id())
     slot = getattr(launcher, "slot", None)  # the in-process runner, whose telemetry live metrics read
     with stop_on_signals(launcher.stop, received), live_metrics(
             plan.output.metrics, lambda: getattr(slot, "runner", None), str(plan.spec.get("name") or "run")) as live:
-        for trial in range(1, trials + 1):
-            printer = live.watch(ProgressPrinter("off" if quiet or not launcher.writer else plan.output.progress,
-                                                 prefix=f"trial {trial}/{trials} " if trials > 1 else "",
-                                                 duration_s=plan.window.duration_s, warmup_s=plan.window.warmup_s,
-                                                 scope=launcher.progress_scope))
-            printer.phase("setup")
-            run = launcher.run_trial(as_written, plan, run_id=session_id if trials == 1 else f"{session_id}-t{trial}",
-                                     trial=trial, printer=printer)
-            if run.result is not None and not refused_input(run.result, run.error):
-                printer.phase("results")
-                path = result_path(plan, session_id, f"-trial{trial}" if trials > 1 else "")
-                outcome.results.append(run.result)
-                saved = _save(run.result, path, outcome)
-                outcome.paths.append(saved)
-                if saved == path:
-                    outcome.reports += write_reports(run.result, path, formats)
-            printer.finish()
-            if run.crash is not None:
-                raise run.crash
-            if run.error is not None:
-                outcome.error = run.error
+        for trial in range(1, plan.trials + 1):
+            if not _run_trial(as_written, plan, launcher, session_id, trial,
+                              live.watch(_printer(plan, launcher, trial, quiet)), outcome):
                 break
-            if trial < trials and (launcher.agree_stop(bool(received))
-                                   or launcher.agree_stop(_pause(plan.trial_pause_s, received))):
+            if trial < plan.trials and (launcher.agree_stop(bool(received))
+                                        or launcher.agree_stop(_pause(plan.trial_pause_s, received))):
                 break
         outcome.deletions = _finish_deletions(outcome)  # still under the handlers: a signal does not cut it short
-    if trials > 1 and outcome.results:
-        outcome.summary = summarize_trials(outcome.results, outcome.paths, session_id=session_id, requested=trials)
-        wanted = result_path(plan, session_id, "-summary")
-        outcome.summary_path = _save(outcome.summary, wanted, outcome)
-        if outcome.summary_path == wanted:
-            outcome.reports += write_reports(outcome.summary, outcome.summary_path, formats)
+    if plan.trials > 1 and outcome.results:
+        _write_summary(plan, session_id, outcome)
     if received:
         outcome.error = Interrupted(received[0])
+    _decide_exit(outcome, plan, exit_zero)
+    return outcome
+
+
+def _printer(plan: RunPlan, launcher: Launcher, trial: int, quiet: bool) -> ProgressPrinter:
+    """The trial's progress line: off when quiet or on an MPI rank that does not write."""
+    return ProgressPrinter("off" if quiet or not launcher.writer else plan.output.progress,
+                           prefix=f"trial {trial}/{plan.trials} " if plan.trials > 1 else "",
+                           duration_s=plan.window.duration_s, warmup_s=plan.window.warmup_s,
+                           scope=launcher.progress_scope)
+
+
+def _run_trial(as_written: dict[str, Any], plan: RunPlan, launcher: Launcher, session_id: str, trial: int,
+               printer: ProgressPrinter, outcome: SessionOutcome) -> bool:
+    """Run trial number ``trial`` and save its result and reports; false when its error ends the session (a
+    kvbench bug in this process is raised once the result is saved)."""
+    several = plan.trials > 1
+    printer.phase("setup")
+    run = launcher.run_trial(as_written, plan, run_id=f"{session_id}-t{trial}" if several else session_id,
+                             trial=trial, printer=printer)
+    if run.result is not None and not refused_input(run.result, run.error):
+        printer.phase("results")
+        path = result_path(plan, session_id, f"-trial{trial}" if several else "")
+        outcome.results.append(run.result)
+        saved = _save(run.result, path, outcome)
+        outcome.paths.append(saved)
+        if saved == path:
+            outcome.reports += write_reports(run.result, path, list(plan.output.formats))
+    printer.finish()
+    if run.crash is not None:
+        raise run.crash
+    if run.error is not None:
+        outcome.error = run.error
+        return False
+    return True
+
+
+def _write_summary(plan: RunPlan, session_id: str, outcome: SessionOutcome) -> None:
+    """The trials summary (reports/aggregate.py) beside the trials' results, with its reports."""
+    outcome.summary = summarize_trials(outcome.results, outcome.paths, session_id=session_id, requested=plan.trials)
+    wanted = result_path(plan, session_id, "-summary")
+    outcome.summary_path = _save(outcome.summary, wanted, outcome)
+    if outcome.summary_path == wanted:
+        outcome.reports += write_reports(outcome.summary, outcome.summary_path, list(plan.output.formats))
+
+
+def _decide_exit(outcome: SessionOutcome, plan: RunPlan, exit_zero: bool) -> None:
+    """The session's error and exit code: the error that stopped it, else a result saved elsewhere, else the
+    status of its summary (or of its worst result) when that is not ``completed``; ``exit_zero`` (or
+    ``output.exit_zero``) turns a degraded or inconclusive status's code into 0, the error kept as a warning."""
     verdict = verdict_of(outcome.summary["run"]) if outcome.summary else worst(verdict_of(r["run"])
                                                                              for r in outcome.results)
     said = None
@@ -129,7 +155,6 @@ def run_session(as_written: dict[str, Any], plan: RunPlan, *, quiet: bool = Fals
     if said is not None and verdict is not None and allows_exit_zero(verdict.status) \
             and (exit_zero or plan.output.exit_zero):
         outcome.exit_zero, outcome.exit_code = True, 0
-    return outcome
 
 
 def status_error(verdict: Verdict, results: list[dict[str, Any]], on_error: str = "count") -> UserError | None:
