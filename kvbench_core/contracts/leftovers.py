@@ -7,7 +7,8 @@ the deadline passes is listed in the result and recorded here, one JSON file per
 (place, run), under ``$XDG_STATE_HOME/kvbench/leftovers`` (``~/.local/state``
 by default).  The next tier opened on the same place (endpoint and bucket with
 its prefix, or server and namespace) removes what the record lists and drops the
-record; so does ``kvbench clean SPEC`` for the tiers of a spec.
+record; so does ``kvbench clean SPEC`` for the tiers of a spec.  ``ServerCleanup`` is that bookkeeping
+for a tier: the s3 and redis tiers differ only in what they remove and how they name it.
 
 Why a local record and not a scan of the bucket: a scan cannot tell a dead run's
 objects from those of a live run on another machine; a record is written only by
@@ -107,6 +108,54 @@ def within(seconds: float, work: Callable[[], None], *, name: str) -> BaseExcept
     if thread.is_alive():
         return TimeoutError(f"not finished within {seconds:g} s")
     return failure[0] if failure else None
+
+
+class ServerCleanup:
+    """One server tier's deadline-bound clean-up and what it leaves: the run's own prefix removed at close,
+    what earlier runs recorded for the same place removed at open, each told in ``notes``, and what the
+    close could not remove recorded and listed (``leftovers``).  A tier gives the work (what to remove, how
+    to name it); the deadline, the record and the sentences are the same for every tier, so they are here."""
+
+    def __init__(self, label: str, run_id: str, timeout_s: float, medium: str) -> None:
+        self.label = label  # the tier's error prefix: tier 'cold' (s3)
+        self.run_id = run_id
+        self.timeout_s = timeout_s  # the tier's cleanup_timeout
+        self.medium = medium  # what the next run must open to remove them: "server", "bucket"
+        self.left: Leftovers | None = None
+        self.notes: list[str] = []
+
+    def clean(self, place: str, remove: Callable[[], None], *, name: str, items: Callable[[], dict[str, Any]],
+              said: Callable[[dict[str, Any]], str]) -> None:
+        """``remove`` the run's own entries within the deadline; when it fails or runs out of time, record
+        ``items()`` (what is left, read then) for ``place`` and say ``said(items)`` in a note."""
+        failure = within(self.timeout_s, remove, name=name)
+        if failure is None:
+            return
+        left = items()
+        self.left = record(Leftovers(place, self.run_id, left))
+        self.notes.append(f"{self.label}: could not clean up ({type(failure).__name__}: {failure}): {said(left)} "
+                          f"(listed in sections.leftovers); the next run on this {self.medium} removes them, or "
+                          "kvbench clean SPEC")
+
+    def remove_recorded(self, place: str, ours: Callable[[str], bool], remove: Callable[[str], None], *, name: str,
+                        where: Callable[[str], str], what: str) -> None:
+        """What earlier runs recorded as left at ``place``: each record whose prefix is ``ours`` (never a
+        user's own, never a shared one) is removed with ``remove(prefix)`` within the deadline, forgotten
+        and said (``where(prefix)`` names the place, ``what`` the kind of things listed)."""
+        for left in pending(place):
+            prefix = str(left.items.get("prefix", ""))
+            if not ours(prefix):
+                continue
+            if within(self.timeout_s, lambda prefix=prefix: remove(prefix), name=name) is None:
+                forget(left)
+                self.notes.append(f"{self.label}: removed what run {left.run_id} left under {where(prefix)} "
+                                  f"({left.count} {what} listed)")
+
+    def leftovers(self) -> dict[str, Any] | None:
+        """The result's ``sections.leftovers.<tier>``: what is left and the record that lists it; None."""
+        if self.left is None:
+            return None
+        return {**self.left.items, "record": str(self.left.path) if self.left.path else None}
 
 
 class Unanswered:

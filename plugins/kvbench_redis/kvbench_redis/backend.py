@@ -27,7 +27,7 @@ import uuid
 from typing import Any, ClassVar
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, ClientBackend, IOTiming
-from kvbench_core.contracts.leftovers import Leftovers, Unanswered, forget, pending, record, within
+from kvbench_core.contracts.leftovers import ServerCleanup, Unanswered
 from kvbench_core.contracts.units import parse_duration, parse_size
 from kvbench_core.contracts.validation import with_defaults
 from kvbench_redis import server
@@ -88,8 +88,7 @@ class RedisBackend(ClientBackend):
         self._redirects: tuple[type[BaseException], ...] = ()
         self.cleanup_timeout_s = parse_duration(self.options["cleanup_timeout"])
         self._unanswered = Unanswered(_timeouts())
-        self._left: Leftovers | None = None
-        self._notes: list[str] = []
+        self._cleanups = ServerCleanup(context.label("redis"), context.run_id, self.cleanup_timeout_s, "server")
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -260,16 +259,12 @@ class RedisBackend(ClientBackend):
         by ``close``.  Never FLUSH.  The keys left when the deadline passes are listed and recorded."""
         with self._lock:
             parts, self._parts = dict(self._parts), {}
-        failure = within(self.cleanup_timeout_s, lambda: server.unlink_matching(self._client, self.key_prefix),
-                         name=f"kvbench-redis-cleanup-{self.context.tier_name}")
-        if failure is None:
-            return
-        keys = sorted(f"{self.key_prefix}{{{key}}}:p{i}" for key, count in parts.items() for i in range(count))
-        self._left = record(Leftovers(self._place, self.context.run_id, {"prefix": self.key_prefix, "keys": keys}))
-        self._notes.append(
-            f"{self.context.label('redis')}: could not clean up ({type(failure).__name__}: {failure}): {len(keys)} "
-            f"keys left under {self.key_prefix} on {self.endpoint} (listed in sections.leftovers); the next run on "
-            "this server removes them, or kvbench clean SPEC")
+        self._cleanups.clean(
+            self._place, lambda: server.unlink_matching(self._client, self.key_prefix),
+            name=f"kvbench-redis-cleanup-{self.context.tier_name}",
+            items=lambda: {"prefix": self.key_prefix, "keys": sorted(
+                f"{self.key_prefix}{{{key}}}:p{i}" for key, count in parts.items() for i in range(count))},
+            said=lambda left: f"{len(left['keys'])} keys left under {self.key_prefix} on {self.endpoint}")
 
     @property
     def _place(self) -> str:
@@ -277,25 +272,18 @@ class RedisBackend(ClientBackend):
         return f"redis {self.endpoint}/{self.endpoint.db}"
 
     def _remove_recorded_leftovers(self) -> None:
-        """What earlier runs recorded as left on this server: unlinked (under the cleanup deadline), said."""
-        for left in pending(self._place):
-            prefix = str(left.items.get("prefix", ""))
-            if not prefix.startswith("kvbench:") or prefix.startswith("kvbench:shared:"):
-                continue  # only a run's private prefix: never a shared namespace, never a user's keys
-            failure = within(self.cleanup_timeout_s, lambda prefix=prefix: server.unlink_matching(
-                self._client, prefix), name="kvbench-redis-leftovers")
-            if failure is None:
-                forget(left)
-                self._notes.append(f"{self.context.label('redis')}: removed what run {left.run_id} left under "
-                                   f"{prefix} on {self.endpoint} ({left.count} keys listed)")
+        """What earlier runs recorded as left on this server: unlinked (under the cleanup deadline), said.
+        Only a run's private prefix: never a shared namespace, never a user's keys."""
+        self._cleanups.remove_recorded(
+            self._place, lambda prefix: prefix.startswith("kvbench:") and not prefix.startswith("kvbench:shared:"),
+            lambda prefix: server.unlink_matching(self._client, prefix), name="kvbench-redis-leftovers",
+            where=lambda prefix: f"{prefix} on {self.endpoint}", what="keys")
 
     def notes(self) -> list[str]:
-        return list(self._notes)
+        return list(self._cleanups.notes)
 
     def leftovers(self) -> dict[str, Any] | None:
-        if self._left is None:
-            return None
-        return {**self._left.items, "record": str(self._left.path) if self._left.path else None}
+        return self._cleanups.leftovers()
 
     def counters(self) -> dict[str, Any] | None:
         """What the shared namespace did to this process's stores and holds (see ``SharedHolds``)."""

@@ -179,6 +179,31 @@ def test_keep_leaves_the_entries_for_inspection(
     redis_server.client().delete(key)
 
 
+def test_what_an_earlier_run_recorded_as_left_is_unlinked_at_open_and_said(
+        redis_server: RedisServer, open_backend: Open, pool: NoisePool, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run whose cleanup could not reach the server recorded its keys (``ServerCleanup``); the next tier
+    opened on that server unlinks them, drops the record and says so, and touches nothing else."""
+    from kvbench_core.contracts.leftovers import Leftovers, pending, record
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    dead = open_backend({"port": redis_server.port}, keep=True)
+    dead.write("lost", pool.payload("lost", 100))
+    dead.close()
+    redis_server.client().set("user:mine", b"theirs")
+    place = f"redis {dead.endpoint}/{dead.endpoint.db}"
+    lost = f"{dead.key_prefix}{{lost}}:p0"
+    record(Leftovers(place, dead.context.run_id, {"prefix": dead.key_prefix, "keys": [lost]}))
+    record(Leftovers(place, "user", {"prefix": "user:", "keys": ["user:mine"]}))  # not a run's: never removed
+    backend = open_backend({"port": redis_server.port})
+    assert list(redis_server.client().scan_iter(match=f"{dead.key_prefix}*")) == []
+    assert redis_server.client().get("user:mine") == b"theirs"
+    assert [left.run_id for left in pending(place)] == ["user"]
+    assert backend.notes() == [f"tier 'redis0' (redis): removed what run {dead.context.run_id} left under "
+                               f"{dead.key_prefix} on {dead.endpoint} (1 keys listed)"]
+    redis_server.client().delete("user:mine")
+
+
 def test_the_unix_socket_is_a_first_class_endpoint(
         redis_server: RedisServer, open_backend: Open, pool: NoisePool, verify: Verify) -> None:
     backend = open_backend({"unix_socket": redis_server.unix_socket, "part_size": PART})

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, ClientBackend, IOTiming, check_key
 from kvbench_core.contracts.errors import BackendUnavailable
-from kvbench_core.contracts.leftovers import Leftovers, Unanswered, forget, pending, record, within
+from kvbench_core.contracts.leftovers import ServerCleanup, Unanswered
 from kvbench_core.contracts.units import parse_duration, parse_size
 from kvbench_s3 import ranged, upload
 from kvbench_s3.bucket import delete_prefix, ensure_bucket
@@ -65,8 +65,7 @@ class S3Backend(ClientBackend):
         self._stored: set[str] = set()  # objects this run wrote and has not deleted: what a failed cleanup lists
         self._stored_lock = threading.Lock()
         self._unanswered: Unanswered | None = None  # set at open, with botocore's timeout and connection errors
-        self._left: Leftovers | None = None
-        self._notes: list[str] = []
+        self._cleanups = ServerCleanup(context.label("s3"), context.run_id, self.cleanup_timeout_s, "bucket")
 
     @property
     def _client(self) -> Any:  # type: ignore[override]  # ClientBackend.close asks whether open() connected
@@ -174,21 +173,18 @@ class S3Backend(ClientBackend):
     def _cleanup(self) -> None:
         """Delete every object under this run's prefix and abort its unfinished multipart uploads, waiting at
         most ``cleanup_timeout``; what is left then is listed and recorded for a later run to remove."""
-        failure = within(self.cleanup_timeout_s, lambda: delete_prefix(self.s3, self.bucket, self.key_prefix,
-                                                                       self.context.tier_name),
-                         name=f"kvbench-s3-cleanup-{self.context.tier_name}")
-        if failure is None:
-            return
+        self._cleanups.clean(
+            self._place, lambda: delete_prefix(self.s3, self.bucket, self.key_prefix, self.context.tier_name),
+            name=f"kvbench-s3-cleanup-{self.context.tier_name}", items=self._left_items,
+            said=lambda left: f"{len(left['objects'])} objects and {len(left['uploads'])} unfinished multipart "
+                              f"uploads left under s3://{self.bucket}/{self.key_prefix}")
+
+    def _left_items(self) -> dict[str, Any]:
+        """What this run may have left: the objects it stored and did not delete, the uploads not ended."""
         with self._stored_lock:
             objects = sorted(self._stored)
         uploads = [{"key": name, "upload_id": upload_id} for name, upload_id in sorted(self._transfers.uploads.items())]
-        self._left = record(Leftovers(self._place, self.context.run_id,
-                                      {"prefix": self.key_prefix, "objects": objects, "uploads": uploads}))
-        self._notes.append(
-            f"{self.context.label('s3')}: could not clean up ({type(failure).__name__}: {failure}): "
-            f"{len(objects)} objects and {len(uploads)} unfinished multipart uploads left under "
-            f"s3://{self.bucket}/{self.key_prefix} (listed in sections.leftovers); the next run on this bucket "
-            "removes them, or kvbench clean SPEC")
+        return {"prefix": self.key_prefix, "objects": objects, "uploads": uploads}
 
     @property
     def _place(self) -> str:
@@ -196,25 +192,19 @@ class S3Backend(ClientBackend):
         return f"s3 {self.endpoint} {self.bucket}/{self.options['prefix']}"
 
     def _remove_recorded_leftovers(self) -> None:
-        """What earlier runs recorded as left on this bucket: removed (under the cleanup deadline), said."""
-        for left in pending(self._place):
-            prefix = str(left.items.get("prefix", ""))
-            if not prefix.startswith(f"{self.options['prefix']}kvbench/"):
-                continue  # not a run prefix of this place: never delete outside kvbench's own
-            failure = within(self.cleanup_timeout_s, lambda prefix=prefix: delete_prefix(
-                self.s3, self.bucket, prefix, self.context.tier_name), name="kvbench-s3-leftovers")
-            if failure is None:
-                forget(left)
-                self._notes.append(f"{self.context.label('s3')}: removed what run {left.run_id} left under "
-                                   f"s3://{self.bucket}/{prefix} ({left.count} objects and uploads listed)")
+        """What earlier runs recorded as left on this bucket: removed (under the cleanup deadline), said.
+        Only a run prefix of this place: never delete outside kvbench's own."""
+        self._cleanups.remove_recorded(
+            self._place, lambda prefix: prefix.startswith(f"{self.options['prefix']}kvbench/"),
+            lambda prefix: delete_prefix(self.s3, self.bucket, prefix, self.context.tier_name),
+            name="kvbench-s3-leftovers", where=lambda prefix: f"s3://{self.bucket}/{prefix}",
+            what="objects and uploads")
 
     def notes(self) -> list[str]:
-        return list(self._notes)
+        return list(self._cleanups.notes)
 
     def leftovers(self) -> dict[str, Any] | None:
-        if self._left is None:
-            return None
-        return {**self._left.items, "record": str(self._left.path) if self._left.path else None}
+        return self._cleanups.leftovers()
 
 
 def _timeouts() -> tuple[type[BaseException], ...]:

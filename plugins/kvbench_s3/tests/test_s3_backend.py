@@ -155,6 +155,30 @@ def test_keep_leaves_the_objects_for_inspection(moto_server: MotoServer, s3_opti
     assert object_keys(moto_server, s3_options["bucket"]) == [f"{backend.key_prefix}kept"]
 
 
+def test_what_an_earlier_run_recorded_as_left_is_removed_at_open_and_said(
+        moto_server: MotoServer, s3_options: dict[str, Any], open_backend: Open, pool: NoisePool, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run whose cleanup could not reach the bucket recorded its objects (``ServerCleanup``); the next tier
+    opened on that bucket removes them, drops the record and says so; a prefix not kvbench's stays."""
+    from kvbench_core.contracts.leftovers import Leftovers, pending, record
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    bucket = s3_options["bucket"]
+    dead = open_backend(s3_options, keep=True)
+    dead.write("lost", pool.payload("lost", 3 * PART))
+    dead.close()
+    raw_client(moto_server).put_object(Bucket=bucket, Key="mine/notes.txt", Body=b"theirs")
+    place = f"s3 {moto_server.url} {bucket}/"
+    record(Leftovers(place, dead.context.run_id, {"prefix": dead.key_prefix, "objects": [f"{dead.key_prefix}lost"],
+                                                   "uploads": []}))
+    record(Leftovers(place, "user", {"prefix": "mine/", "objects": ["mine/notes.txt"]}))
+    backend = open_backend(s3_options)
+    assert object_keys(moto_server, bucket) == ["mine/notes.txt"]
+    assert [left.run_id for left in pending(place)] == ["user"]
+    assert backend.notes() == [f"tier 's3' (s3): removed what run {dead.context.run_id} left under "
+                               f"s3://{bucket}/{dead.key_prefix} (1 objects and uploads listed)"]
+
+
 def test_an_endpoint_that_is_down_is_unavailable_naming_it(s3_options: dict[str, Any]) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     backend = S3Backend({**s3_options, "endpoint_url": url}, BackendContext(tier_name="cold", run_id="r"))
