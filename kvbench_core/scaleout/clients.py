@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvbench_core.contracts.errors import UserError
+from kvbench_core.results.merge import ClientReport
 from kvbench_core.runspec.plan import RunPlan, TierPlan
 
 
@@ -23,6 +24,17 @@ class ClientFailed(UserError):
     """A client (process or rank) died or failed; the message names it and how it ended."""
 
     exit_code = 6
+
+
+def client_failure(reports: list[ClientReport], label: str) -> ClientFailed | None:
+    """The error for the clients that failed or ended without a result, each named with how it ended; its
+    exit code is the first such client's own non-zero one (a spec error's 2 stays 2), else ``ClientFailed``'s."""
+    failed = [r for r in reports if r.failed]
+    if not failed:
+        return None
+    error = ClientFailed("; ".join(r.describe_failure(label) for r in failed))
+    error.exit_code = next((r.extra["exit_code"] for r in failed if r.extra.get("exit_code")), ClientFailed.exit_code)
+    return error
 
 
 @dataclass(frozen=True)

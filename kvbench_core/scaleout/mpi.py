@@ -39,7 +39,14 @@ from kvbench_core.engine.measure.progress import ProgressPrinter, ProgressScope
 from kvbench_core.results.merge import ClientReport, merge_results
 from kvbench_core.results.trial import RunnerSlot, TrialRun, run_once
 from kvbench_core.runspec.plan import RunPlan
-from kvbench_core.scaleout.clients import ClientFailed, ClientLayout, DirectorySnapshot, client_plan, tier_directories
+from kvbench_core.scaleout.clients import (
+    ClientFailed,
+    ClientLayout,
+    DirectorySnapshot,
+    client_failure,
+    client_plan,
+    tier_directories,
+)
 from kvbench_core.scaleout.rank_watch import RankWatch, hear_bye, say_bye
 
 #: World-size variables set by common MPI launchers (Open MPI, MPICH/Intel MPI hydra, MVAPICH).
@@ -165,13 +172,9 @@ class MpiRanks:
         reports = [self._report(r, plans[r], run_id, gathered.get(r), watch) for r in range(self.size)]
         merged = merge_results(reports, mode="mpi", label="rank", run_id=run_id, trial=trial,
                                as_written=as_written, spec=plan.spec, started_at=started)
-        failed = [r for r in reports if r.failed]
+        failure = client_failure(reports, "rank")
         survivors = sorted(set(gathered) - {0})
-        verdict: tuple[str | None, int, list[int]] = (None, 0, survivors)
-        if failed:
-            verdict = ("; ".join(r.describe_failure("rank") for r in failed),
-                       next((r.extra["exit_code"] for r in failed if r.extra["exit_code"]), ClientFailed.exit_code),
-                       survivors)
+        verdict = (None, 0, survivors) if failure is None else (failure.args[0], failure.exit_code, survivors)
         watch.tell_verdict(verdict, set(gathered))
         return merged, verdict
 

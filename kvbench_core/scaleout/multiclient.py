@@ -39,7 +39,7 @@ from kvbench_core.engine.measure.progress import ProgressPrinter, ProgressScope
 from kvbench_core.results.merge import ClientReport, merge_results
 from kvbench_core.results.trial import RunnerSlot, TrialRun, run_once, stop_on_signals
 from kvbench_core.runspec.plan import RunPlan
-from kvbench_core.scaleout.clients import ClientFailed, ClientLayout, DirectorySnapshot, client_plan, tier_directories
+from kvbench_core.scaleout.clients import ClientLayout, DirectorySnapshot, client_failure, client_plan, tier_directories
 
 POLL_S = 0.2
 WORST_CLIENT = "worst client"  # whose p95 the aggregate progress line shows (see ``worst_p95``)
@@ -79,49 +79,61 @@ class LocalClients:
 
     def run_trial(self, as_written: dict[str, Any], plan: RunPlan, *, run_id: str, trial: int,
                   printer: ProgressPrinter) -> TrialRun:
-        context = multiprocessing.get_context("spawn")
-        total = self.layout.total
         plans = local_client_plans(plan)
         snapshot = DirectorySnapshot([d for p in plans for d in tier_directories(p)])
-        host = socket.gethostname()
-        reports = [ClientReport(index=i, run_id=self.layout.run_id(run_id, i), seed=plans[i].seed,
-                                users=plans[i].users_for_client(i), directories=tier_directories(plans[i]), host=host)
-                   for i in range(total)]
-        pipes = [context.Pipe() for _ in range(total)]
-        processes = [context.Process(target=client_main, name=f"kvbench-client{i}",
-                                     args=(ClientJob(i, plans[i], as_written, reports[i].run_id, trial), pipes[i][1]))
-                     for i in range(total)]
+        reports = self._reports(plans, run_id)
         self._stop_reasons.clear()
         started = time.time()
-        for process, report, (_, child_end) in zip(processes, reports, pipes, strict=True):
-            process.start()
-            child_end.close()  # the child holds it now; EOF on ours then means the child is gone
-            report.pid = process.pid
+        processes, conns = _start(plans, as_written, trial, reports)
         try:
-            _Coordinator(processes, [parent for parent, _ in pipes], reports, printer, self._stop_reasons).run()
+            _Coordinator(processes, conns, reports, printer, self._stop_reasons).run()
         finally:
-            for process in processes:
-                process.join(JOIN_S)
-                if process.is_alive():
-                    process.kill()
-                    process.join()
-            for report in reports:
-                if report.result is None:
-                    for directory in report.directories:
-                        snapshot.remove_leftovers(directory, report.run_id)
-            snapshot.remove_empty()
+            _reap(processes, reports, snapshot)
         printer.finish()
-        failed = [r for r in reports if r.failed]
-        error = None
-        if failed:
-            error = ClientFailed("; ".join(r.describe_failure("client") for r in failed))
-            codes = [r.extra.get("exit_code") for r in failed if r.extra.get("exit_code")]
-            error.exit_code = codes[0] if codes else ClientFailed.exit_code
+        error = client_failure(reports, "client")
         if not any(r.result for r in reports):
             return TrialRun(None, error=error)
         merged = merge_results(reports, mode="local", label="client", run_id=run_id, trial=trial,
                                as_written=as_written, spec=plan.spec, started_at=started)
         return TrialRun(merged, error=error)
+
+    def _reports(self, plans: list[RunPlan], run_id: str) -> list[ClientReport]:
+        """What the coordinator will know of each client: who it is (its pid once started) and its result."""
+        host = socket.gethostname()
+        return [ClientReport(index=i, run_id=self.layout.run_id(run_id, i), seed=plans[i].seed,
+                             users=plans[i].users_for_client(i), directories=tier_directories(plans[i]), host=host)
+                for i in range(self.layout.total)]
+
+
+def _start(plans: list[RunPlan], as_written: dict[str, Any], trial: int,
+           reports: list[ClientReport]) -> tuple[list[Any], list[Connection]]:
+    """Start one ``spawn`` process per client, each with the child end of its own pipe (then closed here, so
+    end-of-file on ours means the child is gone); the processes and our ends, their pids in ``reports``."""
+    context = multiprocessing.get_context("spawn")
+    pipes = [context.Pipe() for _ in reports]
+    processes = [context.Process(target=client_main, name=f"kvbench-client{i}",
+                                 args=(ClientJob(i, plans[i], as_written, reports[i].run_id, trial), pipes[i][1]))
+                 for i in range(len(reports))]
+    for process, report, (_, child_end) in zip(processes, reports, pipes, strict=True):
+        process.start()
+        child_end.close()
+        report.pid = process.pid
+    return processes, [parent for parent, _ in pipes]
+
+
+def _reap(processes: list[Any], reports: list[ClientReport], snapshot: DirectorySnapshot) -> None:
+    """Every client gone (one that outlives ``JOIN_S`` after its result is killed), and what a client that
+    sent no result left in its directories removed for it."""
+    for process in processes:
+        process.join(JOIN_S)
+        if process.is_alive():
+            process.kill()
+            process.join()
+    for report in reports:
+        if report.result is None:
+            for directory in report.directories:
+                snapshot.remove_leftovers(directory, report.run_id)
+    snapshot.remove_empty()
 
 
 class _Coordinator:

@@ -26,7 +26,6 @@ KNOWN = {
     "kvbench_core/cli/run_cmd.py:summarize",  # the run summary (others are editing run_cmd's lines)
     "kvbench_core/cli/run_cmd.py:render_plan",
     "kvbench_core/engine/run/runner.py:Runner._finish",  # runner.py is being edited (#30 §3, #29)
-    "kvbench_core/scaleout/multiclient.py:LocalClients.run_trial",  # scaleout/ was being edited (rank loss, #29)
 }
 
 
