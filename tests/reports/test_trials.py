@@ -25,7 +25,8 @@ def test_statistics_are_median_min_max_and_sample_cv() -> None:
 
 def test_trials_write_each_result_and_a_summary_whose_headline_is_the_median(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    spec = tiny_spec(tmp_path, duration="700ms", trial_pause="100ms")
+    # A request-count stop: 20 requests a trial (a p95's minimum for `completed`) however loaded the machine.
+    spec = tiny_spec(tmp_path, duration="60s", requests=20, trial_pause="100ms")
     assert main(["run", str(spec), "--trials", "3", "--quiet"]) == 0
     out = capsys.readouterr().out
     trial_files = sorted((tmp_path / "out").glob("*-trial*.json"))

@@ -307,7 +307,7 @@ def test_spec_declare_lists_the_missing_declaration_fields(write_spec: Any, caps
 
 @pytest.mark.skipif(not HAS_NVME, reason="the kvbench-nvme plugin is not installed")
 def test_the_quickstart_spec_is_valid() -> None:
-    _, spec = load_spec(Path(__file__).parents[1] / "specs" / "quickstart.yaml")
+    _, spec = load_spec(Path(__file__).parents[2] / "specs" / "quickstart.yaml")
     assert [tier["backend"] for tier in spec["cache"]["tiers"]] == ["cpu", "nvme"]
 
 
