@@ -276,6 +276,53 @@ class ResultDocument:
     def headline(self) -> Mapping[str, Any]:
         return self.metrics.get("headline") or {}
 
+    # The measurement-shaped parts of ``metrics`` and the other sections the reports read, each by one name:
+    # empty (never None) where the document has none, so a reader asks once and never guards a missing key.
+    @property
+    def window(self) -> Mapping[str, Any]:
+        """``metrics.window``: the measured window's length and ends (none before it opened, nor in a summary)."""
+        return self.metrics.get("window") or {}
+
+    @property
+    def requests(self) -> Mapping[str, Any]:
+        """``metrics.requests``: the window's request and token counts."""
+        return self.metrics.get("requests") or {}
+
+    @property
+    def tiers(self) -> Mapping[str, Mapping[str, Any]]:
+        """``metrics.tiers``: each tier's figures by name, in the cache's order."""
+        return self.metrics.get("tiers") or {}
+
+    @property
+    def class_figures(self) -> Mapping[str, Mapping[str, Any]]:
+        """``metrics.qos``: each QoS class's requests, latencies, targets and verdict."""
+        return self.metrics.get("qos") or {}
+
+    @property
+    def histograms(self) -> Mapping[str, Any]:
+        """``metrics.histograms``: the requests' mergeable latency histograms."""
+        return self.metrics.get("histograms") or {}
+
+    @property
+    def series(self) -> tuple[Mapping[str, Any], ...]:
+        """``timeseries``: the run's interval points, in time order (none in a summary)."""
+        return self.timeseries or ()
+
+    @property
+    def autoscaler_summary(self) -> Mapping[str, Any]:
+        """``autoscaling.summary``: what the run's autoscaler concluded (a search's answer and steps)."""
+        return (self.autoscaling or {}).get("summary") or {}
+
+    @property
+    def trajectory(self) -> tuple[Mapping[str, Any], ...]:
+        """``autoscaling.trajectory``: the autoscaler's steps, in order."""
+        return tuple((self.autoscaling or {}).get("trajectory") or ())
+
+    @property
+    def io_log(self) -> str | None:
+        """The I/O log the run wrote (``spec.resolved.output.io_log``), None when it wrote none."""
+        return (self.spec.resolved.get("output") or {}).get("io_log")
+
     @property
     def bytes_per_token(self) -> int:
         return int((self.model or {}).get("bytes_per_token_all_ranks") or 0)

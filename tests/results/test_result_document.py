@@ -88,3 +88,16 @@ def test_a_new_document_writes_only_the_sections_it_has(written: tuple[Path, Pat
     read = ResultDocument.read(written[0])
     built = dataclasses.replace(read, order=(), extra={})
     assert set(built.to_json()) == set(json.loads(written[0].read_text())) - {"scale_out", "clients", "trials"}
+
+
+def test_the_sections_reports_read_are_the_jsons_and_empty_where_absent(written: tuple[Path, Path]) -> None:
+    trial_path, summary_path = written
+    trial, summary = ResultDocument.read(trial_path), ResultDocument.read(summary_path)
+    data = json.loads(trial_path.read_text())
+    metrics = data["metrics"]
+    assert (trial.window, trial.requests, trial.tiers, trial.class_figures, trial.histograms) == (
+        metrics["window"], metrics["requests"], metrics["tiers"], metrics["qos"], metrics["histograms"])
+    assert list(trial.series) == data["timeseries"] and list(trial.tiers) == ["dram", "disk"]
+    assert trial.io_log == data["spec"]["resolved"]["output"].get("io_log")
+    assert (summary.window, summary.tiers, summary.series, summary.autoscaler_summary, summary.trajectory) == (
+        {}, {}, (), {}, ())
