@@ -226,6 +226,12 @@ class ResultDocument:
             raise InputFileError(f"{where}: not a complete kvbench result ({error})") from None
 
     @classmethod
+    def of(cls, result: ResultDocument | Mapping[str, Any]) -> ResultDocument:
+        """``result`` as a document: a document as it is, a result's JSON a caller still holds read once
+        (``unchecked``: what was written is rendered, the judging is ``kvbench check``'s)."""
+        return result if isinstance(result, ResultDocument) else cls.unchecked(result)
+
+    @classmethod
     def _build(cls, data: Mapping[str, Any]) -> ResultDocument:
         trials = data.get("trials")
         clients = data.get("clients")

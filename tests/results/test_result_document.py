@@ -101,3 +101,9 @@ def test_the_sections_reports_read_are_the_jsons_and_empty_where_absent(written:
     assert trial.io_log == data["spec"]["resolved"]["output"].get("io_log")
     assert (summary.window, summary.tiers, summary.series, summary.autoscaler_summary, summary.trajectory) == (
         {}, {}, (), {}, ())
+
+
+def test_of_takes_a_document_as_it_is_and_reads_json_once(written: tuple[Path, Path]) -> None:
+    document = ResultDocument.read(written[0])
+    assert ResultDocument.of(document) is document
+    assert ResultDocument.of(document.to_json()) == document
