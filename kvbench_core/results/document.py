@@ -295,6 +295,11 @@ class ResultDocument:
         return self.metrics.get("requests") or {}
 
     @property
+    def request_latency(self) -> Mapping[str, Any]:
+        """``metrics.latency_ms``: the requests' end-to-end, queue-wait and storage latency statistics."""
+        return self.metrics.get("latency_ms") or {}
+
+    @property
     def tiers(self) -> Mapping[str, Mapping[str, Any]]:
         """``metrics.tiers``: each tier's figures by name, in the cache's order."""
         return self.metrics.get("tiers") or {}

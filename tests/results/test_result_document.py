@@ -95,8 +95,9 @@ def test_the_sections_reports_read_are_the_jsons_and_empty_where_absent(written:
     trial, summary = ResultDocument.read(trial_path), ResultDocument.read(summary_path)
     data = json.loads(trial_path.read_text())
     metrics = data["metrics"]
-    assert (trial.window, trial.requests, trial.tiers, trial.class_figures, trial.histograms) == (
-        metrics["window"], metrics["requests"], metrics["tiers"], metrics["qos"], metrics["histograms"])
+    assert (trial.window, trial.requests, trial.request_latency, trial.tiers, trial.class_figures,
+            trial.histograms) == (metrics["window"], metrics["requests"], metrics["latency_ms"], metrics["tiers"],
+                                  metrics["qos"], metrics["histograms"])
     assert list(trial.series) == data["timeseries"] and list(trial.tiers) == ["dram", "disk"]
     assert trial.io_log == data["spec"]["resolved"]["output"].get("io_log")
     assert (summary.window, summary.tiers, summary.series, summary.autoscaler_summary, summary.trajectory) == (
