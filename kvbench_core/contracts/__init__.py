@@ -24,8 +24,8 @@ from typing import Any
 
 _NAMES: dict[str, tuple[str, ...]] = {
     "autoscaler": ("Autoscaler", "Decision", "TelemetrySample"),
-    "backend": ("DISCARD", "BackendContext", "ByteSink", "ByteSource", "DiscardSink", "IOTiming", "StorageBackend",
-                "check_key"),
+    "backend": ("DISCARD", "BackendContext", "ByteSink", "ByteSource", "DiscardSink", "DoneWrite",
+                "IOTiming", "PendingWrite", "StorageBackend", "check_key"),
     "buffers": ("ThreadBuffers", "consume_pieces", "fill_pieces"),
     "codec": ("CODECS_EXTRA_HINT", "Codec"),
     "errors": ("BackendUnavailable", "Cancelled", "EntryGone", "InputFileError", "IntegrityError",

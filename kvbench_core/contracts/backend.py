@@ -85,6 +85,26 @@ class ByteSink(Protocol):
         """Receive the entry's bytes ``[offset, offset + len(data))``; ``data`` is reused after return."""
 
 
+class PendingWrite(Protocol):
+    """A write that ``write_pipelined`` started: the entry is durable once ``result`` has returned."""
+
+    def result(self) -> IOTiming:
+        """Wait until the entry is durable (as ``write`` returns) and give its timing, from its first command
+        to that durable end; raises what ``write`` would have raised for this entry."""
+
+
+class DoneWrite:
+    """A ``PendingWrite`` whose write had already completed when it was made (the default pipelining)."""
+
+    __slots__ = ("timing",)
+
+    def __init__(self, timing: IOTiming) -> None:
+        self.timing = timing
+
+    def result(self) -> IOTiming:
+        return self.timing
+
+
 class DiscardSink:
     """The default sink: the benchmark reads for the device's sake, not for the bytes."""
 
@@ -170,6 +190,16 @@ class StorageBackend(Configurable, abc.ABC):
     @abc.abstractmethod
     def write(self, key: str, source: ByteSource) -> IOTiming:
         """Store ``source.size`` bytes under ``key`` (overwriting), durably as the options say."""
+
+    def write_pipelined(self, key: str, source: ByteSource) -> PendingWrite:
+        """Start ``write(key, source)`` and return once the caller may start its next write on this thread;
+        the entry is durable only when the returned ``PendingWrite.result()`` has returned.  A stream that
+        keeps one write pending while it starts the next keeps the device's queue full across entries
+        (issue 32 §1): a file tier returns when the entry's data commands are done and finishes its fsync
+        and close meanwhile.  ``source`` is not used after this returns; an error is raised here or from
+        ``result``, for this entry alone; a read, delete or rewrite of ``key`` waits for it.  The default
+        writes the entry whole, so pipelining changes nothing for a tier that does not override it."""
+        return DoneWrite(self.write(key, source))
 
     @abc.abstractmethod
     def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:

@@ -51,24 +51,35 @@ class EntryFilesBackend(StorageBackend):
     @contextlib.contextmanager
     def new_entry_file(self, key: str) -> Iterator[str]:
         """The path to (re)write ``key``'s file at, tracked as this backend's before the file exists; when
-        the block raises, the file is deleted, so a half-written entry is never left behind.
+        the block raises, the file is deleted, so a half-written entry is never left behind
+        (``entry_file_failed``)."""
+        path = self.track_entry_file(key)
+        try:
+            yield path
+        except BaseException as error:
+            self.entry_file_failed(path, error)
+            raise
 
-        A write cancelled at the drain limit leaves its file to ``close`` instead: unlinking a multi-GiB
-        file takes seconds on a busy disk (1.4 s for 2 GiB in Test 4's reproduction, issue 16), and several
-        cancelled writes deleting theirs at once kept the drain 5 s past its limit."""
+    def track_entry_file(self, key: str) -> str:
+        """``key``'s file path, tracked as this backend's before the file exists (``new_entry_file``'s first
+        half, for a write whose end runs elsewhere: a pipelined write's fsync on a completion thread)."""
         path = self.path_of(key)
         with self._files_lock:
             self._files.add(path)
             self._cut_short.discard(path)
-        try:
-            yield path
-        except Cancelled:
+        return path
+
+    def entry_file_failed(self, path: str, error: BaseException) -> None:
+        """The write of ``path`` raised ``error``: the half-written file is deleted now.
+
+        A write cancelled at the drain limit leaves its file to ``close`` instead: unlinking a multi-GiB
+        file takes seconds on a busy disk (1.4 s for 2 GiB in Test 4's reproduction, issue 16), and several
+        cancelled writes deleting theirs at once kept the drain 5 s past its limit."""
+        if isinstance(error, Cancelled):
             with self._files_lock:
                 self._cut_short.add(path)
-            raise
-        except BaseException:
+        else:
             self._forget(path)
-            raise
 
     def delete(self, key: str) -> None:
         if not self._cleaning_up:  # at the end of the run, the file stays tracked for close to hand over

@@ -56,11 +56,21 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import time
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from kvbench_core.contracts.backend import DISCARD, BackendContext, ByteSink, ByteSource, IOTiming, check_key
+from kvbench_core.contracts.backend import (
+    DISCARD,
+    BackendContext,
+    ByteSink,
+    ByteSource,
+    IOTiming,
+    PendingWrite,
+    check_key,
+)
 from kvbench_core.contracts.errors import BackendUnavailable, SpecError
 from kvbench_core.contracts.units import parse_size, size_schema
 from kvbench_core.contracts.validation import with_defaults
@@ -68,6 +78,7 @@ from kvbench_core.filetiers.accounting import Phase
 from kvbench_core.filetiers.directory import CREATE_OPTION, TierDirectory
 from kvbench_core.filetiers.entry_files import EntryFilesBackend
 from kvbench_core.filetiers.fsinfo import describe_location
+from kvbench_core.filetiers.pipeline import WriteCompleter
 from kvbench_nvme.engine_contract import EngineSettings
 from kvbench_nvme.engines import ENGINES, make_engine
 from kvbench_nvme.uring import ALIGN, UringUnavailable
@@ -96,6 +107,17 @@ def transfer_size_of(options: dict[str, Any], where: str) -> int:
         raise SpecError(f"{where}: with direct: true the transfer size must be a multiple of 4 KiB, "
                         f"got {value!r} ({size} B)")
     return size
+
+@dataclass(frozen=True, slots=True)
+class _OpenEntry:
+    """An entry whose data is written and whose file is still open: what its fsync and close need."""
+
+    path: str
+    fd: int
+    phase: Phase
+    start: float
+    size: int
+
 
 class NVMeBackend(EntryFilesBackend):
     """A directory of files on a local filesystem, driven with raw POSIX I/O."""
@@ -147,6 +169,7 @@ class NVMeBackend(EntryFilesBackend):
         self.engine = make_engine(self.options["engine"], EngineSettings(
             transfer_size=self.transfer_size, queue_depth=self.queue_depth, direct=self.direct,
             concurrency=context.concurrency, thread_name=f"kvbench-{self.name}"))
+        self.completer = WriteCompleter(context.concurrency, f"kvbench-{self.name}-fsync")
 
     @classmethod
     def check_options(cls, options: dict[str, Any], path: str) -> None:
@@ -197,30 +220,60 @@ class NVMeBackend(EntryFilesBackend):
                 os.unlink(path)
 
     def close(self) -> None:
+        self.completer.close()  # every pending write's file is closed before the files are removed
         self.engine.close()
         self._remove_files()
 
     # -- data path -------------------------------------------------------------------------------
 
     def write(self, key: str, source: ByteSource) -> IOTiming:
+        return self._finish_write(self._write_data(key, source))
+
+    def write_pipelined(self, key: str, source: ByteSource) -> PendingWrite:
+        """Return when the entry's data commands are done; its fsync and close run on a completion thread
+        (``kvbench_core.filetiers.pipeline``) while the caller starts its next entry."""
+        self.completer.wait(key)  # a rewrite of a key still pending: one operation on a file at a time
+        return self.completer.submit(key, functools.partial(self._finish_write, self._write_data(key, source)))
+
+    def _write_data(self, key: str, source: ByteSource) -> _OpenEntry:
+        """Open the entry's file and write all of it (an unaligned O_DIRECT tail truncated); the file stays
+        open for ``_finish_write``.  A failed write leaves no half-written file behind."""
         size = source.size
         phase = Phase(self.engine.commands_in_flight)  # psync's fills may still run ahead in parallel
         start = time.perf_counter()
-        with self.new_entry_file(key) as path:  # a failed write leaves no half-written file behind
+        path = self.track_entry_file(key)
+        fd = -1
+        try:
             fd = phase.timed_syscall(os.open, path, self._write_flags, 0o644)
-            try:
-                self.engine.write(fd, key, source, size, phase, self.context.io_log)
-                if self.direct and size % ALIGN:
-                    phase.timed_syscall(os.ftruncate, fd, size)
-                if self.fsync:
-                    phase.timed_syscall(os.fsync, fd)
-            except BaseException:
+            self.engine.write(fd, key, source, size, phase, self.context.io_log)
+            if self.direct and size % ALIGN:
+                phase.timed_syscall(os.ftruncate, fd, size)
+        except BaseException as error:
+            if fd >= 0:
                 os.close(fd)
+            self.entry_file_failed(path, error)
+            raise
+        return _OpenEntry(path, fd, phase, start, size)
+
+    def _finish_write(self, entry: _OpenEntry) -> IOTiming:
+        """fsync (``fsync: true``) and close the written file: the entry is durable when this returns, and
+        its timing runs from its first syscall to here."""
+        phase = entry.phase
+        try:
+            try:
+                if self.fsync:
+                    phase.timed_syscall(os.fsync, entry.fd)
+            except BaseException:
+                os.close(entry.fd)
                 raise
-            phase.timed_syscall(os.close, fd)
-        return phase.timing(start, time.perf_counter(), size)
+            phase.timed_syscall(os.close, entry.fd)
+        except BaseException as error:
+            self.entry_file_failed(entry.path, error)
+            raise
+        return phase.timing(entry.start, time.perf_counter(), entry.size)
 
     def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
+        self.completer.wait(key)  # never a read of an entry before its fsync
         path = self.path_of(key)
         phase = Phase(self.engine.commands_in_flight)
         start = time.perf_counter()
@@ -239,6 +292,7 @@ class NVMeBackend(EntryFilesBackend):
     def read_range(self, key: str, offset: int, out: memoryview) -> None:
         """Buffered ``preadv`` straight into the caller's buffer (which need not be aligned):
         a demotion reads what the upper tier just wrote, the page cache may serve it."""
+        self.completer.wait(key)
         fd = os.open(self.path_of(key), os.O_RDONLY | os.O_CLOEXEC)
         log = self.context.io_log
         try:
@@ -253,6 +307,10 @@ class NVMeBackend(EntryFilesBackend):
                 got += count
         finally:
             os.close(fd)
+
+    def delete(self, key: str) -> None:
+        self.completer.wait(key)  # its file is closed (or already removed, had its fsync failed) first
+        super().delete(key)
 
     # -- declaration -----------------------------------------------------------------------------
 
