@@ -18,6 +18,7 @@ from kvbench_core.capacity.search import steps_needed
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.contracts.units import parse_duration
 from kvbench_core.reports.capacity import answer_line, capacity_of, curve_lines
+from kvbench_core.results.document import ResultDocument
 from kvbench_core.runspec.loader import load_plan
 from kvbench_core.runspec.plan import RunPlan, autoscaler_ceiling
 from kvbench_core.runspec.rerun import OVERRIDE_FLAG
@@ -84,7 +85,7 @@ def handle(args: argparse.Namespace) -> int:
     outcome = run_session(as_written, plan, quiet=args.quiet or args.json)
     if not outcome.writer:
         return outcome.exit_code
-    result = outcome.results[0] if outcome.results else None
+    result = outcome.results[0] if outcome.results else None  # the search's one run
     path = str(outcome.paths[0]) if outcome.paths else None
     if args.json:
         print(json.dumps(json_answer(result, path, budget), indent=2))
@@ -95,14 +96,15 @@ def handle(args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
-def _print_answer(result: dict[str, Any] | None, path: str | None, reports: list[Any]) -> None:
+def _print_answer(result: ResultDocument | None, path: str | None, reports: list[Any]) -> None:
     """The answer, the capacity curve, the run's status, and where the result and reports are."""
-    print(answer_line(result) if result and capacity_of(result) else "max users within SLA: no answer "
+    data = result.to_json() if result is not None else {}
+    print(answer_line(data) if capacity_of(data) else "max users within SLA: no answer "
           "(the run ended before its first step was judged)")
-    for line in curve_lines(result or {}):
+    for line in curve_lines(data):
         print(f"  {line}")
     if result is not None:
-        print(f"run [{result['run']['status']}] {result['run']['stop_reason']}")
+        print(f"run [{result.run.status}] {result.run.stop_reason}")
     if path:
         print(f"result: {path}")
     for report in reports:
@@ -155,11 +157,11 @@ def plan_lines(plan: RunPlan, *, budget: float, warmup: float, search_s: float, 
     return lines
 
 
-def json_answer(result: dict[str, Any] | None, path: str | None, budget: float) -> dict[str, Any]:
+def json_answer(result: ResultDocument | None, path: str | None, budget: float) -> dict[str, Any]:
     """The answer for scripts: the figures of the summary, the steps without their histograms."""
-    summary = (capacity_of(result) if result else None) or {}
+    summary = (capacity_of(result.to_json()) if result is not None else None) or {}
     keep = ("load_kind", "max_users_within_sla", "max_arrival_rate_percent_within_sla", "ci95", "at_least",
             "limited_by", "confidence", "method", "search_finished", "bracket", "judged_steps")
     return {**{key: summary[key] for key in keep if key in summary}, "budget_s": budget,
-            "status": (result or {}).get("run", {}).get("status"), "result": path,
+            "status": result.run.status if result is not None else None, "result": path,
             "steps": [{k: v for k, v in step.items() if k != "histograms"} for step in summary.get("steps") or []]}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from kvbench_core.codecs.figures import codec_line
@@ -19,6 +20,7 @@ from kvbench_core.exports.live_metrics import require_metrics
 from kvbench_core.reports import require_formats
 from kvbench_core.reports.capacity import answer_line
 from kvbench_core.reports.verdicts import explain, starved_classes
+from kvbench_core.results.document import ResultDocument
 from kvbench_core.results.invariants import attention_lines
 from kvbench_core.runspec.loader import load_plan
 from kvbench_core.runspec.rerun import OVERRIDE_FLAG
@@ -67,7 +69,7 @@ def handle(args: argparse.Namespace) -> int:
         return outcome.exit_code
     for result, path in zip(outcome.results, outcome.paths, strict=True):
         print(summarize(result))
-        for line in outcome.deletions.get(result["run"]["id"], []):  # finished after the result was written
+        for line in outcome.deletions.get(result.run.id, []):  # finished after the result was written
             print(f"  cleanup: {line}")
         if args.verbose:
             print(tier_percentiles(result))
@@ -84,55 +86,80 @@ def handle(args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
-def summarize(result: dict[str, Any]) -> str:
-    """A short human summary of one result (the JSON holds everything)."""
-    run = result["run"]
-    metrics = result.get("metrics") or {}
-    head = metrics.get("headline") or {}
+def summarize(result: ResultDocument | Mapping[str, Any]) -> str:
+    """A short human summary of one result (the JSON holds everything): the document, or its JSON as a file or
+    a test writes it (the sections the summary reads are the document's JSON sections)."""
+    data = result.to_json() if isinstance(result, ResultDocument) else result
+    run, metrics = data["run"], data.get("metrics") or {}
     # A run that failed before its window opened has no figures to show, and its cause is the error line
     # printed after the summary: say only that (a block of zeros and the cause twice read as a result).
     figures = bool((metrics.get("window") or {}).get("measured_s")) or not run.get("error")
     # The rule that decided the status, in words (results/status.py); a result from before the rules: its stop.
     reason = (run.get("status_reason") or run["stop_reason"]) if figures else "before the measured window opened"
-    lines = [f"{run['name'] or 'run'} [{run['status']}] {reason}", *attention_lines(result)]
-    scale = result.get("scale_out")
-    if scale:
-        lines.append(f"  {scale['clients']} {scale['label']}s ({scale['mode']}), users {scale['users_scope']}: "
-                     f"{scale['users_per_client']} = {scale['users_total']}; clock skew {scale['clock_skew_s']:.6f} s")
-    if head and figures:
-        window = metrics["window"]["measured_s"]
-        lines.append(f"  requests {head['requests_completed']} in {window:.1f}s; "
-                     f"{_fmt(head['avg_throughput_tokens_per_sec'])} tok/s wall-clock, "
-                     f"e2e p95 {_fmt(head['end_to_end_latency_p95_ms'])} ms, "
-                     f"cache hit rate {_fmt(head['cache_hit_rate'])}")
-        lines += outcome_lines(metrics, result.get("workload") or {})
-        lines += phase_lines(run.get("phases_s") or {})
-        verdicts = [f"{name} {_fmt(c['service_latency_ms']['p95'])}/{_fmt(c['sla_p95_ms'])} ms "
-                    f"{'met' if c['sla_met'] else 'MISSED'}"
-                    for name, c in (metrics.get("qos") or {}).items() if c["requests"] and "service_latency_ms" in c]
-        verdicts += starved_classes(result)
-        if verdicts:
-            lines.append(f"  QoS service p95 / SLA: {', '.join(verdicts)}")
-        answer = answer_line(result)
-        if answer:
-            lines.append(f"  {answer}")
-        for verdict in explain(result):
-            lines += [f"    {verdict.why}", f"    {verdict.next_step}"]
-        for name, tier in metrics["tiers"].items():
-            read, write = tier["read"], tier["write"]
-            lines.append(
-                f"  {name:<10} read {_moved(read) / 1e9:8.3f} GB @ {_bw(read)}  "
-                f"write {_moved(write) / 1e9:8.3f} GB @ {_bw(write)}  "
-                f"read p95 {_fmt(read['latency_ms']['total']['p95'])} ms "
-                f"(device {_fmt(read['latency_ms']['device']['p95'])})  "
-                f"write p95 {_fmt(write['latency_ms']['total']['p95'])} ms "
-                f"(device {_fmt(write['latency_ms']['device']['p95'])})")
-            lines += command_lines(name, tier)
-            lines += dedup_lines(tier)
-            coded = codec_line(tier["codec"]) if "codec" in tier else None
-            if coded:
-                lines.append(f"  {'':<10} {coded}")
+    lines = [f"{run['name'] or 'run'} [{run['status']}] {reason}", *attention_lines(data), *scale_out_lines(data)]
+    if metrics.get("headline") and figures:
+        lines += figure_lines(data)
     return "\n".join(lines)
+
+
+def scale_out_lines(data: Mapping[str, Any]) -> list[str]:
+    """A merged run's clients (or ranks), how its users were spread and the clients' clock skew."""
+    scale = data.get("scale_out")
+    if not scale:
+        return []
+    return [f"  {scale['clients']} {scale['label']}s ({scale['mode']}), users {scale['users_scope']}: "
+            f"{scale['users_per_client']} = {scale['users_total']}; clock skew {scale['clock_skew_s']:.6f} s"]
+
+
+def figure_lines(data: Mapping[str, Any]) -> list[str]:
+    """A measured run's figures: the headline, what did not complete, the wall clock outside the window, the
+    QoS verdicts with their causes and next steps, and each tier."""
+    metrics = data["metrics"]
+    head = metrics["headline"]
+    lines = [f"  requests {head['requests_completed']} in {metrics['window']['measured_s']:.1f}s; "
+             f"{_fmt(head['avg_throughput_tokens_per_sec'])} tok/s wall-clock, "
+             f"e2e p95 {_fmt(head['end_to_end_latency_p95_ms'])} ms, "
+             f"cache hit rate {_fmt(head['cache_hit_rate'])}",
+             *outcome_lines(metrics, data.get("workload") or {}),
+             *phase_lines(data["run"].get("phases_s") or {}),
+             *qos_lines(data)]
+    for name, tier in metrics["tiers"].items():
+        lines += tier_lines(name, tier)
+    return lines
+
+
+def qos_lines(data: Mapping[str, Any]) -> list[str]:
+    """Each QoS class's service p95 against its SLA (a starved one as starved), the capacity answer, and each
+    verdict's why and next step (reports/verdicts.py)."""
+    classes = (data["metrics"].get("qos") or {}).items()
+    verdicts = [f"{name} {_fmt(c['service_latency_ms']['p95'])}/{_fmt(c['sla_p95_ms'])} ms "
+                f"{'met' if c['sla_met'] else 'MISSED'}" for name, c in classes
+                if c["requests"] and "service_latency_ms" in c]
+    verdicts += starved_classes(data)
+    lines = [f"  QoS service p95 / SLA: {', '.join(verdicts)}"] if verdicts else []
+    answer = answer_line(data)
+    if answer:
+        lines.append(f"  {answer}")
+    for verdict in explain(data):
+        lines += [f"    {verdict.why}", f"    {verdict.next_step}"]
+    return lines
+
+
+def tier_lines(name: str, tier: Mapping[str, Any]) -> list[str]:
+    """One tier: bytes, bandwidth and p95 (total and device) per operation, then its entry sizes, its stores
+    without a transfer and its codec, each when there is something to say."""
+    read, write = tier["read"], tier["write"]
+    lines = [f"  {name:<10} read {_moved(read) / 1e9:8.3f} GB @ {_bw(read)}  "
+             f"write {_moved(write) / 1e9:8.3f} GB @ {_bw(write)}  "
+             f"read p95 {_fmt(read['latency_ms']['total']['p95'])} ms "
+             f"(device {_fmt(read['latency_ms']['device']['p95'])})  "
+             f"write p95 {_fmt(write['latency_ms']['total']['p95'])} ms "
+             f"(device {_fmt(write['latency_ms']['device']['p95'])})",
+             *command_lines(name, tier), *dedup_lines(tier)]
+    coded = codec_line(tier["codec"]) if "codec" in tier else None
+    if coded:
+        lines.append(f"  {'':<10} {coded}")
+    return lines
 
 
 def outcome_lines(metrics: dict[str, Any], workload: dict[str, Any]) -> list[str]:
@@ -209,57 +236,81 @@ def dedup_lines(tier: dict[str, Any]) -> list[str]:
             f"{write['dedup_bytes'] / 1e9:.3f} GB another client had committed (not in write GB)"]
 
 
-def render_plan(spec: dict[str, Any], plan: dict[str, Any], *, dry_run: bool = True) -> str:
+def render_plan(spec: Mapping[str, Any], plan: Mapping[str, Any], *, dry_run: bool = True) -> str:
     """The run plan as text (``--dry-run``): what the run will ask of each tier (``-v`` prints it before a real
     run); with several clients, each client's users and directories and the load of all of them."""
-    model, work, offered, clients = plan["model"], plan["workload"], plan["offered"], plan.get("clients")
-    length = (f"{work['warmup_s']:g} s warm-up + {work['duration_s']:g} s measured" if work["duration_s"]
-              else f"{work['requests']} requests")
     kind = "dry run: no tier opened, nothing written" if dry_run else "before the run: drawn without touching storage"
-    whose = "" if not clients else " per client" if clients["users_scope"] == "per_client" else " in client 0"
-    lines = [f"run plan: {spec.get('name') or 'run'} ({kind})",
-             f"  model {model['name']} {model['dtype']} tp {model['tp']}: {format_bytes(model['bytes_per_token'])} "
-             f"per token (all ranks)",
-             f"  workload {work['source']}: {work['users']} users{whose}, max_inflight {work['max_inflight']}, "
-             f"generation {work['generation_ms_per_token']:g} ms/token, {length}"]
-    if clients:
-        users = clients["users"]
-        shares = (f"each with {users[0]} users" if clients["users_scope"] == "per_client"
-                  else "users split " + " + ".join(str(n) for n in users))
-        lines.append(f"  clients: {clients['count']} ({clients['mode']}), {shares} = {clients['users_total']} in all "
-                     f"(users_scope {clients['users_scope']}); entry sizes from client 0's stream, the others draw "
-                     "the same distributions with their own seeds")
-    lines.append(f"  entry sizes per request profile (the run's first {work['sampled_requests']} requests, "
-                 f"seed {spec['seed']}):")
+    clients = plan.get("clients")
+    work = plan["workload"]
+    lines = [f"run plan: {spec.get('name') or 'run'} ({kind})", *_model_and_workload_lines(plan),
+             *_clients_lines(clients),
+             f"  entry sizes per request profile (the run's first {work['sampled_requests']} requests, "
+             f"seed {spec['seed']}):"]
     for name, row in plan["profiles"].items():
         lines.append(f"    {name:<12} {row['requests']:>5} req  context {row['context_tokens_mean']:>9,.0f} tokens  "
                      f"entry {format_bytes(row['entry_bytes_mean']):>11} mean, {format_bytes(row['entry_bytes_p95'])} "
                      f"p95  reads {format_bytes(row['read_bytes_per_request_mean'])}/request")
     lines.append(f"  tiers{', each client its own' if clients else ''} (capacity in mean entries):")
     for tier in plan["tiers"]:
-        capacity = tier["capacity_bytes"]
-        size = "auto (detected when the run opens the tier)" if capacity == "auto" else format_bytes(capacity)
-        entries = "" if tier["capacity_entries"] is None else f" = {tier['capacity_entries']:,.1f} entries"
-        in_all = (f"; {clients['count']} x {size} = {format_bytes(capacity * clients['count'])} in all"
-                  if clients and isinstance(capacity, int | float) and capacity else "")
-        lines.append(f"    {tier['name']:<12} {tier['backend']:<6} {size}{entries}{in_all}")
-        if clients and tier["name"] in clients["directories"]:
-            lines.append(f"    {'':<12} {'':<6} directories {', '.join(clients['directories'][tier['name']])}")
-    every = f"all {clients['count']} clients, " if clients else ""
-    if offered["requests_per_s"] is None:
-        lines.append("  offered load: unknown (no think time, generation pacing or arrival times to bound it)")
-    else:
-        moved, written = (format_bytes(offered[k] or 0) for k in ("bytes_per_s", "write_bytes_per_s"))
-        lines.append(f"  offered load: {offered['requests_per_s']:,.1f} requests/s = {moved}/s moved ({written}/s "
-                     f"written) at most ({every}{offered['basis']})")
+        lines += _plan_tier_lines(tier, clients)
+    lines.append(_offered_line(plan["offered"], clients))
     lines += [f"  WARNING: {warning}" for warning in plan.get("warnings") or []]
     return "\n".join(lines)
 
 
-def tier_percentiles(result: dict[str, Any]) -> str:
+def _model_and_workload_lines(plan: Mapping[str, Any]) -> list[str]:
+    """The model's bytes per token, and the workload: its users (per client or in client 0), its pacing and
+    how long it runs."""
+    model, work, clients = plan["model"], plan["workload"], plan.get("clients")
+    length = (f"{work['warmup_s']:g} s warm-up + {work['duration_s']:g} s measured" if work["duration_s"]
+              else f"{work['requests']} requests")
+    whose = "" if not clients else " per client" if clients["users_scope"] == "per_client" else " in client 0"
+    return [f"  model {model['name']} {model['dtype']} tp {model['tp']}: {format_bytes(model['bytes_per_token'])} "
+            f"per token (all ranks)",
+            f"  workload {work['source']}: {work['users']} users{whose}, max_inflight {work['max_inflight']}, "
+            f"generation {work['generation_ms_per_token']:g} ms/token, {length}"]
+
+
+def _clients_lines(clients: Mapping[str, Any] | None) -> list[str]:
+    """Several clients: how many, how the users are shared, and whose stream the entry sizes are drawn from."""
+    if not clients:
+        return []
+    users = clients["users"]
+    shares = (f"each with {users[0]} users" if clients["users_scope"] == "per_client"
+              else "users split " + " + ".join(str(n) for n in users))
+    return [f"  clients: {clients['count']} ({clients['mode']}), {shares} = {clients['users_total']} in all "
+            f"(users_scope {clients['users_scope']}); entry sizes from client 0's stream, the others draw "
+            "the same distributions with their own seeds"]
+
+
+def _plan_tier_lines(tier: Mapping[str, Any], clients: Mapping[str, Any] | None) -> list[str]:
+    """One tier's capacity (in bytes and in mean entries; with clients, all of theirs) and the clients'
+    directories."""
+    capacity = tier["capacity_bytes"]
+    size = "auto (detected when the run opens the tier)" if capacity == "auto" else format_bytes(capacity)
+    entries = "" if tier["capacity_entries"] is None else f" = {tier['capacity_entries']:,.1f} entries"
+    in_all = (f"; {clients['count']} x {size} = {format_bytes(capacity * clients['count'])} in all"
+              if clients and isinstance(capacity, int | float) and capacity else "")
+    lines = [f"    {tier['name']:<12} {tier['backend']:<6} {size}{entries}{in_all}"]
+    if clients and tier["name"] in clients["directories"]:
+        lines.append(f"    {'':<12} {'':<6} directories {', '.join(clients['directories'][tier['name']])}")
+    return lines
+
+
+def _offered_line(offered: Mapping[str, Any], clients: Mapping[str, Any] | None) -> str:
+    """The load the plan offers at most (of every client), and what bounds it; unknown when nothing does."""
+    if offered["requests_per_s"] is None:
+        return "  offered load: unknown (no think time, generation pacing or arrival times to bound it)"
+    every = f"all {clients['count']} clients, " if clients else ""
+    moved, written = (format_bytes(offered[k] or 0) for k in ("bytes_per_s", "write_bytes_per_s"))
+    return (f"  offered load: {offered['requests_per_s']:,.1f} requests/s = {moved}/s moved ({written}/s "
+            f"written) at most ({every}{offered['basis']})")
+
+
+def tier_percentiles(result: ResultDocument) -> str:
     """-v: every tier's total, host and device percentiles, per operation."""
     lines = []
-    for name, tier in ((result.get("metrics") or {}).get("tiers") or {}).items():
+    for name, tier in (result.metrics.get("tiers") or {}).items():
         for op in ("read", "write"):
             stats = tier[op]
             for layer, summary in (stats.get("latency_ms") or {}).items():
@@ -268,14 +319,14 @@ def tier_percentiles(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def summarize_trials(summary: dict[str, Any]) -> str:
+def summarize_trials(summary: ResultDocument) -> str:
     """The trials summary: the headline figures' median, range and CV."""
-    trials = summary["trials"]
-    lines = [f"{summary['run']['name'] or 'run'} trials summary [{summary['run']['status']}] "
-             f"{summary['run'].get('status_reason') or 'status of its trials'}; {trials['count']} of "
-             f"{trials['requested']} trials counted; headline = median"]
-    for key in summary["metrics"]["headline"]:
-        stats = trials["metrics"].get(key)
+    run, trials = summary.run, summary.trials
+    assert trials is not None, "a trials summary"
+    lines = [f"{run.name or 'run'} trials summary [{run.status}] {run.status_reason or 'status of its trials'}; "
+             f"{trials.count} of {trials.requested} trials counted; headline = median"]
+    for key in summary.headline:
+        stats = trials.metrics.get(key)
         if stats and stats["median"] is not None:
             cv = "-" if stats["cv"] is None else f"{stats['cv']:.1%}"
             lines.append(f"  {stats['label']:<28} median {_fmt(stats['median'])} {stats['unit']}  "

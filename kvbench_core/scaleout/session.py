@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,17 +24,18 @@ from kvbench_core.exports.live_metrics import live_metrics
 from kvbench_core.filetiers import deleter
 from kvbench_core.reports import require_formats, write_reports
 from kvbench_core.reports.aggregate import summarize_trials
+from kvbench_core.results.document import ResultDocument
 from kvbench_core.results.result import write_result
-from kvbench_core.results.status import Verdict, allows_exit_zero, verdict_of, worst
+from kvbench_core.results.status import Verdict, allows_exit_zero, worst
 from kvbench_core.results.trial import InProcess, Launcher, stop_on_signals
 from kvbench_core.runspec.plan import RunPlan
 
 
 @dataclass
 class SessionOutcome:
-    results: list[dict[str, Any]] = field(default_factory=list)
+    results: list[ResultDocument] = field(default_factory=list)
     paths: list[Path] = field(default_factory=list)
-    summary: dict[str, Any] | None = None  # the trials summary (trials > 1)
+    summary: ResultDocument | None = None  # the trials summary (trials > 1)
     summary_path: Path | None = None
     reports: list[Path] = field(default_factory=list)  # xlsx/png written next to the results
     exit_code: int = 0
@@ -114,11 +115,12 @@ def _run_trial(as_written: dict[str, Any], plan: RunPlan, launcher: Launcher, se
     printer.phase("setup")
     run = launcher.run_trial(as_written, plan, run_id=f"{session_id}-t{trial}" if several else session_id,
                              trial=trial, printer=printer)
-    if run.result is not None and not refused_input(run.result, run.error):
+    document = None if run.result is None else ResultDocument.unchecked(run.result)
+    if document is not None and not refused_input(document, run.error):
         printer.phase("results")
         path = result_path(plan, session_id, f"-trial{trial}" if several else "")
-        outcome.results.append(run.result)
-        saved = _save(run.result, path, outcome)
+        outcome.results.append(document)
+        saved = _save(document, path, outcome)
         outcome.paths.append(saved)
         if saved == path:
             outcome.reports += write_reports(run.result, path, list(plan.output.formats))
@@ -133,19 +135,20 @@ def _run_trial(as_written: dict[str, Any], plan: RunPlan, launcher: Launcher, se
 
 def _write_summary(plan: RunPlan, session_id: str, outcome: SessionOutcome) -> None:
     """The trials summary (reports/aggregate.py) beside the trials' results, with its reports."""
-    outcome.summary = summarize_trials(outcome.results, outcome.paths, session_id=session_id, requested=plan.trials)
+    summary = summarize_trials([trial.to_json() for trial in outcome.results], outcome.paths,
+                               session_id=session_id, requested=plan.trials)
+    outcome.summary = ResultDocument.unchecked(summary)
     wanted = result_path(plan, session_id, "-summary")
     outcome.summary_path = _save(outcome.summary, wanted, outcome)
     if outcome.summary_path == wanted:
-        outcome.reports += write_reports(outcome.summary, outcome.summary_path, list(plan.output.formats))
+        outcome.reports += write_reports(summary, outcome.summary_path, list(plan.output.formats))
 
 
 def _decide_exit(outcome: SessionOutcome, plan: RunPlan, exit_zero: bool) -> None:
     """The session's error and exit code: the error that stopped it, else a result saved elsewhere, else the
     status of its summary (or of its worst result) when that is not ``completed``; ``exit_zero`` (or
     ``output.exit_zero``) turns a degraded or inconclusive status's code into 0, the error kept as a warning."""
-    verdict = verdict_of(outcome.summary["run"]) if outcome.summary else worst(verdict_of(r["run"])
-                                                                             for r in outcome.results)
+    verdict = outcome.summary.verdict() if outcome.summary else worst(r.verdict() for r in outcome.results)
     said = None
     if not outcome.error:  # where the result went instead says more than its status: the file is elsewhere
         outcome.error = outcome.save_error
@@ -157,13 +160,13 @@ def _decide_exit(outcome: SessionOutcome, plan: RunPlan, exit_zero: bool) -> Non
         outcome.exit_zero, outcome.exit_code = True, 0
 
 
-def status_error(verdict: Verdict, results: list[dict[str, Any]], on_error: str = "count") -> UserError | None:
+def status_error(verdict: Verdict, results: list[ResultDocument], on_error: str = "count") -> UserError | None:
     """The error that says a session's status (its summary's, else its worst result's: results/status.py)
     when it is not ``completed``, in the words of the rule that decided it."""
     if verdict.status == "completed":
         return None
     if verdict.rule == "integrity":
-        errors = sum((r.get("metrics") or {}).get("verify", {}).get("integrity_errors", 0) for r in results)
+        errors = sum(r.metrics.get("verify", {}).get("integrity_errors", 0) for r in results)
         return IntegrityError(f"{errors} verified reads returned bytes different from what was written")
     counted = counted_storage_errors(results, on_error) if verdict.rule == "failed_requests" else None
     # An ``error`` or ``interrupted`` verdict without the error that stopped it (a rank that was told to stop):
@@ -171,24 +174,24 @@ def status_error(verdict: Verdict, results: list[dict[str, Any]], on_error: str 
     return counted or verdict.error() or UserError(f"the run ended {verdict.status}: {verdict.reason}")
 
 
-def refused_input(result: dict[str, Any], error: UserError | None) -> bool:
+def refused_input(result: ResultDocument, error: UserError | None) -> bool:
     """The run stopped on the user's input (exit 2: a spec rule only the run could check, a missing or
     malformed trace) before its measured window opened: nothing was measured, so it writes no result, as a
     spec error found at load time writes none; the one error line says everything there is to say."""
-    measured = ((result.get("metrics") or {}).get("window") or {}).get("measured_s")
+    measured = (result.metrics.get("window") or {}).get("measured_s")
     return error is not None and error.exit_code == UserError.exit_code and not measured
 
 
-def _save(result: dict[str, Any], path: Path, outcome: SessionOutcome) -> Path:
+def _save(result: ResultDocument, path: Path, outcome: SessionOutcome) -> Path:
     """Write ``result`` to ``path``; when that fails (the output file system filled up during the run, or
     went away), to the temp directory instead, so the measurement is not lost, and remember the error
     for the exit code.  Raises only when neither place takes it."""
     try:
-        return write_result(result, path)
+        return write_result(result.to_json(), path)
     except InputFileError as error:
         fallback = Path(tempfile.gettempdir()) / path.name
         try:
-            saved = write_result(result, fallback)
+            saved = write_result(result.to_json(), fallback)
         except InputFileError:
             raise error from None
         outcome.save_error = outcome.save_error or InputFileError(f"{error}; saved it to {saved} instead")
@@ -205,27 +208,27 @@ def _finish_deletions(outcome: SessionOutcome) -> dict[str, list[str]]:
             f"{deletion.label}: deleted {deletion.files} entry files ({deletion.nbytes / 2**30:.2f} GiB) "
             f"in {deletion.seconds:.1f} s, after the result was written")
         warnings = deletion.warnings(directory)
-        for result, path in zip(outcome.results, outcome.paths, strict=True):
-            if warnings and result.get("run", {}).get("id") == deletion.run_id:
-                result["warnings"] = [*result.get("warnings", []), *warnings]
-                _rewrite(result, path)
+        for index, (result, path) in enumerate(zip(outcome.results, outcome.paths, strict=True)):
+            if warnings and result.run.id == deletion.run_id:
+                outcome.results[index] = replace(result, warnings=(*result.warnings, *warnings))
+                _rewrite(outcome.results[index], path)
     return lines
 
 
-def _rewrite(result: dict[str, Any], path: Path) -> None:
+def _rewrite(result: ResultDocument, path: Path) -> None:
     """Replace the result this session wrote at ``path`` with ``result``, atomically."""
     fresh = path.with_name(f".{path.name}.{os.getpid()}.new")
-    write_result(result, fresh)
+    write_result(result.to_json(), fresh)
     os.replace(fresh, path)
 
 
-def counted_storage_errors(results: list[dict[str, Any]], on_error: str = "count") -> StorageErrorsCounted | None:
+def counted_storage_errors(results: list[ResultDocument], on_error: str = "count") -> StorageErrorsCounted | None:
     """The error for requests that failed on storage errors without stopping the run.  Says the run's own
     ``on_error`` (issue 19: an ``on_error: stop`` run was reported as ``(on_error: count)``)."""
-    failed = sum(((r.get("metrics") or {}).get("requests") or {}).get("failed", 0) for r in results)
+    failed = sum((r.metrics.get("requests") or {}).get("failed", 0) for r in results)
     if not failed:
         return None
-    first = next((error for r in results for error in r.get("errors") or []), None)
+    first = next((error for r in results for error in r.errors or ()), None)
     detail = f"; first: tier '{first['tier']}': {first['op']} of '{first['key']}': {first['error']}" if first else ""
     how = "on_error: count" if on_error == "count" else f"on_error: {on_error}, yet the run was not stopped"
     return StorageErrorsCounted(f"{failed} requests failed on storage errors ({how}){detail}")

@@ -23,8 +23,6 @@ LIMIT = 15
 #: "<file from the repository root>:<function>" still above the limit, and whose they are now.
 KNOWN = {
     # issue #30 §5 (helper H listed these; each is split in its own commit by whoever owns the file then)
-    "kvbench_core/cli/run_cmd.py:summarize",  # the run summary (others are editing run_cmd's lines)
-    "kvbench_core/cli/run_cmd.py:render_plan",
     "kvbench_core/engine/run/runner.py:Runner._finish",  # runner.py is being edited (#30 §3, #29)
 }
 
