@@ -27,6 +27,7 @@ scaled down in proportion to fit ``total``.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, ClassVar
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, ClientBackend, IOTiming, check_key
@@ -65,6 +66,7 @@ class S3Backend(ClientBackend):
         self._stored: set[str] = set()  # objects this run wrote and has not deleted: what a failed cleanup lists
         self._stored_lock = threading.Lock()
         self._unanswered: Unanswered | None = None  # set at open, with botocore's timeout and connection errors
+        self._closing_by = 0.0  # when the close must be done: its helpers are waited for until then
         self._cleanups = ServerCleanup(context.label("s3"), context.run_id, self.cleanup_timeout_s, "bucket")
 
     @property
@@ -100,8 +102,18 @@ class S3Backend(ClientBackend):
             self._disconnect()
             raise
 
+    def close(self) -> None:
+        """Clean up and let go of the helpers, all within ``cleanup_timeout`` (the run's documented limit)."""
+        self._closing_by = time.monotonic() + self.cleanup_timeout_s
+        super().close()
+
     def _disconnect(self) -> None:
-        self._transfers.stop()
+        abandoned = self._transfers.stop(wait_s=self._closing_by - time.monotonic())
+        if abandoned:
+            self._cleanups.notes.append(
+                f"{self.context.label('s3')}: {abandoned} part requests still waiting on {self.endpoint} at the "
+                f"cleanup limit ({self.cleanup_timeout_s:g} s) were abandoned (the process does not wait for "
+                "them); an upload they belong to is listed in sections.leftovers unless the cleanup aborted it")
         self.s3.close()
         if self._mask is not None:
             self._mask.detach()
