@@ -137,8 +137,11 @@ def bytes_by_time(metrics: dict[str, Any]) -> Iterator[Check]:
     """Per tier and op, what its device moved before the window (set-up, warm-up), in it and after it (the
     drain), each command booked in the phase it completed in, = every byte the tier's commands reported
     moving (its recorder's count, kept before any booking): no byte is lost or counted twice whatever its
-    request did (cancelled, failed, begun in warm-up).  And the drain's bytes are the drain phase's."""
+    request did (cancelled, failed, begun in warm-up); a worker the drain abandoned had moved bytes no operation
+    booked, which ``metrics.drain.abandoned_bytes`` holds.  And the drain's bytes are the drain phase's."""
     drained = dict.fromkeys(("read", "write"), 0)
+    drain = metrics.get("drain") or {}
+    abandoned = drain.get("abandoned_bytes") or {}  # a worker the drain gave up on: its unbooked commands
     for name, tier in metrics["tiers"].items():
         for op in ("read", "write"):
             device = tier[op].get("device")
@@ -146,9 +149,10 @@ def bytes_by_time(metrics: dict[str, Any]) -> Iterator[Check]:
                 return
             phases = sum(device[phase]["bytes"] for phase in ("warmup", "window", "drain"))
             drained[op] += device["drain"]["bytes"]
-            yield _check(f"bytes_by_time.{name}.{op}", device["moved_bytes"], phases,
-                         f"{name} {op} bytes before + in + after the window = every byte its commands moved")
-    drain = metrics.get("drain") or {}
+            left = (abandoned.get(name) or {}).get(op, 0)
+            yield _check(f"bytes_by_time.{name}.{op}", device["moved_bytes"], phases + left,
+                         f"{name} {op} bytes before + in + after the window"
+                         f"{' + abandoned in flight' if left else ''} = every byte its commands moved")
     for op in ("read", "write"):
         if f"{op}_bytes" in drain:
             yield _check(f"drain_bytes.{op}", drained[op], drain[f"{op}_bytes"],

@@ -8,6 +8,12 @@ two of them, and the cache releases what it had reserved.
 The recorder is each tier's ``BackendContext.io_log``: a tier that calls ``record`` once per device
 command gets per-command latency histograms and bandwidth booked per command, and is cancellable after
 every command.  It forwards to the run's JSONL I/O log when the spec asks for one.
+
+A worker that has not reached a boundary ``CANCEL_GRACE_S`` after the cancel is abandoned (the drain
+cannot wait for a stuck server), and it may go on issuing and booking commands while the result is read.
+``seal_abandoned`` stops every recorder counting, then the telemetry booking, at that moment (issue #28):
+the figures the reader sees are those of the give-up, and the bytes the abandoned operations' commands
+had moved, which no operation booked, are reported apart (``metrics.drain.abandoned_bytes``).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Any
 
 from kvbench_core.contracts.backend import ByteSink, ByteSource, DiscardSink
 from kvbench_core.contracts.errors import Cancelled
+from kvbench_core.engine.measure.records import PHASES
 
 
 class CancelToken:
@@ -100,7 +107,7 @@ class CommandRecorder:
     booked at once, by time (``Telemetry.record_command_outside``).  ``recorded`` counts every byte reported,
     per op, before any booking: what the telemetry's phases must add up to."""
 
-    __slots__ = ("_lock", "_pending", "io_log", "owner_of", "recorded", "telemetry", "tier", "token")
+    __slots__ = ("_lock", "_pending", "io_log", "owner_of", "recorded", "sealed", "telemetry", "tier", "token")
 
     def __init__(self, tier: str, telemetry: Any, *, io_log: Any = None, token: CancelToken | None = None) -> None:
         self.tier, self.telemetry, self.io_log, self.token = tier, telemetry, io_log, token
@@ -108,6 +115,7 @@ class CommandRecorder:
         self._pending: dict[tuple[str, str], list[tuple[int, float, float]]] = {}
         self.owner_of: Callable[[str], str] | None = None
         self.recorded: dict[str, int] = {"read": 0, "write": 0}
+        self.sealed = False  # ``seal``: an abandoned worker's later commands are counted nowhere
 
     def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float,
                requested: int | None = None, align: int | None = None) -> None:
@@ -116,10 +124,12 @@ class CommandRecorder:
         owner = key if self.owner_of is None else self.owner_of(key)
         held = self.telemetry.measuring  # read once: the command is held for its operation, or booked now
         with self._lock:
-            self.recorded[op] = self.recorded.get(op, 0) + nbytes
-            if held:
-                self._pending.setdefault((owner, op), []).append((nbytes, start_s, end_s))
-        if not held:
+            counted = not self.sealed
+            if counted:
+                self.recorded[op] = self.recorded.get(op, 0) + nbytes
+                if held:
+                    self._pending.setdefault((owner, op), []).append((nbytes, start_s, end_s))
+        if counted and not held:
             self.telemetry.record_command_outside(self.tier, op, nbytes, start_s, end_s)
         if self.io_log is not None:
             self.io_log.record(key, op, offset, nbytes, start_s, end_s, requested, align, owner=owner,
@@ -131,3 +141,36 @@ class CommandRecorder:
         """The commands ``op`` on ``key`` issued since the last take (the operation just ended)."""
         with self._lock:
             return self._pending.pop((key, op), [])
+
+    def seal(self) -> None:
+        """From now on ``recorded`` stays as it is and nothing is booked (``seal_abandoned``)."""
+        with self._lock:
+            self.sealed = True
+
+
+def seal_abandoned(telemetry: Any, recorders: list[CommandRecorder]) -> dict[str, dict[str, int]]:
+    """Freeze what the result reads once the run has given up on a worker: every recorder's count first,
+    then the telemetry's bookings, so no byte is booked that was not counted.  Returns, per tier and op
+    (only those with any), the bytes its commands moved (counted) that no phase holds: the commands of the
+    operations still in flight, which would have been booked when they ended.  With what the phases hold
+    they add up to every byte counted (``bytes_by_time`` in results/invariants.py)."""
+    for recorder in recorders:
+        recorder.seal()
+    telemetry.seal()
+    unbooked = {}
+    for recorder in recorders:
+        tier = recorder.tier
+        ops = {op: recorder.recorded.get(op, 0) + telemetry.uncommanded_bytes[tier][op]
+               - sum(telemetry.device[phase][tier][op].bytes for phase in PHASES) for op in ("read", "write")}
+        if any(ops.values()):
+            unbooked[tier] = ops
+    return unbooked
+
+
+def abandoned_warning(unbooked: dict[str, dict[str, int]], grace_s: float) -> str:
+    """The result's warning for a drain that gave up on workers: what of their work no figure holds."""
+    moved = sum(sum(ops.values()) for ops in unbooked.values())
+    where = ", ".join(f"{tier} {op} {n} bytes" for tier, ops in unbooked.items() for op, n in ops.items() if n)
+    return (f"workers still inside a tier operation {grace_s:g} s after the drain's cancel were abandoned: the "
+            f"figures are those of that moment; {moved} bytes their commands had moved are in no phase "
+            f"({where or 'none'}; metrics.drain.abandoned_bytes), and what they moved later is counted nowhere")

@@ -18,6 +18,7 @@ from typing import Any
 
 from kvbench_core.contracts.backend import IOTiming
 from kvbench_core.engine.measure.histogram import LatencyHistogram
+from kvbench_core.engine.measure.instants import Instants
 from kvbench_core.engine.measure.intervals import add_to_point, interval_point, new_interval
 from kvbench_core.engine.measure.opstats import OpStats
 from kvbench_core.engine.measure.records import (
@@ -36,7 +37,7 @@ from kvbench_core.engine.measure.records import (
 __all__ = ["SERIES_COUNTS", "OpStats", "RequestTally", "Telemetry", "series_rates"]
 
 
-class Telemetry:
+class Telemetry(Instants):
     """Thread-safe collector of the measured window and of the drain after it.
 
     Request figures are recorded from ``start_measuring`` (warm-up is excluded).  ``close_window`` marks
@@ -61,6 +62,7 @@ class Telemetry:
         #: must add up to.
         self.uncommanded_bytes: dict[str, dict[str, int]] = defaultdict(lambda: {"read": 0, "write": 0})
         self.commanded: set[str] = set()  # tiers that report commands: their operations' bytes are those
+        self.sealed = False  # ``seal``: the run gave up on a worker, nothing more is booked
         self.reset()
 
     def reset(self) -> None:
@@ -121,6 +123,11 @@ class Telemetry:
             self.measuring = False
             self.window_end = now
 
+    def seal(self) -> None:
+        """The run gave up on a worker (``cancel.seal_abandoned``): no byte or figure is booked from now on."""
+        with self._lock:
+            self.sealed = True
+
     def phase(self, end: float) -> str:
         """The phase a device command that completed at ``end`` is booked in: ``"warmup"`` before the window
         opened (set-up, preload, warm-up), ``"window"`` until it closed, ``"drain"`` after."""
@@ -154,6 +161,8 @@ class Telemetry:
         if tally is None or where is None:
             return
         with self._lock:
+            if self.sealed:
+                return
             if where == "drain":
                 for record in tally.ops:
                     stats = self.drain.tiers[record.tier][record.op]
@@ -262,7 +271,7 @@ class Telemetry:
         with self._lock:
             for nbytes, start, end in commands:
                 self._book_command(tier, op, nbytes, 1, start, end)
-            if cancelled:
+            if cancelled and not self.sealed:
                 stats = self.device[self.phase(commands[-1][2] if commands else self._clock())][tier][op]
                 stats.cancelled_ops += 1
                 stats.cancelled_bytes += sum(nbytes for nbytes, _, _ in commands)
@@ -276,7 +285,7 @@ class Telemetry:
             self.commanded.add(record.tier)
             self._book_command(record.tier, record.op, nbytes, 1, start, end)
         # none taken from a tier that reports commands: they were booked as they came (outside the window)
-        if not record.commands and timing.transferred and record.tier not in self.commanded:
+        if not record.commands and timing.transferred and record.tier not in self.commanded and not self.sealed:
             physical = timing.nbytes if timing.physical_bytes is None else timing.physical_bytes
             self.uncommanded_bytes[record.tier][record.op] += physical
             self._book_command(record.tier, record.op, physical, timing.commands, record.start, record.end)
@@ -286,6 +295,8 @@ class Telemetry:
 
     def _book_command(self, tier: str, op: str, nbytes: int, commands: int, start: float, end: float) -> None:
         """``commands`` that moved ``nbytes``, completed at ``end``: in their phase and the series (lock held)."""
+        if self.sealed:
+            return
         phase = self.phase(end)
         if phase == "window":
             self.device[phase][tier][op].add(nbytes, commands, max(start, self.window_start), end)
@@ -323,56 +334,6 @@ class Telemetry:
         with self._lock:
             if len(self.errors) < 100:
                 self.errors.append({"tier": None, "op": kind, "key": key, "error": message})
-
-    # -- cache events (instants) --------------------------------------------------------------------------
-    def _in_window(self) -> bool:
-        return self.measuring and self.window_close is None
-
-    def record_demotion(self, src: str, dst: str, nbytes: int) -> None:
-        self._event(RequestTally(demotions=[(f"{src}->{dst}", nbytes)]))
-
-    def record_eviction_delete(self) -> None:
-        self._event(RequestTally(evictions_deleted=1))
-
-    def record_promotion(self) -> None:
-        self._event(RequestTally(promotions=1))
-
-    def _event(self, event: RequestTally) -> None:
-        """A cache event: part of the request it happened in, else of the window it happened in."""
-        tally = self._tally()
-        if tally is None:
-            if self._in_window():
-                self.book(event, "window")
-            return
-        tally.demotions += event.demotions
-        tally.evictions_deleted += event.evictions_deleted
-        tally.promotions += event.promotions
-
-    def record_read_outcome(self, tier: str | None) -> None:
-        tally = self._tally()
-        if tally is not None:
-            tally.outcomes.append(tier)
-            return
-        if self._in_window():
-            self.book(RequestTally(outcomes=[tier]), "window")
-
-    def count(self, name: str, n: int = 1) -> None:
-        tally = self._tally()
-        if tally is not None:
-            tally.counts[name] += n
-        elif self._in_window():
-            with self._lock:
-                self.counters[name] += n
-
-    def record_verify(self, seconds: float, nbytes: int) -> None:
-        tally = self._tally()
-        if tally is not None:
-            tally.verified_bytes += nbytes
-            tally.verify_seconds += seconds
-        elif self._in_window():
-            with self._lock:
-                self.verify_seconds += seconds
-                self.verified_bytes += nbytes
 
     def record_integrity_error(self, tier: str, key: str, offset: int | None) -> None:
         with self._lock:

@@ -22,7 +22,7 @@ from kvbench_core.contracts.plugins import get_plugin_manager
 from kvbench_core.contracts.workload import WorkloadSource
 from kvbench_core.engine.cache.cache_types import EvictionPolicy
 from kvbench_core.engine.cache.waterfall import MultiTierCache
-from kvbench_core.engine.measure.cancel import CancelToken, CommandRecorder
+from kvbench_core.engine.measure.cancel import CancelToken, CommandRecorder, abandoned_warning, seal_abandoned
 from kvbench_core.engine.measure.telemetry import Telemetry
 from kvbench_core.engine.measure.window import CANCEL_GRACE_S, MeasurementWindow, default_drain_timeout
 from kvbench_core.engine.run import setup
@@ -60,6 +60,7 @@ class Runner:
         self._events = EventHeap()
         self._completed = 0  # requests finished inside the window (the request limit counts these)
         self._log: Any = None
+        self._recorders: list[CommandRecorder] = []  # one per tier, sealed if the drain abandons a worker
         self.cache: MultiTierCache | None = None
 
     # -- control ---------------------------------------------------------------------------------------
@@ -82,7 +83,8 @@ class Runner:
 
             self._log = IOLog(path)  # closed (flushed) in _cleanup, before the next trial reopens the path
         assert self.state.telemetry is not None
-        return CommandRecorder(tier, self.state.telemetry, io_log=self._log, token=self._cancel)
+        self._recorders.append(CommandRecorder(tier, self.state.telemetry, io_log=self._log, token=self._cancel))
+        return self._recorders[-1]
 
     # -- the run -----------------------------------------------------------------------------------------
     def run(self) -> RunState:
@@ -119,8 +121,8 @@ class Runner:
             state.clock.cleanup_ended = time.perf_counter()
         if state.status == "running":  # no stop labelled it: its status is the result's (results/status.py)
             state.status = "ended"
-        state.warnings = tier_fit_warnings(plan, {tier.name: tier.capacity for tier in state.tiers},
-                                           state.smallest_entry_bytes, "this run's requests")
+        state.warnings += tier_fit_warnings(plan, {tier.name: tier.capacity for tier in state.tiers},
+                                            state.smallest_entry_bytes, "this run's requests")
         state.warnings += [note for tier in state.tiers for note in tier.backend.notes()]
         state.plugin_sections.update(setup.leftovers_section(state.tiers))
         return state
@@ -363,8 +365,12 @@ class Runner:
         self._close_interval(end=telemetry.window_close)
         telemetry.stop_measuring()
         state.clock.drain_ended = telemetry.window_end  # the clock reading metrics.drain.seconds ends at
+        unbooked = seal_abandoned(telemetry, self._recorders) if abandoned else None
         state.drain = {**telemetry.drain.to_dict(), "limit_s": window.drain_timeout_s,
                        "cancelled_in_flight": cancelled, "workers_abandoned": abandoned}
+        if unbooked is not None:
+            state.drain["abandoned_bytes"] = unbooked
+            state.warnings.append(abandoned_warning(unbooked, CANCEL_GRACE_S))
         state.arrivals = self.arrivals.stats.as_dict(now - window.opened_at, telemetry.requests)
         failed = telemetry.requests_failed + telemetry.requests_write_failed
         state.unfinished_requests = max(0, state.requests_issued - telemetry.requests - failed)
