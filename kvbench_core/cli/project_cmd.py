@@ -1,4 +1,8 @@
-"""``kvbench plan``: project a model's KV-offload objects and device commands, with no I/O and no GPU."""
+"""``kvbench project``: project a model's KV-offload objects and device commands, with no I/O and no GPU.
+
+The command was ``kvbench plan`` (the kvio seed's ``kvio plan``); "plan" names only the run plan now
+(runspec/plan.py).  ``kvbench plan`` still works for one release, through cli/renamed.py (docs/cli.md).
+"""
 
 from __future__ import annotations
 
@@ -13,14 +17,14 @@ from kvbench_core.codecs.projection import CodecProjection, projection_from_resu
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.contracts.units import format_bytes, parse_size
 from kvbench_core.kvio.commands import DEFAULT_ALIGN, DEFAULT_MAX_TRANSFER, DEFAULT_STORE_HEADER_BYTES, TransferGeometry
-from kvbench_core.kvio.manifest import PLAN_FORMAT, VERSION
+from kvbench_core.kvio.manifest import PROJECTION_FORMAT, VERSION
 from kvbench_core.kvio.presets import BACKENDS, ENGINES, EnginePreset, engine_preset
 from kvbench_core.kvio.projection import DEFAULT_CHUNK_TOKENS, build_manifest, summarize
 from kvbench_core.runspec.geometry import DTYPE_BYTES, resolve_model
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("plan", help="project a model's KV-offload objects and device commands (no I/O)")
+    parser = subparsers.add_parser("project", help="project a model's KV-offload objects and device commands (no I/O)")
     parser.add_argument("--model", help="catalog name or Hugging Face id (or the entry to pick from --config)")
     parser.add_argument("--config", help="config.json (or LMCache modelconfig.json) supplying the geometry")
     parser.add_argument("--dtype", help=f"KV dtype: {', '.join(DTYPE_BYTES)} (default: the config's, else bf16)")
@@ -35,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "(drop); default keep, or the --engine preset's")
     engine = parser.add_argument_group("engine preset", "an engine version's defaults for chunking, tail chunk, "
                                        "header and command sizes (docs/kvio.md); a flag given still wins")
-    engine.add_argument("--engine", choices=ENGINES, help="the engine whose defaults to plan with")
+    engine.add_argument("--engine", choices=ENGINES, help="the engine whose defaults to project with")
     engine.add_argument("--backend", choices=BACKENDS, help="the engine's storage backend")
     add_geometry_arguments(parser)
     parser.set_defaults(max_transfer=None, align=None, store_header_bytes=None)  # None: the preset's or default
@@ -51,12 +55,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="cores decoding one object's chunks in parallel (default 1, as kvbench's stage)")
     codec.add_argument("--codec-tier", help="which tier of --codec-from (default: the first with a codec)")
     parser.add_argument("--record", metavar="MANIFEST", help="write the object manifest for replay/score here")
-    parser.add_argument("--json", action="store_true", help="print the plan (with its manifest) as JSON")
+    parser.add_argument("--json", action="store_true", help="print the projection (with its manifest) as JSON")
     parser.set_defaults(handler=handle)
 
 
 def add_geometry_arguments(parser: argparse.ArgumentParser) -> None:
-    """The transfer-geometry flags, shared by ``plan`` and ``score --semantic``."""
+    """The transfer-geometry flags, shared by ``project`` and ``score --semantic``."""
     parser.add_argument("--max-transfer", default="128KiB",
                         help=f"largest device command, e.g. the device MDTS (default {DEFAULT_MAX_TRANSFER} B)")
     parser.add_argument("--align", default=str(DEFAULT_ALIGN),
@@ -105,7 +109,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.record:
         manifest.write(args.record)
     if args.json:
-        print(json.dumps({"format": PLAN_FORMAT, "version": VERSION, "summary": summary,
+        print(json.dumps({"format": PROJECTION_FORMAT, "version": VERSION, "summary": summary,
                           "manifest": manifest.to_dict()}, indent=2))
     else:
         render(summary)
@@ -115,7 +119,7 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def codec_from(args: argparse.Namespace) -> CodecProjection | None:
-    """The codec the plan assumes: measured (--codec-from) or declared (--codec-ratio), or none."""
+    """The codec the projection assumes: measured (--codec-from) or declared (--codec-ratio), or none."""
     if args.codec_from and args.codec_ratio is not None:
         raise SpecError("give either --codec-from RESULT or --codec-ratio, not both")
     if args.codec_from:
@@ -172,7 +176,7 @@ def _print_codec(out: Any, summary: dict[str, Any]) -> None:
 
 
 def render(summary: dict[str, Any]) -> None:
-    """The plan as a few terminal tables."""
+    """The projection as a few terminal tables."""
     out = console()
     for line in _header_lines(summary):
         out.print(line)

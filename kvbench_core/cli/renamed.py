@@ -1,9 +1,9 @@
 """Old spellings of renamed commands, flags and values, still accepted for one release (docs/cli.md).
 
 Each word of the command line means one thing ("check" a result against rules, "conformance" of a
-backend, "validate" a spec, "score" an I/O log against a kvio plan); the spellings that meant
-something else before keep working so that users' scripts do not break, but each use costs one
-line on stderr naming the new spelling, and ``--help`` lists only the new ones.
+backend, "validate" a spec, "score" an I/O log against a kvio projection, "plan" only the run plan); the
+spellings that meant something else before keep working so that users' scripts do not break, but each
+use costs one line on stderr naming the new spelling, and ``--help`` lists only the new ones.
 
 A notice is held until the command is over: printed when it succeeds, folded into the command's one error
 line when it is refused (``kvbench: error: ... (note: `validate` is now `score`)``), so one mistake is still one
@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 #: Old top-level command -> the command it is now.
-RENAMED_COMMANDS = {"validate": "score"}
+RENAMED_COMMANDS = {"validate": "score", "plan": "project"}
 
 
 #: The notices of the command line being handled, in the order its words came.
@@ -69,7 +69,7 @@ def renamed_command_line(argv: Sequence[str]) -> list[str]:
 
 def _names_a_spec(words: Sequence[str]) -> bool:
     """A YAML file among the words and none of the scorer's inputs: a spec to validate."""
-    scorer = {"--plan", "--semantic", "--measured", "--tracer"}
+    scorer = {"--projection", "--plan", "--semantic", "--measured", "--tracer"}
     return (any(word.endswith((".yaml", ".yml")) for word in words if not word.startswith("-"))
             and not any(word.split("=")[0] in scorer for word in words))
 

@@ -15,7 +15,7 @@ from kvbench_core.kvio.replay import ReplaySettings, replay, tier_from_argument
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("replay", help="replay a kvio manifest on a tier: store all, then load all")
-    parser.add_argument("manifest", help="manifest from `kvbench plan --record` (or a plan JSON)")
+    parser.add_argument("manifest", help="manifest from `kvbench project --record` (or a projection JSON)")
     parser.add_argument("--tier", required=True,
                         help="inline tier such as '{backend: nvme, options: {path: /mnt/kv, direct: true}}', "
                              "or a run spec whose first non-memory tier is used")
@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--io-log", metavar="IO_LOG", help="log every device command of the first measured pass "
                         "(JSONL, joined by trace id) for `kvbench score`")
     parser.add_argument("--diskstats", action="store_true",
-                        help="compare the plan with the device's /proc/diskstats deltas")
+                        help="compare the projection with the device's /proc/diskstats deltas")
     parser.add_argument("--prefill-tokens-per-sec", type=float,
                         help="prefill rate R: say whether the measured loads beat recomputing")
     set_report_handler(parser, build, render, "replay report")
@@ -64,7 +64,7 @@ def render(report: dict[str, Any]) -> None:
             commands = r.get("tier_commands", r.get("planned_commands_per_pass"))
             table.add_row(label, op, str(r["objects"]), format_bytes(r["bytes"]), _rate(r["throughput_bytes_per_s"]),
                           f"{lat['p50']:.3f}", f"{lat['p99']:.3f}", f"{lat['max']:.3f}",
-                          f"{commands:,}" if label != "all" else f"plan {commands:,}/pass")
+                          f"{commands:,}" if label != "all" else f"projected {commands:,}/pass")
     out.print(table)
     if "load_vs_recompute" in report:
         recompute = report["load_vs_recompute"]

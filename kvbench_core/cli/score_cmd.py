@@ -1,7 +1,8 @@
-"""``kvbench score``: score a measured I/O log against a kvio plan, or against LMCache's semantic trace.
+"""``kvbench score``: score a measured I/O log against a kvio projection, or against LMCache's semantic trace.
 
 The seed's ``kvio_validate``; kvbench calls it ``score`` because "validate" is what ``kvbench spec
-validate`` does to a spec (docs/cli.md).  ``kvbench validate`` still works for one release.
+validate`` does to a spec (docs/cli.md).  ``kvbench validate`` and ``score --plan`` (the projection's old
+name) still work for one release.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 from kvbench_core.cli.console import console, set_report_handler
 from kvbench_core.cli.project_cmd import add_geometry_arguments, geometry_from, size_argument
-from kvbench_core.cli.renamed import add_renamed_switch
+from kvbench_core.cli.renamed import RenamedFlag, add_renamed_switch
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.kvio.commands import TransferGeometry
 from kvbench_core.kvio.gate import Thresholds, gate
@@ -25,10 +26,13 @@ FAILED_EXIT = 1
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("score", help="score a measured I/O log against a kvio plan "
+    parser = subparsers.add_parser("score", help="score a measured I/O log against a kvio projection "
                                    "(exact-match, WAPE, size-distribution TV); exit 1 when a threshold is missed")
     expected = parser.add_mutually_exclusive_group(required=True)
-    expected.add_argument("--plan", help="manifest (`kvbench plan --record`) or plan JSON (`--json`)")
+    expected.add_argument("--projection", metavar="MANIFEST",
+                          help="manifest (`kvbench project --record`) or projection JSON (`project --json`)")
+    expected.add_argument("--plan", dest="projection", metavar="MANIFEST", action=RenamedFlag, new="--projection",
+                          help=argparse.SUPPRESS)
     expected.add_argument("--semantic", help="LMCache's semantic trace (LMCACHE_KVIO_TRACE JSONL): score against "
                                              "what the engine meant to store/load, split by the geometry flags")
     parser.add_argument("--measured", "--tracer", dest="measured", required=True, metavar="IO_LOG",
@@ -57,23 +61,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="least exact-match, in %% of objects, overall and per op (default 100)")
     parser.add_argument("--max-wape", type=float, default=0.0, metavar="PCT", help="largest WAPE in %% (default 0)")
     parser.add_argument("--max-tv", type=float, default=0.0, help="largest size-distribution TV, 0..1 (default 0)")
-    parser.epilog = ("The geometry flags apply to --semantic; a plan carries the geometry it was made with. "
+    parser.epilog = ("The geometry flags apply to --semantic; a projection carries the geometry it was made with. "
                      "Exit status 1 when a threshold is missed.")
     set_report_handler(parser, build, render, "score report")
 
 
 def _geometry(args: argparse.Namespace, manifest: Manifest | None) -> TransferGeometry:
-    """The semantic trace's geometry from the flags; with a plan, a flag may only repeat the plan's value."""
+    """The semantic trace's geometry from the flags; with a projection, a flag may only repeat its value."""
     given = {"max_transfer": args.max_transfer, "align": args.align, "store_header_bytes": args.store_header_bytes}
     if manifest is None:
         defaults = TransferGeometry()
         return geometry_from(argparse.Namespace(**{k: v if v is not None else str(getattr(defaults, k))
                                                    for k, v in given.items()}))
-    plan = manifest.geometry.to_dict()
+    made = manifest.geometry.to_dict()
     for name, value in given.items():
-        if value is not None and size_argument(f"--{name.replace('_', '-')}", value) != plan[name]:
-            raise SpecError(f"--{name.replace('_', '-')} {value}: the plan was made with {name} {plan[name]}; a plan "
-                            "carries its geometry (plan again with the flag, or leave it out)")
+        if value is not None and size_argument(f"--{name.replace('_', '-')}", value) != made[name]:
+            raise SpecError(f"--{name.replace('_', '-')} {value}: the projection was made with {name} {made[name]}; "
+                            "a projection carries its geometry (project again with the flag, or leave it out)")
     return manifest.geometry
 
 
@@ -88,9 +92,9 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
                   **validate_expected(semantic.expected, measured, source="semantic trace", options=options),
                   "components_bytes": dict(semantic.components)}
     else:
-        manifest = Manifest.read(args.plan)
+        manifest = Manifest.read(args.projection)
         _geometry(args, manifest)
-        report = {"plan": args.plan, "measured": args.measured, **validate(manifest, measured, options)}
+        report = {"projection": args.projection, "measured": args.measured, **validate(manifest, measured, options)}
         hints = [missing_header_hint(report, manifest.geometry.store_header_bytes),
                  racing_order_hint(report, manifest.engine)]
         if any(hints):
@@ -142,7 +146,7 @@ def _trace_lines(report: dict[str, Any]) -> list[str]:
     foreign = report["unattributed"]
     if foreign["commands"]:
         lines.append(f"unattributed: {foreign['commands']:,} commands, {foreign['bytes']:,} B from "
-                     f"{foreign['trace_ids']} trace id(s) not in the plan (counted as mispredicted)")
+                     f"{foreign['trace_ids']} trace id(s) not in the projection (counted as mispredicted)")
     if report["untagged_commands"]:
         lines.append(f"untagged (trace id 0) commands ignored: {report['untagged_commands']:,}")
     if report["skipped_lines"] or report["truncated_last_line"]:
@@ -175,7 +179,7 @@ def _check_lines(report: dict[str, Any]) -> list[str]:
 
 
 def racing_order_hint(report: dict[str, Any], engine: dict[str, Any]) -> str | None:
-    """Why the object order missed, when the plan's engine preset says that engine's stores race by
+    """Why the object order missed, when the projection's engine preset says that engine's stores race by
     default (LMCache 0.5 local_disk's 4 disk threads: the order check failed with them and passed with one)."""
     order, note = report.get("order"), engine.get("store_order_note")
     if not order or not note or not any(info["inversions"] for info in order["objects"].values()):
@@ -184,10 +188,10 @@ def racing_order_hint(report: dict[str, Any], engine: dict[str, Any]) -> str | N
 
 
 def missing_header_hint(report: dict[str, Any], header_bytes: int) -> str | None:
-    """Why the stores missed, when every mismatching store is exactly the plan's header command short: the
-    I/O log comes from a tier that writes no header before its payload (kvbench's own tiers; LMCache's
-    raw_block writes one), and the plan should say so (a new user's first plan -> replay -> score failed
-    6 thresholds for this alone)."""
+    """Why the stores missed, when every mismatching store is exactly the projection's header command short:
+    the I/O log comes from a tier that writes no header before its payload (kvbench's own tiers; LMCache's
+    raw_block writes one), and the projection should say so (a new user's first project -> replay -> score
+    failed 6 thresholds for this alone)."""
     stores = [m for m in report.get("mismatches") or [] if m["op"] == "store"]
     if not header_bytes or not stores:
         return None
@@ -196,5 +200,5 @@ def missing_header_hint(report: dict[str, Any], header_bytes: int) -> str | None
         short[str(header_bytes)] = short.get(str(header_bytes), 0) - 1
         if {size: n for size, n in short.items() if n} != mismatch["measured"]:
             return None
-    return (f"every mismatching store is exactly the plan's {header_bytes} B header command short: the I/O log "
-            "comes from a tier that writes no header (kvbench's own do not); plan with --store-header-bytes 0")
+    return (f"every mismatching store is exactly the projection's {header_bytes} B header command short: the I/O "
+            "log comes from a tier that writes no header (kvbench's own do not); project with --store-header-bytes 0")

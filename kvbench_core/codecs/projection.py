@@ -1,6 +1,6 @@
-"""What a codec does to a KV-offload plan: fewer device bytes per object, plus decode time per load.
+"""What a codec does to a kvio projection: fewer device bytes per object, plus decode time per load.
 
-``kvbench plan`` has no codec to run, so it takes one codec's figures: declared
+``kvbench project`` has no codec to run, so it takes one codec's figures: declared
 (``--codec-ratio``, ``--codec-decode-bytes-per-sec``) or measured by a kvbench
 run (``--codec-from RESULT``: one tier's ``codec`` section).  Loading an object
 of ``L`` logical bytes then moves ``L / ratio`` bytes from the device and
@@ -25,7 +25,7 @@ from kvbench_core.contracts.errors import SpecError
 
 @dataclass(frozen=True)
 class CodecProjection:
-    """One codec's figures as a plan uses them (rates are per core, in logical bytes per second)."""
+    """One codec's figures as a projection uses them (rates are per core, in logical bytes per second)."""
 
     ratio: float
     decode_bytes_per_s: float | None = None

@@ -1,4 +1,4 @@
-"""How one KV object becomes device commands: the transfer geometry shared by plan, replay and validate.
+"""How one KV object becomes device commands: the transfer geometry shared by project, replay and score.
 
 An operation of ``n`` bytes is issued as ``n // max_transfer`` full commands
 plus one tail command rounded up to ``align`` (the engine's block alignment,
@@ -63,7 +63,7 @@ class TransferGeometry:
         """The smallest command size limit that splits every op of at most ``largest_op`` bytes as this
         geometry does: the max transfer, or, when one command holds a whole op (an engine that issues an
         object as one call), that op rounded up to the alignment.  A tier told to move that much per command
-        reissues the plan's commands without a buffer of ``max_transfer`` bytes (2 GiB for such engines)."""
+        reissues the projection's commands without a buffer of ``max_transfer`` bytes (2 GiB for such engines)."""
         return min(self.max_transfer, max(-(-largest_op // self.align) * self.align, self.align))
 
     def splits_like(self, transfer: int, largest_op: int) -> bool:

@@ -1,8 +1,8 @@
-"""Device-level cross-check of a replay: did the block device see the bytes and requests the plan says?
+"""Device-level cross-check of a replay: did the block device see the bytes and requests the projection says?
 
 No eBPF, no root: the kernel's ``/proc/diskstats`` counters for the device
 under the tier's directory are read before and after the measured window, and
-the deltas are compared with the plan.  Each planned command becomes
+the deltas are compared with the projection.  Each planned command becomes
 ``ceil(size / max_sectors_kb)`` block requests (the block layer splits larger
 bios); the kernel may merge adjacent ones, so requests are compared as
 ``completed + merged``.  The device is the one the tier itself reports in
@@ -127,7 +127,7 @@ class DiskWindow:
                  "metadata and journal blocks"]
         if self.direct is False:
             notes.append("the tier does not use O_DIRECT: the page cache can absorb reads and defer writes, "
-                         "so these counters need not match the plan")
+                         "so these counters need not match the projection")
         return {
             "available": True, "device": self.device["name"], "disk": self.device.get("disk"),
             "max_io_bytes": max_io, "bytes_tolerance": BYTES_TOLERANCE,

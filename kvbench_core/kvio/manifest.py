@@ -4,7 +4,7 @@ It carries the model, dtype, TP and chunking it came from, the transfer
 geometry (max transfer, alignment, store header), and per object its key,
 ``trace_id`` and payload size, which is all a replay needs to reissue the
 same command stream on another device and all a validator needs to know what
-each traced command should have been.  ``kvbench plan --record`` writes one;
+each traced command should have been.  ``kvbench project --record`` writes one;
 a run can write one too via ``Manifest.from_objects``.
 
 Versioned JSON, one object per line so it diffs and greps well.
@@ -28,8 +28,11 @@ from kvbench_core.runspec.jsonfile import JsonLinesGiven, json_line, read_json_t
 
 FORMAT = "kvbench-kvio-manifest"
 VERSION = 1
-#: ``kvbench plan --json`` output embeds a manifest under ``"manifest"``; readers accept either.
-PLAN_FORMAT = "kvbench-kvio-plan"
+#: ``kvbench project --json`` output embeds a manifest under ``"manifest"``; readers accept either.
+PROJECTION_FORMAT = "kvbench-kvio-projection"
+#: The same output as ``kvbench plan --json`` wrote it before the kvio plan became the projection (issue #30):
+#: still read, so the files users kept go on replaying and scoring; never written.
+OLD_PLAN_FORMAT = "kvbench-kvio-plan"
 
 _COUNT = {"type": "integer", "minimum": 0}
 _POSITIVE = {"type": "integer", "minimum": 1}
@@ -84,7 +87,7 @@ class Manifest:
     objects: tuple[KVObject, ...]
     trace_ids: dict[str, int]
     chunking: dict[str, Any] = field(default_factory=dict)
-    #: the engine preset the plan followed (kvio/presets.py: its rules and their sources); empty for none
+    #: the engine preset the projection followed (kvio/presets.py: its rules and their sources); empty for none
     engine: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -129,9 +132,9 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, data: Any, where: str, text: str | None = None) -> Manifest:
-        """Parse a manifest (or the manifest inside a plan JSON); errors name ``where`` and the field, and,
-        given the file's ``text``, the line the field is on."""
-        if isinstance(data, dict) and data.get("format") == PLAN_FORMAT:
+        """Parse a manifest (or the manifest inside a projection JSON, either format id); errors name
+        ``where`` and the field, and, given the file's ``text``, the line the field is on."""
+        if isinstance(data, dict) and data.get("format") in (PROJECTION_FORMAT, OLD_PLAN_FORMAT):
             data, root = data.get("manifest"), "manifest"
         else:
             root = ""
@@ -171,7 +174,7 @@ class Manifest:
 
     @classmethod
     def read(cls, path: str) -> Manifest:
-        """A manifest file, or the manifest embedded in a ``kvbench plan --json`` output."""
+        """A manifest file, or the manifest embedded in a ``kvbench project --json`` output."""
         try:
             data, text = read_json_text(path, "manifest")
         except JsonLinesGiven:
@@ -179,5 +182,5 @@ class Manifest:
                                  "goes to --measured, LMCache's semantic trace to --semantic") from None
         if isinstance(data, dict) and "kvbench_result" in data:
             raise InputFileError(f"{path}: a kvbench result, not a kvio manifest; make one with "
-                                 "`kvbench plan --record MANIFEST`") from None
+                                 "`kvbench project --record MANIFEST`") from None
         return cls.from_dict(data, path, text)

@@ -1,11 +1,11 @@
-"""Engine presets for ``kvbench plan``: the objects one engine version writes, and how, by its defaults.
+"""Engine presets for ``kvbench project``: the objects one engine version writes, and how, by its defaults.
 
-A generic plan keeps a partial last chunk and writes a 4 KiB header before every store (the kvio seed's
-raw_block figures).  A real engine has its own rules, and a plan that differs from them by one rule
+A generic projection keeps a partial last chunk and writes a 4 KiB header before every store (the kvio seed's
+raw_block figures).  A real engine has its own rules, and a projection that differs from them by one rule
 scores 11/12 against that engine's I/O.  A preset holds one version's defaults, each read from its
 source (``rules`` names the file and setting), and tests/kvio/test_lmcache_io.py holds them to the engine's
 own syscalls: LMCache 0.5.6 run CPU-only, captured with strace, scored exactly.  A flag given with a
-preset still wins (a deployment that changed ``chunk_size`` plans with ``--chunk-tokens``).
+preset still wins (a deployment that changed ``chunk_size`` projects with ``--chunk-tokens``).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ PRESETS: dict[tuple[str, str], EnginePreset] = {
                "load": "raw_block/core.py load_many_into: one pread of the payload at offset + header_bytes, no header",
                "align": "plugins/rust_raw_block_backend.py: use_odirect default False and io_engine default posix, "
                         "so lengths are not rounded (align 1) and max_data_transfer_size 0 does not split; with "
-                        "io_uring_cmd plan with --max-transfer (its max_data_transfer_size) and --align 4096",
+                        "io_uring_cmd project with --max-transfer (its max_data_transfer_size) and --align 4096",
                "slot": "rust_raw_block_backend.py: slot_bytes = round_up(header_bytes + full chunk bytes, "
                        "block_align 4096): 3,149,824 B for a 3 MiB chunk",
                "store_order": "rust_raw_block_backend.py batched_submit_put_task: one coroutine per key on "

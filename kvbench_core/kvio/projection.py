@@ -28,7 +28,7 @@ DEFAULT_CHUNK_TOKENS = 256  # LMCache's default chunk size
 
 
 def object_key(model_name: str, chunk: int, rank: int) -> str:
-    """A deterministic, path-safe key: the same plan always names its objects the same way."""
+    """A deterministic, path-safe key: the same projection always names its objects the same way."""
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", model_name).strip("._-") or "model"
     return f"kvio-{slug}-c{chunk:06d}-r{rank}"
 
@@ -142,7 +142,7 @@ def _fragmentation(commands: Counter[int], geometry: TransferGeometry, payload: 
 
 def summarize(manifest: Manifest, prefill_tokens_per_sec: float | None = None,
               codec: CodecProjection | None = None) -> dict[str, Any]:
-    """Everything ``kvbench plan`` reports, computed from a manifest (fresh or recorded); with a ``codec``,
+    """Everything ``kvbench project`` reports, computed from a manifest (fresh or recorded); with a ``codec``,
     each object class also has the commands and device bytes of its encoded form."""
     geometry = manifest.geometry
     classes = []

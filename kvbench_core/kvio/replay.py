@@ -189,16 +189,16 @@ def replay(manifest: Manifest, tier: dict[str, Any], settings: ReplaySettings, *
 
 def _fit_warnings(backend: StorageBackend, name: str, manifest: Manifest, largest: int, transfer: int, *,
                   logged: bool) -> list[str]:
-    """Where a file or network tier's commands cannot match the plan's (a memory tier's have no geometry)."""
+    """Where a file or network tier's commands cannot match the projection's (a memory tier's have no geometry)."""
     warnings = []
     if not manifest.geometry.splits_like(backend.transfer_size, largest):
         warnings.append(f"the tier moves {backend.transfer_size} B per command but the manifest's commands "
-                        f"need {transfer} B: its commands will not match the plan")
+                        f"need {transfer} B: its commands will not match the projection")
     if logged and manifest.geometry.store_header_bytes:
         # kvbench's tiers store the payload alone; LMCache raw_block writes a header block first
-        warnings.append(f"the plan expects a {manifest.geometry.store_header_bytes} B header op before each "
+        warnings.append(f"the projection expects a {manifest.geometry.store_header_bytes} B header op before each "
                         f"store, which the {name} tier does not write: `kvbench score` will "
-                        "find every store one command short (plan with --store-header-bytes 0)")
+                        "find every store one command short (project with --store-header-bytes 0)")
     return warnings
 
 

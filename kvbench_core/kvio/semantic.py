@@ -11,7 +11,7 @@ commands' ``user_data``::
 Each record becomes an expected unit (records of the same object and op add
 up, as their commands do on the wire): its payload split by the transfer
 geometry (``--max-transfer``, ``--align``, ``--store-header-bytes``) as
-``kvbench plan`` would split it.  ``part`` (``kv``/``k``/``v``) groups the
+``kvbench project`` would split it.  ``part`` (``kv``/``k``/``v``) groups the
 scores per KV part (separate K and V records of one object, sharing its
 trace id, each keep their own planned commands and are scored on their share
 of the object's wire commands), and ``components`` (K / V / scale bytes of a

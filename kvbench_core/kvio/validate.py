@@ -4,7 +4,7 @@ Three complementary scores (the seed's; AUC is deliberately absent: the
 geometry is deterministic, there is no class label):
 
 - exact-match: per object and op, are the measured command count *and*
-  device bytes equal to the plan?  The strictest check.
+  device bytes equal to the projection?  The strictest check.
 - WAPE: total mispredicted bytes / total measured bytes.  0 = right volume.
 - size-distribution TV: total-variation distance between planned and measured
   command sizes in log2 bins.  0 = right shape.  Catches a wrong split that
@@ -14,7 +14,7 @@ A unit is one (object, op); stores and loads are scored separately.  By
 default an op is scored if the trace holds commands of it, and an expected op
 the trace lacks is listed in ``ops_missing`` (which fails the gate: a capture
 that lost its stores must not pass on its loads); ``ops`` declares a
-load-only or store-only capture.  Measured commands with a trace id the plan
+load-only or store-only capture.  Measured commands with a trace id the projection
 does not know count as mispredicted bytes.  Optionally the commands' offsets
 (each object's commands tile one extent; a load reads within what was
 stored) and their order (ascending offsets within an object, objects in the
@@ -215,7 +215,7 @@ class Expected:
 
 
 def expected_from_manifest(manifest: Manifest, ops: Iterable[str] = OPS) -> list[Expected]:
-    """Every object of the plan in every op."""
+    """Every object of the projection in every op."""
     return [Expected(obj.key, manifest.trace_ids[obj.key], op, manifest.geometry.commands(op, obj.nbytes))
             for obj in manifest.objects for op in ops]
 
@@ -231,7 +231,7 @@ class ValidationOptions:
 
 def validate(manifest: Manifest, trace: MeasuredTrace, options: ValidationOptions | None = None) -> dict[str, Any]:
     """The fidelity report of ``trace`` against ``manifest`` (overall and per op)."""
-    return validate_expected(expected_from_manifest(manifest), trace, source="plan", options=options)
+    return validate_expected(expected_from_manifest(manifest), trace, source="projection", options=options)
 
 
 def split_by_part(unit: Expected, measured: Counter[int]) -> list[tuple[str, Counter[int], Counter[int]]]:

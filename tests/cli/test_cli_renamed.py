@@ -1,8 +1,9 @@
 """One word per concept on the command line (docs/cli.md): ``--help`` shows only the new spellings, and
 each old one still works for one release, printing exactly one line that names the new spelling.
 
-The old spellings of ``kvbench score`` and ``kvbench fio --source`` are tested beside those commands
-(tests/kvio/test_kvio_validate.py, tests/reports/test_fio_distiller.py), where their inputs are built."""
+The old spellings of ``kvbench score``, ``kvbench project`` and ``kvbench fio --source`` are tested beside
+those commands (tests/kvio/test_kvio_validate.py, tests/kvio/test_kvio_projection.py,
+tests/reports/test_fio_distiller.py), where their inputs are built."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def notices(err: str) -> list[str]:
 
 def test_the_command_list_has_the_new_names_only(capsys: pytest.CaptureFixture[str]) -> None:
     listed = set(re.findall(r"^    (\w+)\s", _help(capsys), flags=re.MULTILINE))
-    assert {"check", "score", "spec", "plugins", "fio", "workload"} <= listed
+    assert {"check", "score", "project", "spec", "plugins", "fio", "workload"} <= listed
     assert not listed & set(RENAMED_COMMANDS)
 
 
@@ -37,14 +38,16 @@ def test_an_unknown_command_is_refused_listing_the_new_names_only(capsys: pytest
         main(["nosuch"])
     assert refused.value.code == 2
     err = capsys.readouterr().err
-    assert "'score'" in err and not any(f"'{old}'" in err for old in RENAMED_COMMANDS)
+    assert "'score'" in err and "'project'" in err and not any(f"'{old}'" in err for old in RENAMED_COMMANDS)
 
 
 @pytest.mark.parametrize(("argv", "new", "old"), [
     (["plugins"], ["--conformance BACKEND"], ["--check"]),
-    (["score"], ["--offsets", "--order", "--measured IO_LOG"], ["--check-offsets", "--check-order"]),
+    (["score"], ["--projection MANIFEST", "--offsets", "--order", "--measured IO_LOG"],
+     ["--plan", "--check-offsets", "--check-order"]),
+    (["project"], ["usage: kvbench project", "--record MANIFEST"], ["kvbench plan"]),
     (["fio"], ["{auto,block-trace,counters}"], ["{auto,trace,record}", "{auto,block-trace,record}"]),
-    (["replay"], ["--io-log IO_LOG"], ["--io-log TRACE"]),
+    (["replay"], ["--io-log IO_LOG", "`kvbench project --record`"], ["--io-log TRACE", "kvbench plan"]),
 ])
 def test_a_commands_help_shows_the_new_spelling_only(argv: list[str], new: list[str], old: list[str],
                                                      capsys: pytest.CaptureFixture[str]) -> None:
@@ -78,12 +81,16 @@ def test_a_refused_old_command_is_one_line_with_the_notice_folded_in(
 
 
 def test_only_the_command_word_is_renamed() -> None:
-    """``spec validate`` is the new spelling of validating a spec, and a file may be called ``validate``."""
+    """``spec validate`` is the new spelling of validating a spec, and a file may be called ``validate`` or
+    ``plan``."""
     assert renamed_command_line(["spec", "validate", "validate"]) == ["spec", "validate", "validate"]
-    assert renamed_command_line(["score", "--plan", "validate"]) == ["score", "--plan", "validate"]
+    assert renamed_command_line(["score", "--projection", "validate"]) == ["score", "--projection", "validate"]
+    assert renamed_command_line(["run", "plan", "--set", "name=plan"]) == ["run", "plan", "--set", "name=plan"]
     assert take_notices() == []
-    assert renamed_command_line(["validate", "--plan", "validate"]) == ["score", "--plan", "validate"]
+    assert renamed_command_line(["validate", "--projection", "validate"]) == ["score", "--projection", "validate"]
     assert take_notices() == ["`validate` is now `score`"]
+    assert renamed_command_line(["plan", "--model", "plan"]) == ["project", "--model", "plan"]
+    assert take_notices() == ["`plan` is now `project`"]
 
 
 def test_the_new_conformance_flag_says_nothing_and_the_old_one_runs_the_same_checks(
@@ -116,6 +123,10 @@ def test_validate_with_a_spec_file_is_spec_validate_and_says_so(capsys: pytest.C
                                          "the kvio scorer, is now `score`"]
     assert main(["spec", "validate", spec]) == 0
     assert capsys.readouterr().out == captured.out
-    assert main(["validate", "--plan", "p.yaml", "--measured", "missing.jsonl"]) == 2
+    assert main(["validate", "--projection", "p.yaml", "--measured", "missing.jsonl"]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("kvbench: error: ") and line.endswith("(note: `validate` is now `score`)")
+    assert main(["validate", "--plan", "p.yaml", "--measured", "missing.jsonl"]) == 2  # both words old: one line
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == ("kvbench: error: missing.jsonl: no such I/O log (note: `validate` is now `score`; "
+                    "`score --plan` is now `score --projection`)")

@@ -1,4 +1,4 @@
-"""A codec in ``kvbench plan``: encoded objects need fewer device bytes and commands, and the load-vs-
+"""A codec in ``kvbench project``: encoded objects need fewer device bytes and commands, and the load-vs-
 recompute break-even counts the decode after each load (declared figures, or a run's measured ones)."""
 
 from __future__ import annotations
@@ -64,15 +64,15 @@ def coded_tier(name: str, ratio: float, decode: float) -> dict[str, Any]:
                       "encode_bytes_per_s_per_core": decode / 4}}
 
 
-def test_plan_takes_the_ratio_and_decode_rate_a_run_measured(tmp_path: Path, capsys: Any) -> None:
+def test_project_takes_the_ratio_and_decode_rate_a_run_measured(tmp_path: Path, capsys: Any) -> None:
     result = fake_result(tmp_path, {"dram": {"codec": {"name": "none"}}, "nvme": coded_tier("zstd", 1.25, 2e9)})
-    assert main(["plan", "--model", "llama3.1-8b", "--num-chunks", "1", "--prefill-tokens-per-sec", "10000",
+    assert main(["project", "--model", "llama3.1-8b", "--num-chunks", "1", "--prefill-tokens-per-sec", "10000",
                  "--codec-from", str(result), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)["summary"]
     assert summary["codec"]["name"] == "zstd" and summary["codec"]["ratio"] == 1.25
     assert summary["codec"]["decode_bytes_per_s"] == 2e9 and "tier nvme" in summary["codec"]["source"]
     assert summary["load_vs_recompute"]["classes"][0]["decode_s"] == pytest.approx(32 * MiB / 2e9)
-    assert main(["plan", "--model", "tiny-1b", "--tokens", "300", "--prefill-tokens-per-sec", "5000",
+    assert main(["project", "--model", "tiny-1b", "--tokens", "300", "--prefill-tokens-per-sec", "5000",
                  "--codec-ratio", "1.4", "--codec-decode-bytes-per-sec", "1e6"]) == 0
     text = capsys.readouterr().out
     assert "objects stored encoded" in text and "never: decoding alone is slower" in text
@@ -97,7 +97,7 @@ def test_bad_codec_flags_are_one_line_naming_the_flag(tmp_path: Path, capsys: An
     coded_dir.mkdir()
     paths["coded"] = str(fake_result(coded_dir, {"dram": {"codec": {"name": "none"}},
                                                  "nvme": coded_tier("lz4", 1.1, 1e9)}))
-    argv = ["plan", "--model", "tiny-1b", "--tokens", "300", *[arg.format(**paths) for arg in extra]]
+    argv = ["project", "--model", "tiny-1b", "--tokens", "300", *[arg.format(**paths) for arg in extra]]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err

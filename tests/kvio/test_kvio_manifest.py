@@ -105,15 +105,20 @@ def test_unreadable_manifests_are_clear(tmp_path):
         Manifest.read(str(tmp_path / "result.json"))
 
 
-def test_a_plan_json_is_read_through_its_embedded_manifest(tmp_path):
+@pytest.mark.parametrize("format_id", ["kvbench-kvio-projection", "kvbench-kvio-plan"])
+def test_a_projection_json_is_read_through_its_embedded_manifest(tmp_path, format_id):
+    """``kvbench project --json`` output, and the same output as ``kvbench plan --json`` wrote it before the
+    rename (its old format id), are both read; any other format id is not a projection."""
     manifest = _manifest()
-    path = tmp_path / "plan.json"
-    path.write_text(json.dumps({"format": "kvbench-kvio-plan", "version": 1, "summary": {},
-                                "manifest": manifest.to_dict()}))
+    path = tmp_path / "projection.json"
+    path.write_text(json.dumps({"format": format_id, "version": 1, "summary": {}, "manifest": manifest.to_dict()}))
     assert Manifest.read(str(path)) == manifest
-    path.write_text(json.dumps({"format": "kvbench-kvio-plan", "manifest": {"format": "kvbench-kvio-manifest"}}))
+    path.write_text(json.dumps({"format": format_id, "manifest": {"format": "kvbench-kvio-manifest"}}))
     with pytest.raises(InputFileError, match=r"manifest\.version: required field is missing"):
         Manifest.read(str(path))
+    path.write_text(json.dumps({"format": "kvbench-kvio-forecast", "version": 1, "manifest": manifest.to_dict()}))
+    with pytest.raises(InputFileError, match=r"projection\.json:1: model: required field is missing"):
+        Manifest.read(str(path))  # read as a bare manifest, which it is not
 
 
 def test_trace_ids_are_stable_32_bit_and_never_zero():

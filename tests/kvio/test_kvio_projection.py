@@ -1,4 +1,4 @@
-"""kvio projection: the seed's figures, TP/MLA/CLA objects, command splitting and the plan CLI."""
+"""kvio projection: the seed's figures, TP/MLA/CLA objects, command splitting and ``kvbench project``."""
 
 from __future__ import annotations
 
@@ -112,13 +112,13 @@ def test_load_vs_recompute_breakeven_bandwidth():
         summarize(manifest, prefill_tokens_per_sec=0)
 
 
-def test_plan_cli_json_embeds_a_manifest_and_records_one(tmp_path, capsys):
+def test_project_cli_json_embeds_a_manifest_and_records_one(tmp_path, capsys):
     record = tmp_path / "kvio_record.json"
-    argv = ["plan", "--model", "llama3.1-70b", "--tp", "4", "--num-chunks", "2", "--max-transfer", "128KiB",
+    argv = ["project", "--model", "llama3.1-70b", "--tp", "4", "--num-chunks", "2", "--max-transfer", "128KiB",
             "--record", str(record), "--json"]
     assert main(argv) == 0
     output = json.loads(capsys.readouterr().out)
-    assert output["format"] == "kvbench-kvio-plan"
+    assert output["format"] == "kvbench-kvio-projection"
     assert output["summary"]["object_classes"][0]["store_commands"] == 161
     recorded = Manifest.read(str(record))
     assert recorded.to_dict() == output["manifest"]
@@ -126,13 +126,30 @@ def test_plan_cli_json_embeds_a_manifest_and_records_one(tmp_path, capsys):
     assert record.stat().st_size < 4096  # a few KB, no payload
 
 
-def test_plan_cli_table_and_errors(tmp_path, capsys):
-    assert main(["plan", "--model", "tiny-1b", "--tokens", "300", "--prefill-tokens-per-sec", "5000"]) == 0
+def test_project_cli_table_and_errors(tmp_path, capsys):
+    assert main(["project", "--model", "tiny-1b", "--tokens", "300", "--prefill-tokens-per-sec", "5000"]) == 0
     text = capsys.readouterr().out
     assert "command sizes" in text and "load vs recompute" in text
-    assert main(["plan", "--tokens", "300"]) == 2
+    assert main(["project", "--tokens", "300"]) == 2
     assert "give a model" in capsys.readouterr().err
-    assert main(["plan", "--model", "tiny-1b", "--tokens", "300", "--max-transfer", "lots"]) == 2
+    assert main(["project", "--model", "tiny-1b", "--tokens", "300", "--max-transfer", "lots"]) == 2
     assert "--max-transfer" in capsys.readouterr().err
-    assert main(["plan", "--model", "llama3.1-8b", "--tp", "3", "--tokens", "300"]) == 2
+    assert main(["project", "--model", "llama3.1-8b", "--tp", "3", "--tokens", "300"]) == 2
     assert "does not divide" in capsys.readouterr().err
+
+
+def test_the_old_plan_command_writes_the_same_manifest_and_says_it_is_now_project(tmp_path, capsys):
+    """``kvbench plan`` runs ``kvbench project`` for one release: the same manifest, byte for byte, the same
+    report, and one line on stderr naming the new command; ``project`` itself says nothing."""
+    flags = ["--model", "qwen2.5-0.5b", "--tokens", "1000", "--engine", "lmcache-0.5", "--backend", "local_disk"]
+    assert main(["project", *flags, "--record", str(tmp_path / "new.json")]) == 0
+    new = capsys.readouterr()
+    assert main(["plan", *flags, "--record", str(tmp_path / "old.json")]) == 0
+    old = capsys.readouterr()
+    assert (tmp_path / "old.json").read_bytes() == (tmp_path / "new.json").read_bytes()
+    assert len(Manifest.read(str(tmp_path / "new.json")).objects) == 3
+    assert new.err == "" and old.err == "kvbench: `plan` is now `project`\n"
+    assert old.out.replace("old.json", "new.json") == new.out
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    assert "usage: kvbench project" in capsys.readouterr().out

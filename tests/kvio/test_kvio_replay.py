@@ -47,7 +47,7 @@ def test_replay_on_the_cpu_tier_times_every_object(tmp_path):
     assert [(c["tokens"], c["objects"]) for c in classes] == [(16, 6), (4, 1)]
     assert classes[0]["breakeven_bytes_per_s"] == pytest.approx(16 * 24_576 / (16 / 4000))
     assert {c["faster"] for c in classes} <= {"load", "recompute"}
-    assert report["warnings"] == []  # a memory tier has no device commands to disagree with the plan
+    assert report["warnings"] == []  # a memory tier has no device commands to disagree with the projection
 
 
 class _CommandLoggingTier(CPUMemoryBackend):
@@ -185,7 +185,7 @@ def test_diskstats_counters_and_max_request_size(tmp_path):
     assert expected_requests(Counter({1024 * KiB: 2}), None) == 2
 
 
-def test_disk_window_compares_deltas_with_the_plan(tmp_path):
+def test_disk_window_compares_deltas_with_the_projection(tmp_path):
     stats = tmp_path / "diskstats"
     (tmp_path / "block" / "nvme0n1" / "queue").mkdir(parents=True)
     (tmp_path / "block" / "nvme0n1" / "queue" / "max_sectors_kb").write_text("128\n")

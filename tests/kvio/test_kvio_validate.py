@@ -183,11 +183,11 @@ def test_a_trace_without_tagged_commands_cannot_be_scored(tmp_path, manifest):
         read_trace(str(tmp_path / "missing.jsonl"))
 
 
-def test_a_trace_of_another_plan_is_refused_not_scored(tmp_path, manifest):
-    """Every trace id unknown (the plan of another model or seed): a 0-score report would hide the mistake."""
+def test_a_trace_of_another_projection_is_refused_not_scored(tmp_path, manifest):
+    """Every trace id unknown (the projection of another model or seed): a 0-score report would hide the mistake."""
     other = build_manifest(resolve_model("llama3.1-8b"), TransferGeometry(), 64, num_chunks=2)
     trace = read_trace(_log(tmp_path / "other.jsonl", other))
-    with pytest.raises(InputFileError, match=r"none of the I/O log's 2 trace ids is in the plan"):
+    with pytest.raises(InputFileError, match=r"none of the I/O log's 2 trace ids is in the projection"):
         validate(manifest, trace)
 
 
@@ -201,7 +201,7 @@ def test_validate_cli_prints_and_writes_json(tmp_path, capsys, manifest):
     manifest.write(str(tmp_path / "m.json"))
     trace = _log(tmp_path / "io.jsonl", manifest)
     out = tmp_path / "report.json"
-    assert main(["score", "--plan", str(tmp_path / "m.json"), "--measured", trace, "--json", str(out)]) == 0
+    assert main(["score", "--projection", str(tmp_path / "m.json"), "--measured", trace, "--json", str(out)]) == 0
     assert "exact-match 8/8, WAPE 0.0000%, per-cmd size 8/8, size-dist TV 0.0000" in capsys.readouterr().out
     assert json.loads(out.read_text())["exact_match"]["fraction"] == 1.0
 
@@ -259,11 +259,11 @@ def _cli(tmp_path, *args):
 def test_validate_exits_1_when_a_threshold_is_missed_and_the_thresholds_relax(tmp_path, capsys, manifest):
     manifest.write(str(tmp_path / "m.json"))
     trace = _log(tmp_path / "io.jsonl", manifest, lambda op, sizes: sizes[:-1] if op == "store" else sizes)
-    code, report = _cli(tmp_path, "--plan", str(tmp_path / "m.json"), "--measured", trace)
+    code, report = _cli(tmp_path, "--projection", str(tmp_path / "m.json"), "--measured", trace)
     assert code == 1 and report["gate"]["passed"] is False
     assert any(line.startswith("store: exact-match 75.00% < 100.00%") for line in report["gate"]["missed"])
     assert "FAIL store: exact-match" in capsys.readouterr().out
-    assert _cli(tmp_path, "--plan", str(tmp_path / "m.json"), "--measured", trace,
+    assert _cli(tmp_path, "--projection", str(tmp_path / "m.json"), "--measured", trace,
                 "--min-exact", "75", "--max-wape", "5", "--max-tv", "0.05")[0] == 0
 
 
@@ -280,11 +280,11 @@ def test_the_seeds_command_line_on_a_512_byte_capture_validates_exactly(tmp_path
     assert report["exact_match"] == {"matched": 8, "total": 8, "fraction": 1.0} and report["wape"] == 0.0
 
 
-def test_a_plan_refuses_geometry_flags_that_contradict_it(tmp_path, capsys, manifest):
+def test_a_projection_refuses_geometry_flags_that_contradict_it(tmp_path, capsys, manifest):
     manifest.write(str(tmp_path / "m.json"))
     trace = _log(tmp_path / "io.jsonl", manifest)
-    assert main(["score", "--plan", str(tmp_path / "m.json"), "--measured", trace, "--lba-bytes", "512"]) == 2
-    assert "--align 512: the plan was made with align 4096" in capsys.readouterr().err
+    assert main(["score", "--projection", str(tmp_path / "m.json"), "--measured", trace, "--lba-bytes", "512"]) == 2
+    assert "--align 512: the projection was made with align 4096" in capsys.readouterr().err
 
 
 def test_separate_k_and_v_records_sharing_a_trace_id_are_attributed_to_each_part(tmp_path, manifest):
@@ -318,19 +318,20 @@ def test_a_capture_that_lost_its_stores_fails_unless_it_is_declared_load_only(tm
     lines = [line for line in _tracer_lines(manifest) if '"op_name": "read"' in line]
     path = tmp_path / "loads.jsonl"
     path.write_text("\n".join(lines) + "\n")
-    code, report = _cli(tmp_path, "--plan", str(tmp_path / "m.json"), "--measured", str(path))
+    code, report = _cli(tmp_path, "--projection", str(tmp_path / "m.json"), "--measured", str(path))
     assert code == 1 and report["ops_missing"] == ["store"]
     assert "stores: planned for 4 objects, none in the I/O log" in report["gate"]["missed"][0]
     assert "store: none in the I/O log" in capsys.readouterr().out
-    assert _cli(tmp_path, "--plan", str(tmp_path / "m.json"), "--measured", str(path), "--ops", "load")[0] == 0
-    declared_both = _cli(tmp_path, "--plan", str(tmp_path / "m.json"), "--measured", str(path), "--ops", "store,load")
+    assert _cli(tmp_path, "--projection", str(tmp_path / "m.json"), "--measured", str(path), "--ops", "load")[0] == 0
+    declared_both = _cli(tmp_path, "--projection", str(tmp_path / "m.json"), "--measured", str(path),
+                         "--ops", "store,load")
     assert declared_both[0] == 1 and declared_both[1]["by_op"]["store"]["exact_match"]["matched"] == 0
 
 
 def test_offsets_and_order_are_checked_on_request(tmp_path, manifest):
     manifest.write(str(tmp_path / "m.json"))
     good = _log(tmp_path / "io.jsonl", manifest)
-    assert _cli(tmp_path, "--plan", str(tmp_path / "m.json"), "--measured", good, "--offsets",
+    assert _cli(tmp_path, "--projection", str(tmp_path / "m.json"), "--measured", good, "--offsets",
                 "--order")[0] == 0
     records = [json.loads(line) for line in Path(good).read_text().splitlines()]
     records[1]["offset"] += 4096  # a gap in object 0's store
@@ -338,9 +339,9 @@ def test_offsets_and_order_are_checked_on_request(tmp_path, manifest):
     reordered = [r for r in records if r["op"] == "write"] + loads[12:] + loads[:12]  # object 0 loaded last
     shuffled = tmp_path / "shuffled.jsonl"
     shuffled.write_text("".join(json.dumps(r) + "\n" for r in reordered))
-    plain = _cli(tmp_path, "--plan", str(tmp_path / "m.json"), "--measured", str(shuffled))
+    plain = _cli(tmp_path, "--projection", str(tmp_path / "m.json"), "--measured", str(shuffled))
     assert plain[0] == 0  # sizes alone cannot see either
-    code, report = _cli(tmp_path, "--plan", str(tmp_path / "m.json"), "--measured", str(shuffled),
+    code, report = _cli(tmp_path, "--projection", str(tmp_path / "m.json"), "--measured", str(shuffled),
                         "--offsets", "--order")
     assert code == 1
     assert report["offsets"]["contiguous"]["matched"] == 7
@@ -374,16 +375,19 @@ def test_a_runs_command_recorder_forwards_the_request_and_alignment(tmp_path):
 
 
 def test_the_old_spellings_score_the_same_and_each_says_what_it_is_now(tmp_path, capsys, manifest):
-    """``kvbench validate`` and ``--check-offsets``/``--check-order`` still work for one release (docs/cli.md):
-    the same report as ``kvbench score --offsets --order``, after one line per old spelling."""
+    """``kvbench validate``, ``--plan`` and ``--check-offsets``/``--check-order`` still work for one release
+    (docs/cli.md): the same report as ``kvbench score --projection --offsets --order``, after one line per old
+    spelling."""
     manifest.write(str(tmp_path / "m.json"))
-    args = ["--plan", str(tmp_path / "m.json"), "--measured", _log(tmp_path / "io.jsonl", manifest)]
-    assert main(["score", *args, "--offsets", "--order", "--json", str(tmp_path / "new.json")]) == 0
+    args = [str(tmp_path / "m.json"), "--measured", _log(tmp_path / "io.jsonl", manifest)]
+    assert main(["score", "--projection", *args, "--offsets", "--order", "--json", str(tmp_path / "new.json")]) == 0
     new = capsys.readouterr()
     assert "kvbench: `" not in new.err
-    assert main(["validate", *args, "--check-offsets", "--check-order", "--json", str(tmp_path / "old.json")]) == 0
+    assert main(["validate", "--plan", *args, "--check-offsets", "--check-order",
+                 "--json", str(tmp_path / "old.json")]) == 0
     old = capsys.readouterr()
     assert old.err.splitlines() == ["kvbench: `validate` is now `score`",
+                                    "kvbench: `score --plan` is now `score --projection`",
                                     "kvbench: `score --check-offsets` is now `score --offsets`",
                                     "kvbench: `score --check-order` is now `score --order`"]
     assert old.out == new.out
@@ -391,22 +395,23 @@ def test_the_old_spellings_score_the_same_and_each_says_what_it_is_now(tmp_path,
     assert old_report == new_report and new_report["offsets"] and new_report["order"]
 
 
-def test_a_kvbench_replay_of_a_plan_with_a_store_header_gets_the_hint_that_explains_it(tmp_path, capsys):
-    """A new user's first plan -> replay -> score: the default plan expects LMCache's 4 KiB header write
+def test_a_kvbench_replay_of_a_projection_with_a_store_header_gets_the_hint_that_explains_it(tmp_path, capsys):
+    """A new user's first project -> replay -> score: the default projection expects LMCache's 4 KiB header write
     before each store, kvbench's tiers write none, and six thresholds fail; score says why and what to do."""
     pytest.importorskip("kvbench_nvme")
-    plan, log = tmp_path / "m.json", tmp_path / "io.jsonl"
-    assert main(["plan", "--model", "qwen2.5-0.5b", "--tokens", "1024", "--record", str(plan)]) == 0
+    projected, log = tmp_path / "m.json", tmp_path / "io.jsonl"
+    assert main(["project", "--model", "qwen2.5-0.5b", "--tokens", "1024", "--record", str(projected)]) == 0
     tier = f"{{backend: nvme, options: {{path: {tmp_path / 'tier'}, fsync: false}}}}"
-    assert main(["replay", str(plan), "--tier", tier, "--io-log", str(log)]) == 0
+    assert main(["replay", str(projected), "--tier", tier, "--io-log", str(log)]) == 0
     capsys.readouterr()
-    assert main(["score", "--plan", str(plan), "--measured", str(log)]) == 1
-    assert "hint: every mismatching store is exactly the plan's 4096 B header command short" in capsys.readouterr().out
+    assert main(["score", "--projection", str(projected), "--measured", str(log)]) == 1
+    assert ("hint: every mismatching store is exactly the projection's 4096 B header command short"
+            in capsys.readouterr().out)
     header_free = tmp_path / "m0.json"
-    assert main(["plan", "--model", "qwen2.5-0.5b", "--tokens", "1024", "--store-header-bytes", "0",
+    assert main(["project", "--model", "qwen2.5-0.5b", "--tokens", "1024", "--store-header-bytes", "0",
                  "--record", str(header_free)]) == 0
     log.unlink()
     assert main(["replay", str(header_free), "--tier", tier, "--io-log", str(log)]) == 0
     capsys.readouterr()
-    assert main(["score", "--plan", str(header_free), "--measured", str(log)]) == 0
+    assert main(["score", "--projection", str(header_free), "--measured", str(log)]) == 0
     assert "hint:" not in capsys.readouterr().out

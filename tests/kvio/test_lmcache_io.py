@@ -1,9 +1,9 @@
-"""``kvbench plan --engine lmcache-0.5`` against LMCache 0.5.6's own I/O: exact, on both backends.
+"""``kvbench project --engine lmcache-0.5`` against LMCache 0.5.6's own I/O: exact, on both backends.
 
 LMCache's standalone engine (its mock GPU connector, CPU only, tests/lmcache_driver.py) stores a prompt
 through its real local_disk and raw_block backends and loads it back, under strace.  The capture becomes
 a kvbench I/O log (tests/lmcache_strace.py) and ``kvbench score`` must pass with its default, exact gate
-(exact-match 100 %, WAPE 0, TV 0, offsets) against the preset's plan: GQA and MLA models, prompts that
+(exact-match 100 %, WAPE 0, TV 0, offsets) against the preset's projection: GQA and MLA models, prompts that
 end in a partial chunk (LMCache drops it by default, keeps it with save_unfull_chunk), and --order where
 the engine serialises its stores (local_disk with one disk thread).  A planted change to a preset rule
 must fail the same score.  Skipped, with the reason, where LMCache (`pip install -e '.[lmcache]'` after
@@ -46,14 +46,14 @@ GQA, MLA = "llama3.2-1b", "deepseek-v3"
 
 @dataclass(frozen=True)
 class Scenario:
-    """One engine run and the plan that must score it exactly."""
+    """One engine run and the projection that must score it exactly."""
 
     name: str
     backend: str
     model: str
     tokens: int
     settings: dict[str, Any] = field(default_factory=dict)  # LMCache settings changed from its defaults
-    plan_flags: tuple[str, ...] = ()  # the same change, told to the plan
+    projection_flags: tuple[str, ...] = ()  # the same change, told to the projection
     order: bool = False
 
 
@@ -108,8 +108,8 @@ def capture(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def objects_of(manifest: Manifest, report: dict[str, Any], store: Path) -> Objects:
-    """The engine's chunk -> placement, joined to the plan's chunk -> trace id.  A chunk the engine stored
-    that the plan lacks gets a trace id of its own, so its bytes count against the plan (unattributed)."""
+    """The engine's chunk -> placement, joined to the projection's chunk -> trace id.  A chunk the engine
+    stored that the projection lacks gets a trace id of its own, so its bytes count against it (unattributed)."""
     by_chunk = {obj.chunk: (manifest.trace_ids[obj.key], obj.key) for obj in manifest.objects}
     spare = max(manifest.trace_ids.values(), default=0) + 1
     objects = Objects(device=str(store) if report.get("slot_bytes") else None)
@@ -123,36 +123,36 @@ def objects_of(manifest: Manifest, report: dict[str, Any], store: Path) -> Objec
     return objects
 
 
-def plan_and_score(capture: dict[str, Any], scenario: Scenario, tag: str = "") -> tuple[int, dict[str, Any]]:
-    """``kvbench plan --engine lmcache-0.5`` for the scenario, its capture as an I/O log, ``kvbench score``."""
+def project_and_score(capture: dict[str, Any], scenario: Scenario, tag: str = "") -> tuple[int, dict[str, Any]]:
+    """``kvbench project --engine lmcache-0.5`` for the scenario, its capture as an I/O log, ``kvbench score``."""
     work, report = capture["work"], capture["placements"][scenario.name]
-    manifest_path, io_log, score = (work / f"{scenario.name}{tag}.{ext}" for ext in ("plan.json", "io.jsonl",
+    manifest_path, io_log, score = (work / f"{scenario.name}{tag}.{ext}" for ext in ("projection.json", "io.jsonl",
                                                                                       "score.json"))
-    assert main(["plan", "--model", scenario.model, "--tokens", str(scenario.tokens), "--engine", LMCACHE_05,
-                 "--backend", scenario.backend, *scenario.plan_flags, "--record", str(manifest_path)]) == 0
+    assert main(["project", "--model", scenario.model, "--tokens", str(scenario.tokens), "--engine", LMCACHE_05,
+                 "--backend", scenario.backend, *scenario.projection_flags, "--record", str(manifest_path)]) == 0
     manifest = Manifest.read(str(manifest_path))
     write_io_log(capture["trace"], objects_of(manifest, report, work / scenario.name), io_log)
-    code = main(["score", "--plan", str(manifest_path), "--measured", str(io_log), "--offsets",
+    code = main(["score", "--projection", str(manifest_path), "--measured", str(io_log), "--offsets",
                  *(["--order"] if scenario.order else []), "--json", str(score)])
     return code, json.loads(score.read_text())
 
 
-def planned_slot(capture: dict[str, Any], scenario: Scenario, tag: str) -> int | None:
-    """The device slot per object the preset's plan says (raw_block), from the recorded plan."""
-    manifest_path = capture["work"] / f"{scenario.name}{tag}.slot.plan.json"
-    assert main(["plan", "--model", scenario.model, "--tokens", str(scenario.tokens), "--engine", LMCACHE_05,
-                 "--backend", scenario.backend, *scenario.plan_flags, "--record", str(manifest_path)]) == 0
+def projected_slot(capture: dict[str, Any], scenario: Scenario, tag: str) -> int | None:
+    """The device slot per object the preset's projection says (raw_block), from the recorded projection."""
+    manifest_path = capture["work"] / f"{scenario.name}{tag}.slot.projection.json"
+    assert main(["project", "--model", scenario.model, "--tokens", str(scenario.tokens), "--engine", LMCACHE_05,
+                 "--backend", scenario.backend, *scenario.projection_flags, "--record", str(manifest_path)]) == 0
     return Manifest.read(str(manifest_path)).engine.get("slot_bytes")
 
 
 @pytest.mark.parametrize("name", [scenario.name for scenario in SCENARIOS])
-def test_the_presets_plan_scores_lmcaches_own_io_exactly(capture: dict[str, Any], name: str) -> None:
+def test_the_presets_projection_scores_lmcaches_own_io_exactly(capture: dict[str, Any], name: str) -> None:
     scenario = BY_NAME[name]
     report = capture["placements"][name]
     assert report["stored"], "LMCache did not finish storing the prompt"
     stored_tokens = report["chunks"][-1]["end"] if report["chunks"] else 0
     assert report["retrieved_tokens"] == stored_tokens > 0  # every stored chunk was loaded back
-    code, score = plan_and_score(capture, scenario)
+    code, score = project_and_score(capture, scenario)
     assert code == 0, score["gate"]["missed"]
     assert score["objects"] == len(report["chunks"])
     assert score["ops_scored"] == ["store", "load"] and not score["ops_missing"]
@@ -161,8 +161,8 @@ def test_the_presets_plan_scores_lmcaches_own_io_exactly(capture: dict[str, Any]
     assert all(check["matched"] == check["total"] for name, check in score["offsets"].items() if name != "examples")
     if scenario.order:
         assert not any(info["inversions"] for info in score["order"]["objects"].values())
-    # the score places raw_block's commands by the slots LMCache reports; the plan's own slot rule must agree
-    assert planned_slot(capture, scenario, "") == report.get("slot_bytes")
+    # the score places raw_block's commands by the slots LMCache reports; the projection's slot rule must agree
+    assert projected_slot(capture, scenario, "") == report.get("slot_bytes")
 
 
 def _tail_kept(preset: Any) -> Any:
@@ -183,7 +183,7 @@ def test_a_planted_change_to_a_preset_rule_fails_the_score(capture: dict[str, An
     scenario = BY_NAME[name]
     key = (LMCACHE_05, scenario.backend)
     monkeypatch.setitem(PRESETS, key, planted(PRESETS[key]))
-    code, score = plan_and_score(capture, scenario, tag=f".{planted.__name__}")
+    code, score = project_and_score(capture, scenario, tag=f".{planted.__name__}")
     assert code == 1 and not score["gate"]["passed"]
     assert any(missed in line for line in score["gate"]["missed"]), score["gate"]["missed"]
     assert score["exact_match"]["matched"] < score["exact_match"]["total"]
@@ -196,9 +196,9 @@ def _slot_misaligned(preset: Any) -> Any:
 @pytest.mark.parametrize("name", ["gqa-raw-block", "mla-raw-block"])
 def test_a_planted_change_to_the_slot_rule_misses_the_engines_slot(capture: dict[str, Any],
                                                                   monkeypatch: pytest.MonkeyPatch, name: str) -> None:
-    """The score cannot see a wrong slot size (commands are placed by LMCache's own slots), so the plan's
-    slot is compared with the engine's: a planted slot alignment must not pass (review R1 of issue #34)."""
+    """The score cannot see a wrong slot size (commands are placed by LMCache's own slots), so the
+    projection's slot is compared with the engine's: a planted slot alignment must not pass (review R1 of issue #34)."""
     scenario = BY_NAME[name]
     key = (LMCACHE_05, scenario.backend)
     monkeypatch.setitem(PRESETS, key, _slot_misaligned(PRESETS[key]))
-    assert planned_slot(capture, scenario, ".slot_misaligned") != capture["placements"][name]["slot_bytes"]
+    assert projected_slot(capture, scenario, ".slot_misaligned") != capture["placements"][name]["slot_bytes"]

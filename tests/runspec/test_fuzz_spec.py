@@ -725,7 +725,7 @@ def test_a_malformed_model_config_names_file_line_and_field(sandbox: Path, case:
 
 
 def test_a_malformed_manifest_names_file_line_and_field(sandbox: Path) -> None:
-    recorded = run_in_process(["plan", "--model", "tiny-1b", "--tokens", "1024", "--chunk-tokens", "256",
+    recorded = run_in_process(["project", "--model", "tiny-1b", "--tokens", "1024", "--chunk-tokens", "256",
                                "--record", str(sandbox / "manifest.json")])
     assert recorded.code == 0, recorded
     lines = (sandbox / "manifest.json").read_text().splitlines()

@@ -244,13 +244,13 @@ def test_cli_errors_are_one_line(capsys):
     assert "--tokens" in capsys.readouterr().err
 
 
-def test_plan_refuses_a_tp_the_attention_heads_cannot_split_as_run_does(capsys, tmp_path):
-    """``plan --tp 128`` on a 32-query-head model printed ``kv_heads_per_rank 8`` (issue #29); now it is the
-    same one-line refusal the run's spec gives."""
-    assert main(["plan", "--model", "llama3.2-1b", "--tp", "128", "--tokens", "1024"]) == 2
+def test_project_refuses_a_tp_the_attention_heads_cannot_split_as_run_does(capsys, tmp_path):
+    """``project --tp 128`` (``plan`` then) on a 32-query-head model printed ``kv_heads_per_rank 8`` (issue #29);
+    now it is the same one-line refusal the run's spec gives."""
+    assert main(["project", "--model", "llama3.2-1b", "--tp", "128", "--tokens", "1024"]) == 2
     assert capsys.readouterr().err == ("kvbench: error: model 'llama3.2-1b': tp=128 does not divide its 32 "
                                        "attention heads; use a tp that divides 32\n")
-    assert main(["plan", "--model", "llama3.2-1b", "--tp", "32", "--tokens", "1024"]) == 0
+    assert main(["project", "--model", "llama3.2-1b", "--tp", "32", "--tokens", "1024"]) == 0
     capsys.readouterr()
     spec = Path(__file__).parent.parent.parent / "specs" / "quickstart.yaml"
     assert main(["run", str(spec), "--dry-run", "--set", "model.name=llama3.2-1b", "--set", "model.tp=128"]) == 2
