@@ -13,7 +13,7 @@ from typing import Any
 from rich.table import Table
 
 from kvbench_core.cli.console import console
-from kvbench_core.codecs.projection import CodecProjection, projection_from_result
+from kvbench_core.codecs.codec_projection import CodecProjection, projection_from_result
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.contracts.units import format_bytes, parse_size
 from kvbench_core.kvio.commands import DEFAULT_ALIGN, DEFAULT_MAX_TRANSFER, DEFAULT_STORE_HEADER_BYTES, TransferGeometry

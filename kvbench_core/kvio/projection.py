@@ -17,7 +17,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from kvbench_core.codecs.projection import CodecProjection
+from kvbench_core.codecs.codec_projection import CodecProjection
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.kvio.commands import OPS, TransferGeometry, log2_histogram, total_bytes
 from kvbench_core.kvio.manifest import KVObject, Manifest
@@ -106,7 +106,7 @@ def recompute_breakeven(manifest: Manifest, prefill_tokens_per_sec: float,
     object in parallel, so the per-object figure is what each rank's storage path
     must sustain; ``all_ranks`` is the aggregate.  With a ``codec``, the ``*_with_codec`` figures are the
     device bandwidth needed when the object is stored encoded and decoded after each load
-    (kvbench_core.codecs.projection); None where decoding alone is slower than recomputing.
+    (kvbench_core.codecs.codec_projection); None where decoding alone is slower than recomputing.
     """
     if prefill_tokens_per_sec <= 0:
         raise SpecError(f"--prefill-tokens-per-sec must be > 0, got {prefill_tokens_per_sec}")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from kvbench_core.cli import main
-from kvbench_core.codecs.projection import CodecProjection
+from kvbench_core.codecs.codec_projection import CodecProjection
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.kvio.commands import TransferGeometry
 from kvbench_core.kvio.projection import build_manifest, summarize
