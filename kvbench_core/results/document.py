@@ -92,6 +92,12 @@ class RunRecord:
         own, extra = _known(cls, data, "run")
         return cls(**own, extra=extra, order=tuple(data))
 
+    @property
+    def recorded_stop(self) -> str | None:
+        """What the record says stopped the run (results/status.recorded_stop): ``failed`` by the error rule,
+        ``interrupted``, or None (it ran to its end)."""
+        return recorded_stop(self.to_json())
+
     def to_json(self) -> JSON:
         own = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("extra", "order")}
         optional = ("kind", "status_rule", "status_reason", "phases_s", "rerun_of")
