@@ -2,7 +2,9 @@
 
 It holds each user count as a judged step (kvbench_core/capacity/step.py) until every class has
 ``min_requests`` completed requests, doubles the users while every step is within the SLA, then bisects
-between the highest load within and the lowest over it (capacity/search.py).  The users change live in
+between the highest load within and the lowest over it, then judges those two loads once more, so the
+answer's interval holds the machine's drift between steps as well as each step's sampling (capacity/search.py,
+capacity/interval.py).  The users change live in
 the run's user pool, so the cache stays warm and no step pays a set-up; the run's duration is the budget.
 """
 
@@ -47,7 +49,7 @@ class SLASearchAutoscaler(Autoscaler):
         self.min_requests = int(self.options["min_requests"])
         self.max_step_s = float(self.options["max_step_s"])
         self.resolution = float(self.options["resolution"])
-        self.search = Bisection(initial_users, max(max_users, initial_users), self.resolution)
+        self.search = Bisection(initial_users, max(max_users, initial_users), self.resolution, remeasure=True)
         self.users = self.load = initial_users
         self.open_loop: bool | None = None  # the first sample says
         self.steps: list[Step] = []
@@ -61,7 +63,7 @@ class SLASearchAutoscaler(Autoscaler):
         self.open_loop = sample.open_loop
         if self.open_loop:
             self.load = 100
-            self.search = Bisection(100, 100 * OPEN_LOOP_CEILING, self.resolution)
+            self.search = Bisection(100, 100 * OPEN_LOOP_CEILING, self.resolution, remeasure=True)
             self._step = self._new_step(self._step.started_s)
 
     def _decision(self, action: str, saturation: float | None = None, **rest: Any) -> Decision:
@@ -85,7 +87,9 @@ class SLASearchAutoscaler(Autoscaler):
         if following is None:
             return self._decision("found", step.saturation, converged=True,
                                   reason=f"{judged}; search finished: {self.search.bracket(unit)}")
-        action = "scale_up" if following > self.load else "scale_down"
+        action = "scale_up" if following > self.load else "scale_down" if following < self.load else "hold"
+        if self.search.remeasuring:
+            judged += f"; the bracket closed, {following} {unit} judged again (the drift between steps)"
         self.load = following
         if not self.open_loop:
             self.users = following

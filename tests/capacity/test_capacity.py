@@ -234,8 +234,10 @@ def test_sla_search_holds_each_step_until_judged_and_reports_the_answer() -> Non
         decision = scaler.decide(sample(t, {"responsive": [p95] * 12}))
         actions.append((decision.action, decision.users))
     assert actions == [("hold", 1), ("scale_up", 2), ("hold", 2), ("scale_up", 4), ("hold", 4), ("scale_up", 8),
-                       ("hold", 8), ("scale_down", 6), ("hold", 6), ("scale_down", 5), ("hold", 5), ("found", 5)]
+                       ("hold", 8), ("scale_down", 6), ("hold", 6), ("scale_down", 5), ("hold", 5), ("scale_up", 6),
+                       ("hold", 6), ("scale_down", 5), ("hold", 5), ("found", 5)]
     summary = scaler.summary()
     assert (summary["max_users_within_sla"], summary["ci95"], summary["search_finished"]) == (5, [5, 5], True)
     assert [(s["load"], s["verdict"]) for s in summary["steps"]] == [
-        (1, WITHIN), (2, WITHIN), (4, WITHIN), (8, OVER), (6, OVER), (5, WITHIN)]
+        (1, WITHIN), (2, WITHIN), (4, WITHIN), (8, OVER), (6, OVER), (5, WITHIN), (6, OVER), (5, WITHIN)]
+    assert (summary["repeated_loads"], summary["drift"]) == (2, 0.0)  # the same p95s twice: no drift
