@@ -59,6 +59,7 @@ import errno
 import functools
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -117,6 +118,7 @@ class _OpenEntry:
     phase: Phase
     start: float
     size: int
+    rest: Callable[[], None]  # the engine's: waits for the entry's last commands
 
 
 class NVMeBackend(EntryFilesBackend):
@@ -236,8 +238,9 @@ class NVMeBackend(EntryFilesBackend):
         return self.completer.submit(key, functools.partial(self._finish_write, self._write_data(key, source)))
 
     def _write_data(self, key: str, source: ByteSource) -> _OpenEntry:
-        """Open the entry's file and write all of it (an unaligned O_DIRECT tail truncated); the file stays
-        open for ``_finish_write``.  A failed write leaves no half-written file behind."""
+        """Open the entry's file and start its commands (``Engine.start_write``): returns when the engine
+        has issued its last ones; the file stays open for ``_finish_write``.  A failed write leaves no
+        half-written file behind."""
         size = source.size
         phase = Phase(self.engine.commands_in_flight)  # psync's fills may still run ahead in parallel
         start = time.perf_counter()
@@ -245,22 +248,23 @@ class NVMeBackend(EntryFilesBackend):
         fd = -1
         try:
             fd = phase.timed_syscall(os.open, path, self._write_flags, 0o644)
-            self.engine.write(fd, key, source, size, phase, self.context.io_log)
-            if self.direct and size % ALIGN:
-                phase.timed_syscall(os.ftruncate, fd, size)
+            rest = self.engine.start_write(fd, key, source, size, phase, self.context.io_log)
         except BaseException as error:
             if fd >= 0:
                 os.close(fd)
             self.entry_file_failed(path, error)
             raise
-        return _OpenEntry(path, fd, phase, start, size)
+        return _OpenEntry(path, fd, phase, start, size, rest)
 
     def _finish_write(self, entry: _OpenEntry) -> IOTiming:
-        """fsync (``fsync: true``) and close the written file: the entry is durable when this returns, and
-        its timing runs from its first syscall to here."""
-        phase = entry.phase
+        """Wait for the engine's last commands, truncate an O_DIRECT tail, fsync (``fsync: true``) and close
+        the file: the entry is durable when this returns, and its timing runs from its first syscall to here."""
+        phase, size = entry.phase, entry.size
         try:
             try:
+                entry.rest()
+                if self.direct and size % ALIGN:
+                    phase.timed_syscall(os.ftruncate, entry.fd, size)
                 if self.fsync:
                     phase.timed_syscall(os.fsync, entry.fd)
             except BaseException:
@@ -270,7 +274,7 @@ class NVMeBackend(EntryFilesBackend):
         except BaseException as error:
             self.entry_file_failed(entry.path, error)
             raise
-        return phase.timing(entry.start, time.perf_counter(), entry.size)
+        return phase.timing(entry.start, time.perf_counter(), size)
 
     def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
         self.completer.wait(key)  # never a read of an entry before its fsync

@@ -9,6 +9,7 @@ intervals the L4 split is taken from (``kvbench_core.filetiers.accounting``).
 from __future__ import annotations
 
 import errno
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -52,6 +53,13 @@ class Engine(Protocol):
     def close(self) -> None: ...
 
     def write(self, fd: int, key: str, source: ByteSource, size: int, phase: Phase, log: IOLogger | None) -> None:
+        ...
+
+    def start_write(self, fd: int, key: str, source: ByteSource, size: int, phase: Phase,
+                    log: IOLogger | None) -> Callable[[], None]:
+        """Start ``write`` and return once the caller may start its next entry (a pipelined write, issue 32
+        §1), its last commands maybe still in flight; the call returned waits for them and raises the
+        first error.  The fd, the source and the buffers in use must outlive that call."""
         ...
 
     def read(self, fd: int, key: str, sink: ByteSink, size: int, phase: Phase, log: IOLogger | None) -> None: ...

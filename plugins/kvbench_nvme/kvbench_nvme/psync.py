@@ -58,6 +58,10 @@ class PsyncEngine:
         return region.view
 
     def write(self, fd: int, key: str, source: ByteSource, size: int, phase: Phase, log: IOLogger | None) -> None:
+        self.start_write(fd, key, source, size, phase, log)()
+
+    def start_write(self, fd: int, key: str, source: ByteSource, size: int, phase: Phase,
+                    log: IOLogger | None) -> Callable[[], None]:
         def piece(view: memoryview, offset: int, n: int) -> None:
             length = fill_piece(source, view, offset, n, self.settings.direct)
             with phase.in_flight:
@@ -74,7 +78,7 @@ class PsyncEngine:
                         raise OSError(errno.EIO, f"pwrite wrote nothing at offset {offset + done}")
                     done += written
 
-        self._run(phase, size, piece, workers=self.settings.queue_depth + FILL_AHEAD)
+        return self._start(phase, size, piece, workers=self.settings.queue_depth + FILL_AHEAD)
 
     def read(self, fd: int, key: str, sink: ByteSink, size: int, phase: Phase, log: IOLogger | None) -> None:
         direct = self.settings.direct
@@ -96,13 +100,16 @@ class PsyncEngine:
                     got += count
             consume_piece(sink, view, offset, n, phase)
 
-        self._run(phase, size, piece, workers=self.commands_in_flight)
+        self._start(phase, size, piece, workers=self.commands_in_flight)()
 
-    def _run(self, phase: Phase, size: int, move: Callable[[memoryview, int, int], None], workers: int) -> None:
+    def _start(self, phase: Phase, size: int, move: Callable[[memoryview, int, int], None],
+               workers: int) -> Callable[[], None]:
         """Move the entry piece by piece, ``move(view, offset, n)``, on this thread and on up to
         ``workers - 1`` pool threads, each with its own buffer; they claim pieces
-        from one shared counter until the entry is done or one of them failed.  Returns when all
-        have stopped; re-raises the first error."""
+        from one shared counter until the entry is done or one of them failed.  Returns when this
+        thread finds no piece left to claim, the pool threads maybe still moving their last ones: the
+        call it returns waits for them and re-raises the first error (the fd must outlive them).  An
+        error on this thread is raised at once, after that wait."""
         pieces = itertools.count()
         transfer = self.settings.transfer_size
 
@@ -118,17 +125,24 @@ class PsyncEngine:
         futures: list[Future[None]] = []
         if helpers > 0 and self._pool is not None:
             futures = [self._pool.submit(_guarded, phase, worker) for _ in range(helpers)]
-        error: BaseException | None = None
+        own: BaseException | None = None
         try:
             _guarded(phase, worker)
         except BaseException as exc:
-            error = exc
-        for future in futures:
-            exc = future.exception()  # waits: the fd must outlive every helper
-            if error is None and exc is not None:
-                error = exc
-        if error is not None:
-            raise error
+            own = exc
+
+        def rest() -> None:
+            error = own
+            for future in futures:
+                exc = future.exception()  # waits: the fd must outlive every helper
+                if error is None and exc is not None:
+                    error = exc
+            if error is not None:
+                raise error
+
+        if own is not None:
+            rest()
+        return rest
 
 
 def _guarded(phase: Phase, worker: Callable[[], None]) -> None:

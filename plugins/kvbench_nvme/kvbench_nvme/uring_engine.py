@@ -88,6 +88,11 @@ class UringEngine:
 
         self._move(True, fd, key, size, phase, log, prepare, None)
 
+    def start_write(self, fd: int, key: str, source: ByteSource, size: int, phase: Phase,
+                    log: IOLogger | None) -> Callable[[], None]:
+        self.write(fd, key, source, size, phase, log)
+        return _nothing_left
+
     def read(self, fd: int, key: str, sink: ByteSink, size: int, phase: Phase, log: IOLogger | None) -> None:
         direct = self.settings.direct
 
@@ -124,3 +129,7 @@ class UringEngine:
         except BaseException:
             self._discard(ring)
             raise
+
+
+def _nothing_left() -> None:
+    """The rest of a write that ``start_write`` completed whole."""

@@ -58,6 +58,16 @@ class FsyncGate:
         self.opened.set()
 
 
+def eventually(condition: Any, limit_s: float = 10.0) -> bool:
+    """Whether ``condition()`` becomes true within ``limit_s`` (a synchronisation, not a timing)."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
 def commands_of(log: Any, key: str, op: str = "write") -> list[tuple[float, float]]:
     return [(start, end) for k, o, _, _, start, end in log.calls if (k, o) == (key, op)]
 
@@ -74,8 +84,10 @@ def test_next_entry_is_in_flight_while_the_previous_fsync_runs(make_backend: Any
     assert gate.held.wait(30)  # a's data is written and its fsync has begun, on a completion thread
     second = backend.write_pipelined("b", pool.payload("b", SIZE))  # returns while a's fsync is held
     assert not first.done()  # a is not durable: its fsync has not returned
+    # b's last commands may still run on pool threads after the call: they finish while a's fsync is held
+    assert eventually(lambda: len(commands_of(recording_log, "b")) == 5)
+    assert not first.done()
     b_commands = commands_of(recording_log, "b")
-    assert len(b_commands) == 5
     gate.release()
     a_timing, b_timing = first.result(), second.result()
     a_fsync_start, a_fsync_end = gate.calls[0]
@@ -145,8 +157,8 @@ def test_a_cancelled_pipelined_entry_raises_on_that_entry(tmp_path: Any, pool: N
     backend.open()
     try:
         first = backend.write_pipelined("a", pool.payload("a", SIZE))
-        with pytest.raises(Cancelled):
-            backend.write_pipelined("b", CancelledAfter(pool, "b", SIZE, pieces=2))
+        with pytest.raises(Cancelled):  # at the call, or (a pool thread's fill) from its result
+            backend.write_pipelined("b", CancelledAfter(pool, "b", SIZE, pieces=2)).result()
         assert first.result().nbytes == SIZE  # the entry before it is unaffected and durable
     finally:
         backend.close()
@@ -169,3 +181,35 @@ def test_a_rewrite_of_a_pending_key_waits_for_it(make_backend: Any, pool: NoiseP
     rewriter.join(30)
     assert first.result().nbytes == SIZE
     assert os.path.getsize(backend.path_of("a")) == TS
+
+
+def test_next_entry_starts_while_a_command_of_the_previous_entry_runs(make_backend: Any, pool: NoisePool,
+                                                                        recording_log: Any,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """psync (O_DIRECT, 4 in flight: a held command leaves room for the others): ``write_pipelined`` returns
+    once every piece is claimed, a pool thread's pwrite maybe still running, so the next entry's commands
+    start beside it; the fsync comes only after that pwrite."""
+    backend = make_backend(direct=True, queue_depth=4, io_log=recording_log)
+    caller = threading.current_thread()
+    held, opened = threading.Event(), threading.Event()
+    real_pwrite = os.pwrite
+
+    def gated_pwrite(fd: int, data: Any, offset: int) -> int:
+        # the first pwrite on a pool thread is a's (a is written first); this thread writes the other pieces
+        if threading.current_thread() is not caller and not held.is_set():
+            held.set()
+            assert opened.wait(10), "the test never released the held pwrite"
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", gated_pwrite)
+    gate = FsyncGate(monkeypatch)
+    gate.release()  # fsyncs run freely; their times are kept
+    first = backend.write_pipelined("a", pool.payload("a", SIZE))
+    assert held.wait(10)
+    second = backend.write_pipelined("b", pool.payload("b", SIZE))  # a's last pwrite still held
+    assert not first.done()
+    opened.set()
+    first.result(), second.result()
+    a_last_end = max(end for _, end in commands_of(recording_log, "a"))
+    assert min(start for start, _ in commands_of(recording_log, "b")) < a_last_end
+    assert gate.calls[0][0] >= a_last_end  # a's fsync began after its last command had ended
