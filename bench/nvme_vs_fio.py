@@ -46,7 +46,11 @@ disturb) next to its bandwidth.
 
 Entries per stream ``E`` (``--entries-per-stream``, KV-sized entries: 32 x 32 MiB is the
 issue-32 shape): each kvbench stream writes (reads) its ``E`` entries one after
-the other, each durable (fsync) before the next starts; fio ``nrfiles=E``,
+the other; with ``--pipeline on`` (the default) a stream keeps one entry's
+write pending (``write_pipelined``: its last commands, fsync and close still
+running) while it starts the next, as a KV writer keeps its queue full across
+entries (issue 32 §1), and with ``off`` each is durable (fsync) before the
+next starts; every entry is durable before the stream's time ends.  fio ``nrfiles=E``,
 ``filesize`` = the entry size, ``file_service_type=sequential`` (one file after
 the other, as a stream of entries) and, for writes, ``openfiles=1
 fsync_on_close=1``: every file fsynced at its close, before the next is
@@ -95,7 +99,7 @@ from typing import Any
 
 from kvbench_nvme.backend import NVMeBackend
 
-from kvbench_core.contracts.backend import DISCARD, BackendContext, IOTiming
+from kvbench_core.contracts.backend import DISCARD, BackendContext, IOTiming, PendingWrite
 from kvbench_core.contracts.payload import NoisePool
 from kvbench_core.contracts.units import format_bytes, parse_size
 from kvbench_core.filetiers.fsinfo import block_device_of, describe_location
@@ -251,6 +255,24 @@ def run_fio(directory: str, op: str, mode: str, args: argparse.Namespace, queue_
                   switches_per_gib=switches / gib)
 
 
+def write_stream(backend: NVMeBackend, keys: list[str], pool: NoisePool, size: int,
+                 pipelined: bool) -> list[IOTiming]:
+    """Write ``keys`` one after the other: each durable before the next starts, or (``pipelined``) with
+    one write pending while the next starts; returns when every entry is durable."""
+    if not pipelined:
+        return [backend.write(key, pool.payload(key, size)) for key in keys]
+    timings: list[IOTiming] = []
+    pending: PendingWrite | None = None
+    for key in keys:
+        started = backend.write_pipelined(key, pool.payload(key, size))
+        if pending is not None:
+            timings.append(pending.result())
+        pending = started
+    if pending is not None:
+        timings.append(pending.result())
+    return timings
+
+
 def run_kvbench(backend: NVMeBackend, workers: ThreadPoolExecutor, pool: NoisePool, op: str,
                 args: argparse.Namespace, repeat: int, device: DeviceRequests) -> Sample:
     barrier = threading.Barrier(args.concurrency)
@@ -261,7 +283,7 @@ def run_kvbench(backend: NVMeBackend, workers: ThreadPoolExecutor, pool: NoisePo
         barrier.wait()
         start = time.perf_counter()
         if op == "write":
-            timings = [backend.write(key, pool.payload(key, args.entry_bytes)) for key in keys]
+            timings = write_stream(backend, keys, pool, args.entry_bytes, args.pipeline == "on")
         else:
             timings = [backend.read(key, args.entry_bytes, DISCARD) for key in keys]
         return start, time.perf_counter(), timings
@@ -407,6 +429,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=2, help="streams, one entry in flight each (fio numjobs)")
     parser.add_argument("--entries-per-stream", type=int, default=1,
                         help="entries each stream moves one after the other (fio nrfiles, one file at a time)")
+    parser.add_argument("--pipeline", choices=("on", "off"), default="on",
+                        help="kvbench streams keep one write pending while the next entry starts (on), "
+                             "or make each entry durable first (off)")
     parser.add_argument("--queue-depths", default="1,4", help="comma-separated queue depths per entry")
     parser.add_argument("--modes", default="buffered,direct", help="buffered and/or direct")
     parser.add_argument("--repeats", type=int, default=3)
@@ -423,7 +448,7 @@ def main() -> None:
     about = machine(args.dir)
     print(json.dumps(about, indent=1))
     print(f"entry {format_bytes(args.entry_bytes)} x {args.entries_per_stream} per stream, "
-          f"transfer {args.transfer_size}, concurrency {args.concurrency}, "
+          f"transfer {args.transfer_size}, concurrency {args.concurrency}, pipeline {args.pipeline}, "
           f"{args.repeats} repeats (median)")
     pool = NoisePool(seed=1, max_piece=max(args.transfer_bytes, 1 << 20))
     cells: list[Cell] = []

@@ -195,10 +195,11 @@ class StorageBackend(Configurable, abc.ABC):
         """Start ``write(key, source)`` and return once the caller may start its next write on this thread;
         the entry is durable only when the returned ``PendingWrite.result()`` has returned.  A stream that
         keeps one write pending while it starts the next keeps the device's queue full across entries
-        (issue 32 §1): a file tier returns when the entry's data commands are done and finishes its fsync
-        and close meanwhile.  ``source`` is not used after this returns; an error is raised here or from
-        ``result``, for this entry alone; a read, delete or rewrite of ``key`` waits for it.  The default
-        writes the entry whole, so pipelining changes nothing for a tier that does not override it."""
+        (issue 32 §1): a file tier returns once the entry's commands are issued and finishes its last
+        commands, fsync and close meanwhile.  ``source`` may be read until ``result`` has returned; an
+        error is raised here or from ``result``, for this entry alone; a read, delete or rewrite of ``key``
+        waits for it.  The default writes the entry whole, so pipelining changes nothing for a tier that
+        does not override it."""
         return DoneWrite(self.write(key, source))
 
     @abc.abstractmethod
