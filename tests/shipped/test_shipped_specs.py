@@ -44,6 +44,11 @@ def has_gpu() -> bool:
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A redis-server and a moto S3 server, started only when installed; stopped after the module."""
+    yield from start_servers(tmp_path_factory)
+
+
+def start_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The servers of ``servers`` (the smoke starts them with its own environment)."""
     found: dict[str, Any] = {}
     if shutil.which("redis-server"):
         from redis_servers import start_redis
@@ -139,18 +144,20 @@ def run_shortened(path: Path, overrides: list[str], tmp_path: Path, timeout_s: f
 
 
 def check_run(path: Path, spec: dict[str, Any], done: subprocess.CompletedProcess[str], *,
-              statuses: tuple[str, ...] = ("completed",)) -> dict[str, Any]:
-    """The run ended with exit 0 and one of ``statuses``, and every tier the spec declares stored bytes."""
+              statuses: tuple[str, ...] = ("completed",)) -> list[dict[str, Any]]:
+    """The run ended with exit 0, and each result it wrote (one per trial) has one of ``statuses`` and bytes
+    stored on every tier the spec declares."""
     assert done.returncode == 0, f"{path.name}: exit {done.returncode}\n{done.stderr[-3000:]}"
     out = Path(next(arg.split("=", 1)[1] for arg in done.args if str(arg).startswith("output.directory=")))
-    (result_path,) = [p for p in out.glob("*.json") if not p.stem.endswith("-summary")][-1:]
-    result = json.loads(result_path.read_text())
-    assert result["run"]["status"] in statuses, (result["run"], result["metrics"].get("requests"),
-                                                    result.get("errors", [])[:3])
-    tiers = result["metrics"]["tiers"]
-    for tier in spec["cache"]["tiers"]:
-        figures = tiers.get(tier["name"]) or {}
-        written = figures.get("write", {}).get("bytes", 0)
-        assert written > 0, (f"{path.name}: tier {tier['name']!r} stored no bytes: write {figures.get('write')}, "
-                             f"requests {result['metrics'].get('requests')}")
-    return result
+    results = [json.loads(p.read_text()) for p in sorted(out.glob("*.json")) if not p.stem.endswith("-summary")]
+    assert results, f"{path.name}: no result in {out}"
+    for result in results:
+        assert result["run"]["status"] in statuses, (result["run"], result["metrics"].get("requests"),
+                                                        result.get("errors", [])[:3])
+        tiers = result["metrics"]["tiers"]
+        for tier in spec["cache"]["tiers"]:
+            figures = tiers.get(tier["name"]) or {}
+            written = figures.get("write", {}).get("bytes", 0)
+            assert written > 0, (f"{path.name}: tier {tier['name']!r} stored no bytes: write "
+                                 f"{figures.get('write')}, requests {result['metrics'].get('requests')}")
+    return results
