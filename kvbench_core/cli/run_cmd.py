@@ -310,7 +310,7 @@ def _offered_line(offered: Mapping[str, Any], clients: Mapping[str, Any] | None)
 def tier_percentiles(result: ResultDocument) -> str:
     """-v: every tier's total, host and device percentiles, per operation."""
     lines = []
-    for name, tier in (result.metrics.get("tiers") or {}).items():
+    for name, tier in result.tiers.items():
         for op in ("read", "write"):
             stats = tier[op]
             for layer, summary in (stats.get("latency_ms") or {}).items():

@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +31,7 @@ from kvbench_core.results.invariants import run_checks
 from kvbench_core.results.merge_declaration import merge_declarations
 from kvbench_core.results.metrics import Metrics, sum_dicts
 from kvbench_core.results.result import rerun_section, spec_section
-from kvbench_core.results.status import decide_result, recorded_stop, stamp
+from kvbench_core.results.status import decide_result, stamp
 from kvbench_core.runspec.declaration import contradictions
 from kvbench_core.runspec.plan import qos_classes
 
@@ -48,14 +49,14 @@ class ClientReport:
     directories: list[str]
     host: str | None = None
     pid: int | None = None
-    result: dict[str, Any] | None = None  # None: the client ended without reporting one
+    result: ResultDocument | None = None  # None: the client ended without reporting one
     released_at: float | None = None  # wall clock right after the start barrier
     ended: str | None = None  # how a client ended that did not report, e.g. "killed by SIGKILL"
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
-        return self.result is None or recorded_stop(self.result["run"]) == "failed"  # an error stopped it
+        return self.result is None or self.result.run.recorded_stop == "failed"  # an error stopped it
 
     def describe_failure(self, label: str) -> str:
         """``client 1 (pid 4242 on host) was killed by SIGKILL``: who, and how it ended."""
@@ -63,7 +64,7 @@ class ClientReport:
         who = f"{label} {self.index}" + (f" ({where})" if where else "")
         if self.result is None:
             return f"{who} {self.ended or 'ended without a result'}"
-        return f"{who} failed: {self.result['run']['error'] or self.result['run']['stop_reason']}"
+        return f"{who} failed: {self.result.run.error or self.result.run.stop_reason}"
 
 
 def merge_results(clients: list[ClientReport], *, mode: str, label: str, run_id: str, trial: int,
@@ -71,22 +72,23 @@ def merge_results(clients: list[ClientReport], *, mode: str, label: str, run_id:
     """One result for the whole run; ``clients`` in index order, at least one of them with a result.  Built
     as a ``ResultDocument`` (its sections merged one function each) and stamped with the status the rules
     give it (results/status.py)."""
-    reported = [c for c in clients if c.result is not None]
-    if not reported:
+    results = [c.result for c in clients if c.result is not None]
+    if not results:
         raise ValueError("no client reported a result")
-    measured = [c.result for c in reported if c.result["metrics"]]
-    base = measured[0] if measured else reported[0].result  # a client that got furthest describes the run
+    measured = [result for result in results if result.metrics]
+    base = measured[0] if measured else results[0]  # a client that got furthest describes the run
     metrics = _merged_metrics(measured, base, spec)
-    workload = _merge_workload([c.result["workload"] for c in reported], base["workload"]["source"])
+    workload = _merge_workload(results, base)
     declaration = _merged_declaration(clients, measured or [base], workload, metrics, label, spec)
     failures = [c.describe_failure(label) for c in clients if c.failed]
+    reported = [c for c in clients if c.result is not None]
     document = ResultDocument(
-        format=base["kvbench_result"], kvbench_version=base["kvbench_version"], plugins=base["plugins"],
-        run=_merged_run(reported, failures, run_id=run_id, trial=trial, spec=spec, started_at=started_at),
-        spec=SpecRecord.from_json(spec_section(spec, as_written)), model=base["model"],
-        environment=base["environment"], declaration=declaration,
+        format=base.format, kvbench_version=base.kvbench_version, plugins=base.plugins,
+        run=_merged_run(results, failures, run_id=run_id, trial=trial, spec=spec, started_at=started_at),
+        spec=SpecRecord.from_json(spec_section(spec, as_written)), model=base.model,
+        environment=base.environment, declaration=declaration,
         warnings=_merged_warnings(reported, label, declaration),
-        workload=workload, metrics=metrics, timeseries=tuple(_merge_series(reported, metrics, spec)),
+        workload=workload, metrics=metrics, timeseries=tuple(_merge_series(results, metrics, spec)),
         autoscaling={"trajectory": [], "summary": {}, "note": f"each {label} scales its own users: see "
                                                               "clients[].autoscaling"},
         sections={}, errors=_merged_errors(reported, label),
@@ -96,25 +98,23 @@ def merge_results(clients: list[ClientReport], *, mode: str, label: str, run_id:
     merged["checks"] = run_checks(merged)
     # The merged counts decide (results/status.py), with every client's own violated invariants beside the
     # merged result's.
-    stamp(merged["run"], decide_result(merged, _stopped(reported, failures), _client_violations(reported, label)))
+    stamp(merged["run"], decide_result(merged, _stopped(results, failures), _client_violations(reported, label)))
     return merged
 
 
-def _stopped(reported: list[ClientReport], failures: list[str]) -> str | None:
+def _stopped(results: list[ResultDocument], failures: list[str]) -> str | None:
     """A client's failure fails the run, a client's interruption interrupts it; else it ran to its end."""
     if failures:
         return "failed"
-    interrupted = any(c.result is not None and recorded_stop(c.result["run"]) == "interrupted" for c in reported)
-    return "interrupted" if interrupted else None
+    return "interrupted" if any(result.run.recorded_stop == "interrupted" for result in results) else None
 
 
-def _merged_metrics(measured: list[dict[str, Any]], base: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+def _merged_metrics(measured: list[ResultDocument], base: ResultDocument, spec: dict[str, Any]) -> dict[str, Any]:
     """The clients' metrics read back, merged and rendered by the one model (empty when none measured)."""
     if not measured:
         return {}
-    per_token = base["model"]["bytes_per_token_all_ranks"] if base["model"] else 0
     qos = qos_classes(spec.get("qos"))
-    return Metrics.merge([Metrics.from_json(r["metrics"], bytes_per_token=per_token, qos=qos)
+    return Metrics.merge([Metrics.from_json(dict(r.metrics), bytes_per_token=base.bytes_per_token, qos=qos)
                           for r in measured]).to_json()
 
 
@@ -122,38 +122,38 @@ def _merged_warnings(reported: list[ClientReport], label: str, declaration: dict
     """Each client's own (a tier no entry of its requests fit), then the merged declaration's contradictions
     (each client's declaration warnings are the merged declaration's to say once)."""
     own = [f"{label} {c.index}: {warning}" for c in reported if c.result is not None
-           for warning in c.result.get("warnings") or [] if not warning.startswith("declaration ")]
+           for warning in c.result.warnings if not warning.startswith("declaration ")]
     return (*own, *contradictions(declaration))
 
 
 def _merged_errors(reported: list[ClientReport], label: str) -> tuple[dict[str, Any], ...]:
-    errors = [{label: c.index, **error} for c in reported if c.result is not None for error in c.result["errors"]]
+    errors = [{label: c.index, **error} for c in reported if c.result is not None for error in c.result.errors or ()]
     return tuple(errors[:MAX_LISTED_ERRORS])
 
 
 def _client_violations(reported: list[ClientReport], label: str) -> list[str]:
     return [f"{label} {c.index}: {line}" for c in reported if c.result is not None
-            for line in (c.result.get("checks") or {}).get("violations") or []]
+            for line in c.result.checks.get("violations") or []]
 
 
-def _merged_run(reported: list[ClientReport], failures: list[str], *, run_id: str, trial: int,
+def _merged_run(results: list[ResultDocument], failures: list[str], *, run_id: str, trial: int,
                 spec: dict[str, Any], started_at: float) -> RunRecord:
     """The run section; its status is stamped once the merged result's invariants are known."""
-    runs = [c.result["run"] for c in reported if c.result is not None]
-    reasons = sorted({run["stop_reason"] for run in runs if run["stop_reason"]})
+    runs = [result.run for result in results]
+    reasons = sorted({run.stop_reason for run in runs if run.stop_reason})
     return RunRecord(id=run_id, name=spec.get("name"), status="ended",
                      stop_reason="; ".join(failures) if failures else "; ".join(reasons),
                      error="; ".join(failures) if failures else None, trial=trial, client_index=None,
-                     started_at=started_at, finished_at=time.time(), traced=any(run["traced"] for run in runs),
-                     phases_s=_slowest_phases([run.get("phases_s") or {} for run in runs]),
+                     started_at=started_at, finished_at=time.time(), traced=any(run.traced for run in runs),
+                     phases_s=_slowest_phases([run.phases_s or {} for run in runs]),
                      rerun_of=rerun_section(spec).get("rerun_of"))
 
 
-def _merged_declaration(clients: list[ClientReport], results: list[dict[str, Any]], workload: dict[str, Any],
+def _merged_declaration(clients: list[ClientReport], results: list[ResultDocument], workload: dict[str, Any],
                         metrics: dict[str, Any], label: str, spec: dict[str, Any]) -> dict[str, Any]:
     """The clients' declarations merged; the concurrency says how the users were spread."""
     counters = (metrics.get("cache") or {}).get("counters") or {}
-    declaration = merge_declarations([r["declaration"] for r in results], workload=workload, counters=counters)
+    declaration = merge_declarations([dict(r.declaration) for r in results], workload=workload, counters=counters)
     concurrency = declaration.get("workload", {}).get("concurrency")
     if isinstance(concurrency, dict):
         concurrency.update(value=f"{sum(c.users for c in clients)} users over {len(clients)} {label}s "
@@ -176,7 +176,7 @@ def _scale_out(clients: list[ClientReport], *, mode: str, label: str, spec: dict
     }
 
 
-def _merge_series(clients: list[ClientReport], metrics: dict[str, Any], spec: dict[str, Any]) -> list[dict[str, Any]]:
+def _merge_series(results: list[ResultDocument], metrics: dict[str, Any], spec: dict[str, Any]) -> list[dict[str, Any]]:
     """The clients' points on one wall-clock interval grid: ``output.interval`` steps from the merged window's start
     (the first client's window open) to its end (the last one's close), the last one partial, so the merged
     series covers the merged window as a single run's covers its own and is checked the same way.
@@ -191,7 +191,7 @@ def _merge_series(clients: list[ClientReport], metrics: dict[str, Any], spec: di
     if window.get("started_at") is None or window.get("ended_at") is None:
         return []
     edges = _grid(window["started_at"], window["ended_at"], float(spec["output"]["interval"]))
-    spans = [_wall_points(client.result) for client in clients if client.result is not None]
+    spans = [_wall_points(result) for result in results]
     counts: list[dict[str, float]] = [dict.fromkeys(SERIES_COUNTS, 0) for _ in edges[1:]]
     tiers: list[dict[str, dict[str, float]]] = [{} for _ in edges[1:]]
     present: list[int] = [0] * (len(edges) - 1)
@@ -222,12 +222,12 @@ def _grid(start: float, end: float, step_s: float) -> list[float]:
     return edges if len(edges) > 1 else []
 
 
-def _wall_points(result: dict[str, Any]) -> list[tuple[float, float, dict[str, Any]]]:
+def _wall_points(result: ResultDocument) -> list[tuple[float, float, Mapping[str, Any]]]:
     """A client's points as (wall start, wall end, point); none for a client that measured nothing."""
-    opened = ((result.get("metrics") or {}).get("window") or {}).get("started_at")
+    opened = result.window.get("started_at")
     if opened is None:
         return []
-    return [(opened + p["t_s"] - p["interval_s"], opened + p["t_s"], p) for p in result.get("timeseries") or []]
+    return [(opened + p["t_s"] - p["interval_s"], opened + p["t_s"], p) for p in result.series]
 
 
 def _shares(a: float, b: float, edges: list[float]) -> list[tuple[int, float]]:
@@ -290,10 +290,13 @@ def _count(point: dict[str, Any], name: str) -> float:
     return point.get(rate, 0.0) * point["interval_s"]
 
 
-def _merge_workload(sections: list[dict[str, Any]], source: dict[str, Any]) -> dict[str, Any]:
+def _merge_workload(results: list[ResultDocument], base: ResultDocument) -> dict[str, Any]:
+    """The clients' workloads: counts summed, length statistics merged where they merge exactly; the source as
+    ``base`` (the client that describes the run) ran it."""
+    sections = [result.workload or {} for result in results]
     stats = [s["stats"] for s in sections]
     return {
-        "source": source,
+        "source": (base.workload or {})["source"],
         "stats": {"input_length": _merge_length_stats([s["input_length"] for s in stats]),
                   "generation_length": _merge_length_stats([s["generation_length"] for s in stats]),
                   "requests_issued": sum(s["requests_issued"] for s in stats)},
@@ -328,27 +331,27 @@ def _client_section(client: ClientReport, label: str, window: dict[str, Any] | N
         return {**section, "status": "failed", "stop_reason": client.describe_failure(label), "error": None}
     return {
         **section,
-        "status": result["run"]["status"], "stop_reason": result["run"]["stop_reason"],
-        "error": result["run"]["error"], "traced": result["run"]["traced"],
-        "phases_s": result["run"].get("phases_s") or {},
+        "status": result.run.status, "stop_reason": result.run.stop_reason,
+        "error": result.run.error, "traced": result.run.traced,
+        "phases_s": result.run.phases_s or {},
         "window_offset_s": _offset(result, window),
-        "metrics": _without_histograms(result["metrics"]),
-        "workload": {k: v for k, v in result["workload"].items() if k != "source"},
-        "timeseries": result["timeseries"],
-        "autoscaling": result["autoscaling"],
-        "sections": result["sections"],
-        "errors": result["errors"],
-        "checks": result.get("checks"),
+        "metrics": _without_histograms(result.metrics),
+        "workload": {k: v for k, v in (result.workload or {}).items() if k != "source"},
+        "timeseries": list(result.series),
+        "autoscaling": result.autoscaling,
+        "sections": result.sections,
+        "errors": list(result.errors or ()),
+        "checks": result.checks,
     }
 
 
-def _offset(result: dict[str, Any], window: dict[str, Any] | None) -> float | None:
-    opened = ((result.get("metrics") or {}).get("window") or {}).get("started_at")
+def _offset(result: ResultDocument, window: dict[str, Any] | None) -> float | None:
+    opened = result.window.get("started_at")
     return None if opened is None or not window or window.get("started_at") is None \
         else round(opened - window["started_at"], 6)
 
 
-def _without_histograms(metrics: dict[str, Any]) -> dict[str, Any]:
+def _without_histograms(metrics: Mapping[str, Any]) -> dict[str, Any]:
     """A client's metrics without histograms: the merged result holds the merged ones, and N clients'
     bucket tables would dominate the file."""
     if not metrics:
@@ -358,7 +361,7 @@ def _without_histograms(metrics: dict[str, Any]) -> dict[str, Any]:
     return {**_drop(metrics, "histograms"), "tiers": tiers}
 
 
-def _drop(data: dict[str, Any], key: str) -> dict[str, Any]:
+def _drop(data: Mapping[str, Any], key: str) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k != key}
 
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from kvbench_core.contracts.errors import MissingDependency, SpecError
 from kvbench_core.engine.measure.progress import ProgressPrinter, ProgressScope
+from kvbench_core.results.document import ResultDocument
 from kvbench_core.results.merge import ClientReport, merge_results
 from kvbench_core.results.trial import RunnerSlot, TrialRun, run_once
 from kvbench_core.runspec.plan import RunPlan
@@ -187,5 +188,5 @@ class MpiRanks:
             last = watch.last_report(rank)
             return ClientReport(**common, host=host, pid=pid, ended=f"was lost: no heartbeat for {last['silent_s']} s "
                                 "(killed, or its node went away)", extra={"exit_code": None, "last_report": last})
-        return ClientReport(**common, host=got["host"], pid=got["pid"], result=got["result"],
+        return ClientReport(**common, host=got["host"], pid=got["pid"], result=ResultDocument.unchecked(got["result"]),
                             released_at=got["released_at"], extra={"exit_code": got["exit_code"]})

@@ -36,6 +36,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from kvbench_core.engine.measure.progress import ProgressPrinter, ProgressScope
+from kvbench_core.results.document import ResultDocument
 from kvbench_core.results.merge import ClientReport, merge_results
 from kvbench_core.results.trial import RunnerSlot, TrialRun, run_once, stop_on_signals
 from kvbench_core.runspec.plan import RunPlan
@@ -91,7 +92,7 @@ class LocalClients:
             _reap(processes, reports, snapshot)
         printer.finish()
         error = client_failure(reports, "client")
-        if not any(r.result for r in reports):
+        if all(r.result is None for r in reports):
             return TrialRun(None, error=error)
         merged = merge_results(reports, mode="local", label="client", run_id=run_id, trial=trial,
                                as_written=as_written, spec=plan.spec, started_at=started)
@@ -186,7 +187,7 @@ class _Coordinator:
         elif kind == "progress":
             self._progress(index, payload)
         elif kind == "result":
-            report.result = payload["result"]
+            report.result = ResultDocument.unchecked(payload["result"])  # the client's own, read once
             report.extra["exit_code"] = payload["exit_code"]
             if report.failed:
                 self._stop_all(f"client {index} failed")

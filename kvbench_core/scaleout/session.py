@@ -178,7 +178,7 @@ def refused_input(result: ResultDocument, error: UserError | None) -> bool:
     """The run stopped on the user's input (exit 2: a spec rule only the run could check, a missing or
     malformed trace) before its measured window opened: nothing was measured, so it writes no result, as a
     spec error found at load time writes none; the one error line says everything there is to say."""
-    measured = (result.metrics.get("window") or {}).get("measured_s")
+    measured = result.window.get("measured_s")
     return error is not None and error.exit_code == UserError.exit_code and not measured
 
 
@@ -225,7 +225,7 @@ def _rewrite(result: ResultDocument, path: Path) -> None:
 def counted_storage_errors(results: list[ResultDocument], on_error: str = "count") -> StorageErrorsCounted | None:
     """The error for requests that failed on storage errors without stopping the run.  Says the run's own
     ``on_error`` (issue 19: an ``on_error: stop`` run was reported as ``(on_error: count)``)."""
-    failed = sum((r.metrics.get("requests") or {}).get("failed", 0) for r in results)
+    failed = sum(r.requests.get("failed", 0) for r in results)
     if not failed:
         return None
     first = next((error for r in results for error in r.errors or ()), None)

@@ -19,6 +19,7 @@ from kvbench_core.contracts.errors import MissingDependency
 from kvbench_core.reports.aggregate import summarize_trials
 from kvbench_core.reports.plots import plot_result
 from kvbench_core.reports.xlsx import write_workbook
+from kvbench_core.results.document import ResultDocument
 from kvbench_core.results.merge import ClientReport, merge_results
 from kvbench_core.scaleout.clients import client_seed
 
@@ -79,7 +80,7 @@ def test_merged_and_trials_results_get_their_own_sheets_and_plots(run: tuple[Pat
     path, result = run
     spec = dict(result["spec"]["resolved"], clients=2)
     clients = [ClientReport(index=i, run_id=f"x-c{i}", seed=client_seed(42, i), users=3, directories=[],
-                            result=copy.deepcopy(result)) for i in range(2)]
+                            result=ResultDocument.unchecked(copy.deepcopy(result))) for i in range(2)]
     merged = merge_results(clients, mode="local", label="client", run_id="x", trial=1,
                            as_written=result["spec"]["as_written"], spec=spec, started_at=0.0)
     assert "Clients" in sheet_names(write_workbook(merged, tmp_path / "merged.xlsx"))

@@ -18,24 +18,34 @@ import numpy as np
 import pytest
 from tiny_spec import assert_valid_result, tiny_spec
 
+from kvbench_core.cli.run_cmd import summarize
 from kvbench_core.engine.measure.histogram import DEFAULT_ACCURACY, LatencyHistogram
+from kvbench_core.results.document import ResultDocument
 from kvbench_core.results.merge import ClientReport, merge_results
 from kvbench_core.runspec.loader import load_plan
 from kvbench_core.runspec.plan import thaw
 from kvbench_core.scaleout.clients import ClientLayout, DirectorySnapshot, client_plan, client_seed, tier_directories
-from kvbench_core.scaleout.session import run_session
+from kvbench_core.scaleout.session import SessionOutcome, run_session
 
 PYTHON = sys.executable
 
 
 @pytest.fixture(scope="module")
-def single(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """(as_written, resolved spec, result) of one real tiny run, the template for crafted client results."""
+def session(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Any], SessionOutcome]:
+    """(as_written, resolved spec, outcome) of one real tiny session."""
     tmp = tmp_path_factory.mktemp("single")
     as_written, plan = load_plan(tiny_spec(tmp, duration="1s"))
     outcome = run_session(as_written, plan, quiet=True, exit_zero=True)  # a template: its request count is not
     assert outcome.exit_code == 0                                       # what the tests below judge
-    return as_written, thaw(plan.spec), outcome.results[0]
+    return as_written, thaw(plan.spec), outcome
+
+
+@pytest.fixture(scope="module")
+def single(session: tuple[dict[str, Any], dict[str, Any], SessionOutcome]) -> tuple[dict[str, Any], dict[str, Any],
+                                                                                      dict[str, Any]]:
+    """(as_written, resolved spec, result JSON) of that run, the template for crafted client results."""
+    as_written, spec, outcome = session
+    return as_written, spec, outcome.results[0].to_json()
 
 
 def test_each_client_gets_its_own_directory_seed_and_share_of_users(tmp_path: Path) -> None:
@@ -100,7 +110,8 @@ def test_merged_percentiles_equal_the_pooled_samples_within_the_sketch_error(sin
     samples = [rng.lognormal(-6, 0.5, 4000), rng.lognormal(-3, 1.0, 1500), rng.exponential(0.2, 700)]
     windows = [(100.0, 110.0), (101.0, 112.0), (100.5, 111.0)]
     clients = [ClientReport(index=i, run_id=f"r-c{i}", seed=client_seed(42, i), users=3, directories=[],
-                            result=_with_samples(result, s, 100.0, w, 1_000_000 * (i + 1)), released_at=100.0 + i / 1e3)
+                            result=ResultDocument.unchecked(_with_samples(result, s, 100.0, w, 1_000_000 * (i + 1))),
+                            released_at=100.0 + i / 1e3)
                for i, (s, w) in enumerate(zip(samples, windows, strict=True))]
     merged = merge_results(clients, mode="local", label="client", run_id="r", trial=1, as_written=as_written,
                            spec=dict(spec, clients=3), started_at=99.0)
@@ -259,12 +270,36 @@ def test_the_merged_status_follows_the_status_rules(single: Any, ends: list[str]
         return crafted
 
     clients = [ClientReport(index=i, run_id=f"r-c{i}", seed=client_seed(42, i), users=3, directories=[],
-                            result=client_result(end), released_at=100.0) for i, end in enumerate(ends)]
+                            result=ResultDocument.unchecked(client_result(end)), released_at=100.0)
+               for i, end in enumerate(ends)]
     run = merge_results(clients, mode="local", label="client", run_id="r", trial=1, as_written=as_written,
                         spec=dict(spec, clients=2), started_at=99.0)["run"]
     assert run["status"] == merged, run["status_reason"]
     if "violated" in ends:
         assert run["status_reason"] == "invariant violated: client 1: series_requests: edited"
+
+
+def test_the_summary_and_the_merge_take_documents_read_back_from_disk(
+        session: tuple[dict[str, Any], dict[str, Any], SessionOutcome]) -> None:
+    """Issue #28: the session holds each result as the typed document its file reads back as; the CLI
+    summary prints a document as it prints the file's JSON, and two clients' documents read from disk merge
+    into a result the schema accepts, whose counts are both clients' and whose summary names them."""
+    as_written, spec, outcome = session
+    (path,) = outcome.paths
+    document = ResultDocument.read(path)  # format and schema checked
+    assert outcome.results == [document]
+    text = summarize(document)
+    assert text == summarize(json.loads(path.read_text()))
+    assert text.startswith(f"{document.run.name} [{document.run.status}] ")
+    assert f"\n  requests {document.headline['requests_completed']} in " in text
+    clients = [ClientReport(index=i, run_id=f"r-c{i}", seed=client_seed(42, i), users=3, directories=[],
+                            result=ResultDocument.read(path), released_at=100.0) for i in range(2)]
+    merged = ResultDocument.from_json(merge_results(clients, mode="local", label="client", run_id="r", trial=1,
+                                                    as_written=as_written, spec=dict(spec, clients=2),
+                                                    started_at=99.0))
+    assert merged.requests["completed"] == 2 * document.requests["completed"]
+    assert [client["run_id"] for client in merged.clients or ()] == ["r-c0", "r-c1"]
+    assert "  2 clients (local), users " in summarize(merged)
 
 
 def test_the_merged_declaration_is_the_whole_runs_not_client_0s(single: Any) -> None:
@@ -279,7 +314,7 @@ def test_the_merged_declaration_is_the_whole_runs_not_client_0s(single: Any) -> 
         tiers["working_set_vs_tier"]["value"] = {"stored_bytes": stored, "multiple_of_capacity": {"nvme": multiple}}
         crafted["metrics"]["cache"]["counters"].update(turn_reads=4, turn_hits=hits, prefix_reads=0, prefix_hits=0)
         return ClientReport(index=i, run_id=f"r-c{i}", seed=client_seed(42, i), users=3, directories=[],
-                            result=crafted, released_at=100.0)
+                            result=ResultDocument.unchecked(crafted), released_at=100.0)
 
     merged = merge_results([client(0, "steady", 100, 0.5, 4), client(1, "warm", 300, 1.5, 1)], mode="local",
                            label="client", run_id="r", trial=1, as_written=as_written, spec=dict(spec, clients=2),
