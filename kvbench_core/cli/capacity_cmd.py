@@ -98,10 +98,10 @@ def handle(args: argparse.Namespace) -> int:
 
 def _print_answer(result: ResultDocument | None, path: str | None, reports: list[Any]) -> None:
     """The answer, the capacity curve, the run's status, and where the result and reports are."""
-    data = result.to_json() if result is not None else {}
-    print(answer_line(data) if capacity_of(data) else "max users within SLA: no answer "
+    data = result.to_json() if result is not None else None  # what the reports' line makers read
+    print(answer_line(data) if data and capacity_of(data) else "max users within SLA: no answer "
           "(the run ended before its first step was judged)")
-    for line in curve_lines(data):
+    for line in curve_lines(data) if data else []:
         print(f"  {line}")
     if result is not None:
         print(f"run [{result.run.status}] {result.run.stop_reason}")

@@ -87,53 +87,52 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def summarize(result: ResultDocument | Mapping[str, Any]) -> str:
-    """A short human summary of one result (the JSON holds everything): the document, or its JSON as a file or
-    a test writes it (the sections the summary reads are the document's JSON sections)."""
-    data = result.to_json() if isinstance(result, ResultDocument) else result
-    run, metrics = data["run"], data.get("metrics") or {}
+    """A short human summary of one result (the JSON holds everything): the document, or a result's JSON read
+    as one."""
+    document = ResultDocument.of(result)
+    run = document.run
     # A run that failed before its window opened has no figures to show, and its cause is the error line
     # printed after the summary: say only that (a block of zeros and the cause twice read as a result).
-    figures = bool((metrics.get("window") or {}).get("measured_s")) or not run.get("error")
+    figures = bool(document.window.get("measured_s")) or not run.error
     # The rule that decided the status, in words (results/status.py); a result from before the rules: its stop.
-    reason = (run.get("status_reason") or run["stop_reason"]) if figures else "before the measured window opened"
-    lines = [f"{run['name'] or 'run'} [{run['status']}] {reason}", *attention_lines(data), *scale_out_lines(data)]
-    if metrics.get("headline") and figures:
-        lines += figure_lines(data)
+    reason = (run.status_reason or run.stop_reason) if figures else "before the measured window opened"
+    data = document.to_json()  # what the invariants' and the reports' line makers read
+    lines = [f"{run.name or 'run'} [{run.status}] {reason}", *attention_lines(data), *scale_out_lines(document)]
+    if document.headline and figures:
+        lines += figure_lines(document, data)
     return "\n".join(lines)
 
 
-def scale_out_lines(data: Mapping[str, Any]) -> list[str]:
+def scale_out_lines(document: ResultDocument) -> list[str]:
     """A merged run's clients (or ranks), how its users were spread and the clients' clock skew."""
-    scale = data.get("scale_out")
+    scale = document.scale_out
     if not scale:
         return []
     return [f"  {scale['clients']} {scale['label']}s ({scale['mode']}), users {scale['users_scope']}: "
             f"{scale['users_per_client']} = {scale['users_total']}; clock skew {scale['clock_skew_s']:.6f} s"]
 
 
-def figure_lines(data: Mapping[str, Any]) -> list[str]:
+def figure_lines(document: ResultDocument, data: Mapping[str, Any]) -> list[str]:
     """A measured run's figures: the headline, what did not complete, the wall clock outside the window, the
-    QoS verdicts with their causes and next steps, and each tier."""
-    metrics = data["metrics"]
-    head = metrics["headline"]
-    lines = [f"  requests {head['requests_completed']} in {metrics['window']['measured_s']:.1f}s; "
+    QoS verdicts with their causes and next steps, and each tier (``data``: the document's JSON)."""
+    head = document.headline
+    lines = [f"  requests {head['requests_completed']} in {document.window['measured_s']:.1f}s; "
              f"{_fmt(head['avg_throughput_tokens_per_sec'])} tok/s wall-clock, "
              f"e2e p95 {_fmt(head['end_to_end_latency_p95_ms'])} ms, "
              f"cache hit rate {_fmt(head['cache_hit_rate'])}",
-             *outcome_lines(metrics, data.get("workload") or {}),
-             *phase_lines(data["run"].get("phases_s") or {}),
-             *qos_lines(data)]
-    for name, tier in metrics["tiers"].items():
+             *outcome_lines(document.metrics, document.workload or {}),
+             *phase_lines(document.run.phases_s or {}),
+             *qos_lines(document, data)]
+    for name, tier in document.tiers.items():
         lines += tier_lines(name, tier)
     return lines
 
 
-def qos_lines(data: Mapping[str, Any]) -> list[str]:
+def qos_lines(document: ResultDocument, data: Mapping[str, Any]) -> list[str]:
     """Each QoS class's service p95 against its SLA (a starved one as starved), the capacity answer, and each
-    verdict's why and next step (reports/verdicts.py)."""
-    classes = (data["metrics"].get("qos") or {}).items()
+    verdict's why and next step (reports/verdicts.py, given the document's JSON ``data``)."""
     verdicts = [f"{name} {_fmt(c['service_latency_ms']['p95'])}/{_fmt(c['sla_p95_ms'])} ms "
-                f"{'met' if c['sla_met'] else 'MISSED'}" for name, c in classes
+                f"{'met' if c['sla_met'] else 'MISSED'}" for name, c in document.class_figures.items()
                 if c["requests"] and "service_latency_ms" in c]
     verdicts += starved_classes(data)
     lines = [f"  QoS service p95 / SLA: {', '.join(verdicts)}"] if verdicts else []
@@ -162,7 +161,7 @@ def tier_lines(name: str, tier: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def outcome_lines(metrics: dict[str, Any], workload: dict[str, Any]) -> list[str]:
+def outcome_lines(metrics: Mapping[str, Any], workload: Mapping[str, Any]) -> list[str]:
     """Requests that did not complete, the drain and dropped arrivals (docs/metrics.md): one line each, only
     when there is something to say."""
     requests, drain = metrics.get("requests") or {}, metrics.get("drain") or {}
@@ -201,7 +200,7 @@ CLEANUP_LINE_S = 2.0
 PHASE_WORDS = {"setup": "set-up", "warmup": "warm-up"}  # run.phases_s keys as the summary writes them
 
 
-def phase_lines(phases: dict[str, float]) -> list[str]:
+def phase_lines(phases: Mapping[str, float]) -> list[str]:
     """Where the wall clock went outside the measured window, when that is a large part of the run (issue
     16: a Test 4 run spent 107 s draining and 24 s deleting its files around a 20 s window)."""
     outside = {name: seconds for name, seconds in phases.items() if name != "measured"}
