@@ -11,6 +11,7 @@ checked before the first is written, so a refusal leaves nothing behind (docs/ex
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from kvbench_core.contracts.errors import UserError
 from kvbench_core.exports.requires import optional_module
 from kvbench_core.exports.tables import RESULT_TABLES
+from kvbench_core.results.document import ResultDocument
 
 EXTRA = "export"
 FORMATS = ("parquet", "csv")
@@ -51,28 +53,28 @@ def _table(rows: list[dict[str, Any]]) -> Any:
     return pa.table({name: [row.get(name) for row in rows] for name in columns})
 
 
-def io_log_path(result: dict[str, Any]) -> str | None:
-    return ((((result.get("spec") or {}).get("resolved") or {}).get("output")) or {}).get("io_log")
+def io_log_path(result: ResultDocument | Mapping[str, Any]) -> str | None:
+    """The I/O log the result's run wrote, None when it wrote none."""
+    return ResultDocument.of(result).io_log
 
 
-def _log_of(label: str, result: dict[str, Any]) -> tuple[str | None, str | None]:
+def _log_of(label: str, document: ResultDocument) -> tuple[str | None, str | None]:
     """(the result's I/O log, None) when it is there and this run's, else (None, why not)."""
-    path = io_log_path(result)
+    path = document.io_log
     if not path:
         return None, None
-    run = result.get("run") or {}
     try:
         mtime = os.stat(path).st_mtime
     except OSError as error:
         return None, f"{label}: no commands table: its I/O log {path} cannot be read ({error.strerror})"
-    finished = run.get("finished_at")
+    finished = document.run.finished_at
     if finished is not None and mtime > finished + LOG_WRITTEN_WITHIN_S:
         return None, (f"{label}: no commands table: its I/O log {path} was rewritten after the run ended "
                       "(another run or a later trial wrote it)")
     return path, None
 
 
-def commands_table(label: str, result: dict[str, Any], path: str) -> Any:
+def commands_table(label: str, document: ResultDocument, path: str) -> Any:
     """The I/O log's commands with ``result``, ``run_id``, ``t_s`` (seconds since the measured window
     opened, the time series' clock) and ``duration_ms``."""
     pa = _pyarrow()
@@ -84,15 +86,15 @@ def commands_table(label: str, result: dict[str, Any], path: str) -> Any:
             explicit_schema=schema, unexpected_field_behavior="ignore"))
     except pa.ArrowInvalid as error:
         raise UserError(f"{path}: not a kvbench I/O log: {str(error).splitlines()[0]}") from None
-    origin = ((result.get("metrics") or {}).get("window") or {}).get("monotonic_start") or 0.0
+    origin = document.window.get("monotonic_start") or 0.0
     n = log.num_rows
     log = log.add_column(0, "result", pa.array([label] * n, pa.string()))
-    log = log.add_column(1, "run_id", pa.array([(result.get("run") or {}).get("id")] * n, pa.string()))
+    log = log.add_column(1, "run_id", pa.array([document.run.id] * n, pa.string()))
     log = log.append_column("t_s", pc.subtract(log["start_s"], origin))
     return log.append_column("duration_ms", pc.multiply(pc.subtract(log["end_s"], log["start_s"]), 1000.0))
 
 
-def tables(results: list[tuple[str, dict[str, Any]]], notes: list[str]) -> dict[str, Any]:
+def tables(results: list[tuple[str, ResultDocument]], notes: list[str]) -> dict[str, Any]:
     """Every table of ``results`` (label, document) as Arrow tables; a table no result has rows for is
     left out, and why a result has no commands is added to ``notes``."""
     pa = _pyarrow()
@@ -121,11 +123,12 @@ def _write(table: Any, path: Path, fmt: str) -> None:
             optional_module("pyarrow.csv", EXTRA, "kvbench export --to csv").write_csv(table, handle)
 
 
-def export_tables(results: list[tuple[str, dict[str, Any]]], fmt: str, directory: Path) -> Export:
+def export_tables(results: Sequence[tuple[str, ResultDocument | Mapping[str, Any]]], fmt: str,
+                  directory: Path) -> Export:
     """Write every table of ``results`` as ``directory/<table>.<fmt>``; refuses (a ``UserError``, nothing
     written) when any of those files exists."""
     done = Export()
-    built = tables(results, done.notes)
+    built = tables([(label, ResultDocument.of(result)) for label, result in results], done.notes)
     targets = {name: directory / f"{name}.{fmt}" for name in built}
     existing = [str(path) for path in targets.values() if os.path.lexists(path)]
     if existing:

@@ -8,11 +8,13 @@ matplotlib); they are imported only when asked for, and a missing one is a
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from kvbench_core.contracts.errors import MissingDependency
+from kvbench_core.results.document import ResultDocument
 
 #: output format -> the module it needs (the HTML report embeds the plots)
 FORMAT_MODULES = {"xlsx": "xlsxwriter", "png": "matplotlib", "html": "matplotlib"}
@@ -34,21 +36,22 @@ def require_formats(formats: list[str]) -> None:
             require(FORMAT_MODULES[fmt], f"output format '{fmt}'")
 
 
-def write_reports(result: dict[str, Any], json_path: Path, formats: list[str]) -> list[Path]:
+def write_reports(result: ResultDocument | Mapping[str, Any], json_path: Path, formats: list[str]) -> list[Path]:
     """The xlsx workbook, png plots and/or HTML report of one result, next to its JSON (same stem)."""
+    document = ResultDocument.of(result)
     written: list[Path] = []
     if "xlsx" in formats:
         from kvbench_core.reports.xlsx import write_workbook
 
-        written.append(write_workbook(result, json_path.with_suffix(".xlsx")))
+        written.append(write_workbook(document, json_path.with_suffix(".xlsx")))
     if "png" in formats:
         from kvbench_core.reports.plots import plot_result
 
-        written += plot_result(result, json_path.parent, json_path.stem)
+        written += plot_result(document, json_path.parent, json_path.stem)
     if "html" in formats:
         from kvbench_core.reports.html import write_html
 
-        written.append(write_html(result, json_path.with_suffix(".html")))
+        written.append(write_html(document, json_path.with_suffix(".html")))
     return written
 
 
@@ -61,10 +64,9 @@ def flatten(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
     return [(prefix, data)]
 
 
-def autoscaler_trajectories(result: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+def autoscaler_trajectories(document: ResultDocument) -> list[tuple[str, Sequence[Mapping[str, Any]]]]:
     """(who, steps): the run's own trajectory, or each client's in a scaled-out run."""
-    own = (result.get("autoscaling") or {}).get("trajectory") or []
-    label = (result.get("scale_out") or {}).get("label", "client")
+    label = (document.scale_out or {}).get("label", "client")
     clients = [(f"{label} {c['index']}", (c.get("autoscaling") or {}).get("trajectory") or [])
-               for c in result.get("clients") or []]
-    return [(label, steps) for label, steps in [("run", own), *clients] if steps]
+               for c in document.clients or ()]
+    return [(label, steps) for label, steps in [("run", document.trajectory), *clients] if steps]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import statistics
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +39,13 @@ def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def summarize_trials(results: list[dict[str, Any]], paths: list[Path], *, session_id: str,
+def summarize_trials(results: Sequence[ResultDocument | Mapping[str, Any]], paths: list[Path], *, session_id: str,
                      requested: int) -> dict[str, Any]:
     """The summary result of a session's trials (``results`` in trial order, ``paths`` their files), built as
     a ``ResultDocument`` like any result and written as its JSON."""
-    trials = [ResultDocument.unchecked(result) for result in results]
+    trials = [ResultDocument.of(result) for result in results]
     counted = [t for t in trials if t.run.status == "completed" and t.metrics]
-    stats = figure_statistics([measured_figures(t.to_json()) for t in counted])
+    stats = figure_statistics([measured_figures(t) for t in counted])
     first = trials[0]
     verdict = trials_verdict([t.run.to_json() for t in trials], requested)  # the worst trial's (results/status.py)
     run = RunRecord(id=session_id, name=first.run.name, kind="trials-summary", status=verdict.status,
@@ -81,7 +82,7 @@ def _headline(stats: dict[str, dict[str, Any]], first: ResultDocument) -> dict[s
 def _trial_run(trial: ResultDocument, path: Path) -> TrialRun:
     return TrialRun(trial=trial.run.trial or 0, id=trial.run.id, file=path.name, status=trial.run.status,
                     stop_reason=trial.run.stop_reason, status_reason=trial.run.status_reason,
-                    measured_s=(trial.metrics.get("window") or {}).get("measured_s"), traced=trial.run.traced,
+                    measured_s=trial.window.get("measured_s"), traced=trial.run.traced,
                     sha256=file_sha256(path), checks_passed=trial.checks.get("passed", True))
 
 

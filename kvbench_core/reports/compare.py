@@ -9,11 +9,13 @@ overlap is flagged: with the trial-to-trial variation the seed reports
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kvbench_core.reports.compare_specs import differences
 from kvbench_core.reports.key_figures import Figure, FigureValue, figure_values
+from kvbench_core.results.document import ResultDocument
 
 
 @dataclass(frozen=True)
@@ -38,9 +40,9 @@ def ranges_overlap(a: FigureValue, b: FigureValue) -> bool | None:
     return a.low <= b.high and b.low <= a.high
 
 
-def compare(results: list[dict[str, Any]]) -> list[Row]:
+def compare(results: Sequence[ResultDocument | Mapping[str, Any]]) -> list[Row]:
     """Rows of key figures present in any result, in the order of the first result that has them."""
-    values = [figure_values(result) for result in results]
+    values = [figure_values(ResultDocument.of(result)) for result in results]
     keys = list(dict.fromkeys(key for v in values for key in v))
     rows = []
     for key in keys:
@@ -78,68 +80,66 @@ def rows_as_json(rows: list[Row], labels: list[str]) -> list[dict[str, Any]]:
     return out
 
 
-def _tier_chain(spec: dict[str, Any]) -> list[tuple[str, Any]]:
+def _tier_chain(spec: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return [(t.get("name"), t.get("capacity")) for t in (spec.get("cache") or {}).get("tiers") or []]
 
 
-def spec_differences(base: dict[str, Any], other: dict[str, Any]) -> list[str]:
+def spec_differences(base: ResultDocument, other: ResultDocument) -> list[str]:
     """Every difference between what two results' runs used that changes the meaning of a ratio between
     them (``compare_specs.differences``: the resolved spec completed from the result), each as ``field:
     other vs baseline's value (why)``, and a different chain of tiers."""
     notes = differences(base, other)
-    base, other = base["spec"]["resolved"], other["spec"]["resolved"]
-    if _tier_chain(base) != _tier_chain(other):
-        shown = ", ".join(f"{name} {capacity}" for name, capacity in _tier_chain(other))
+    chain, base_chain = _tier_chain(other.spec.resolved), _tier_chain(base.spec.resolved)
+    if base_chain != chain:
+        shown = ", ".join(f"{name} {capacity}" for name, capacity in chain)
         notes.append(f"cache tiers (name, capacity) {shown} vs the baseline's "
-                     f"{', '.join(f'{n} {c}' for n, c in _tier_chain(base))}: hit rates and the share each tier "
+                     f"{', '.join(f'{n} {c}' for n, c in base_chain)}: hit rates and the share each tier "
                      "serves differ")
     return notes
 
 
-def caveats(results: list[dict[str, Any]], labels: list[str]) -> list[str]:
+def caveats(results: Sequence[ResultDocument | Mapping[str, Any]], labels: list[str]) -> list[str]:
     """What makes a column less than a like-for-like comparison: a run that did not complete (its figures
     cover a partial window, or none), a result whose invariants failed, a different model than the
     baseline's (other entry sizes), and every spec difference that changes what a ratio to the baseline
     means (``spec_differences``)."""
     notes = []
-    base = results[0]
-    for label, result in zip(labels, results, strict=True):
-        notes += [f"{label}: {note}" for note in _result_caveats(base, result)]
+    documents = [ResultDocument.of(result) for result in results]
+    for label, document in zip(labels, documents, strict=True):
+        notes += [f"{label}: {note}" for note in _result_caveats(documents[0], document)]
     return notes
 
 
-def _result_caveats(base: dict[str, Any], result: dict[str, Any]) -> list[str]:
+def _result_caveats(base: ResultDocument, document: ResultDocument) -> list[str]:
     """One result's caveats against the baseline, each without the result's label."""
-    notes = [*_run_caveat(result), *_model_caveat(base, result), *_checks_caveat(result)]
-    base_spec = (base.get("spec") or {}).get("resolved")
-    spec = (result.get("spec") or {}).get("resolved")
-    if result is not base and isinstance(spec, dict) and isinstance(base_spec, dict):
-        notes += [note for note in spec_differences(base, result)
+    notes = [*_run_caveat(document), *_model_caveat(base, document), *_checks_caveat(document)]
+    if document is not base:
+        notes += [note for note in spec_differences(base, document)
                   if not note.startswith("model.name ")]  # the model line says it with entry sizes
     return notes
 
 
-def _run_caveat(result: dict[str, Any]) -> list[str]:
+def _run_caveat(document: ResultDocument) -> list[str]:
     """A run that ended other than completed measured only part of its window (or none of it)."""
-    run = result.get("run") or {}
-    if run.get("status") in (None, "completed"):
+    run = document.run
+    if run.status == "completed":
         return []
-    return [f"the run ended {run['status']} ({run.get('stop_reason') or 'no reason given'}); "
+    return [f"the run ended {run.status} ({run.stop_reason or 'no reason given'}); "
             "its figures cover only what it measured"]
 
 
-def _model_caveat(base: dict[str, Any], result: dict[str, Any]) -> list[str]:
+def _model_caveat(base: ResultDocument, document: ResultDocument) -> list[str]:
     """Another model than the baseline's has other entry sizes, so bytes and rates are not like for like."""
-    model = (result.get("model") or {}).get("name")
-    base_model = (base.get("model") or {}).get("name")
+    model = (document.model or {}).get("name")
+    base_model = (base.model or {}).get("name")
     if model and base_model and model != base_model:
         return [f"model {model}, the baseline's is {base_model}: entry sizes differ"]
     return []
 
 
-def _checks_caveat(result: dict[str, Any]) -> list[str]:
+def _checks_caveat(document: ResultDocument) -> list[str]:
     """A result whose invariants failed has figures that do not add up; the first violation names why."""
-    violations = (result.get("checks") or {}).get("violations") or []
+    violations = document.checks.get("violations") or []
     if not violations:
         return []
     return [f"{len(violations)} invariant(s) violated ({violations[0]}): its figures do not add up"]

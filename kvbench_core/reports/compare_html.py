@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from kvbench_core.reports.compare import Row, caveats, compare
 from kvbench_core.reports.compare_plots import compare_figures
 from kvbench_core.reports.html import CHECK_SCRIPT, STYLE, _e, _number, _table
 from kvbench_core.reports.plots import png_bytes
+from kvbench_core.results.document import ResultDocument
 from kvbench_core.runspec.jsonfile import temp_beside
 
 
@@ -31,17 +33,17 @@ def _cell(row: Row, index: int) -> str:
     return text + (" overlap" if cell.overlap else "")
 
 
-def render_compare(results: list[tuple[str, dict[str, Any]]]) -> str:
-    labels = [label for label, _ in results]
-    documents = [result for _, result in results]
-    runs = [[label, (r.get("run") or {}).get("id"), (r.get("run") or {}).get("status"),
-             (r.get("model") or {}).get("name")] for label, r in results]
+def render_compare(results: Sequence[tuple[str, ResultDocument | Mapping[str, Any]]]) -> str:
+    labelled = [(label, ResultDocument.of(result)) for label, result in results]
+    labels = [label for label, _ in labelled]
+    documents = [document for _, document in labelled]
+    runs = [[label, d.run.id, d.run.status, (d.model or {}).get("name")] for label, d in labelled]
     notes = caveats(documents, labels)
     warnings = ("<ul>" + "".join(f"<li>{_e(note)}</li>" for note in notes) + "</ul>" if notes
                 else "<p>None: the runs differ in nothing that changes what a ratio means.</p>")
     rows = compare(documents)
     figures = "".join(f'<h3>{_e(name)}</h3><img alt="{_e(name)}" src="data:image/png;base64,'
-                      f'{base64.b64encode(png_bytes(figure)).decode()}">' for name, figure in compare_figures(results))
+                      f'{base64.b64encode(png_bytes(figure)).decode()}">' for name, figure in compare_figures(labelled))
     body = (f"<h1>kvbench compare: {_e(', '.join(labels))}</h1>"
             f"<p class=\"meta\">ratios are against the first result, {_e(labels[0])}</p>"
             f"<h2>Results</h2>{_table(['result', 'run id', 'status', 'model'], runs)}"
@@ -56,7 +58,7 @@ def render_compare(results: list[tuple[str, dict[str, Any]]]) -> str:
             f"<body>\n{body}\n<script>{CHECK_SCRIPT}</script>\n</body></html>\n")
 
 
-def write_compare_html(results: list[tuple[str, dict[str, Any]]], path: Path) -> Path:
+def write_compare_html(results: Sequence[tuple[str, ResultDocument | Mapping[str, Any]]], path: Path) -> Path:
     """Write the page to ``path`` (refused when it exists: kvbench never replaces a file)."""
     if os.path.lexists(path):
         raise UserError(f"{path} exists; kvbench never overwrites a file it did not create: name a new file")

@@ -9,7 +9,7 @@ result's report.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,7 @@ from kvbench_core.reports.plots import (
     _tier_rates,
     measured_points,
 )
+from kvbench_core.results.document import ResultDocument
 
 RESULT_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink",
                  "tab:gray", "tab:olive", "tab:cyan")
@@ -34,12 +35,15 @@ def _colors(labels: list[str]) -> dict[str, str]:
     return {label: RESULT_COLORS[i % len(RESULT_COLORS)] for i, label in enumerate(labels)}
 
 
-def _tier_ops(results: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, str]]:
-    names = dict.fromkeys(name for _, r in results for name in ((r.get("metrics") or {}).get("tiers") or {}))
+Labelled = list[tuple[str, ResultDocument]]
+
+
+def _tier_ops(results: Labelled) -> list[tuple[str, str]]:
+    names = dict.fromkeys(name for _, r in results for name in r.tiers)
     return [(name, op) for name in names for op in ("read", "write")]
 
 
-def latency_tails(results: list[tuple[str, dict[str, Any]]]) -> Any:
+def latency_tails(results: Labelled) -> Any:
     """One axes per tier and op, each result's total-latency tail on it."""
     pairs = _tier_ops(results)
     if not pairs:
@@ -52,7 +56,7 @@ def latency_tails(results: list[tuple[str, dict[str, Any]]]) -> Any:
         _tail_axes(axes, f"{tier} {op} per KV entry")
         shown: list[float] = []
         for label, result in results:
-            figures = (((result.get("metrics") or {}).get("tiers") or {}).get(tier) or {}).get(op) or {}
+            figures = (result.tiers.get(tier) or {}).get(op) or {}
             histogram = (figures.get("histograms") or {}).get("total")
             if histogram and histogram.get("count"):
                 shown += _tail_step(axes, histogram, color=colors[label], label=f"{label} ({figures['ops']} ops)")
@@ -67,7 +71,7 @@ def latency_tails(results: list[tuple[str, dict[str, Any]]]) -> Any:
     return figure
 
 
-def bandwidth(results: list[tuple[str, dict[str, Any]]]) -> Any:
+def bandwidth(results: Labelled) -> Any:
     """One row per tier, read and write GB/s over the measured window, one step line per result."""
     rates = {label: (measured_points(result)[0], _tier_rates(measured_points(result)[0]))
              for label, result in results if measured_points(result)[0]}
@@ -92,24 +96,19 @@ def bandwidth(results: list[tuple[str, dict[str, Any]]]) -> Any:
     return figure
 
 
-def _qos_figures(result: dict[str, Any]) -> dict[str, Any]:
-    """A result's per-class QoS figures; empty when the run had no classes (an older or a classless result)."""
-    return (result.get("metrics") or {}).get("qos") or {}
-
-
-def _class_figure(result: dict[str, Any], name: str) -> dict[str, Any]:
+def _class_figure(document: ResultDocument, name: str) -> Mapping[str, Any]:
     """One class's figures in a result; empty when that result did not run the class."""
-    return _qos_figures(result).get(name) or {}
+    return document.class_figures.get(name) or {}
 
 
-def _class_p95(result: dict[str, Any], name: str) -> float:
+def _class_p95(result: ResultDocument, name: str) -> float:
     """A class's service p95 in a result, 0 where the result has none (a bar of nothing, not a gap)."""
     return (_class_figure(result, name).get("service_latency_ms") or {}).get("p95") or 0.0
 
 
-def class_p95(results: list[tuple[str, dict[str, Any]]]) -> Any:
+def class_p95(results: Labelled) -> Any:
     """Each QoS class's service p95 per result as grouped bars, the class's SLA p95 as a dashed line."""
-    classes = list(dict.fromkeys(qos for _, r in results for qos, figures in _qos_figures(r).items()
+    classes = list(dict.fromkeys(qos for _, r in results for qos, figures in r.class_figures.items()
                                  if figures.get("requests")))
     if not classes:
         return None
@@ -136,7 +135,7 @@ def class_p95(results: list[tuple[str, dict[str, Any]]]) -> Any:
     return figure
 
 
-def compare_figures(results: list[tuple[str, dict[str, Any]]]) -> Iterator[tuple[str, Any]]:
+def compare_figures(results: Labelled) -> Iterator[tuple[str, Any]]:
     """(name, figure) of each overlay the results have data for."""
     for name, draw in (("latency-tails", latency_tails), ("bandwidth", bandwidth), ("class-p95", class_p95)):
         figure = draw(results)

@@ -15,11 +15,13 @@ options of one backend's tiers are compared only when both results ran that tier
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from kvbench_core.contracts.plugins import registry
 from kvbench_core.contracts.validation import with_defaults
 from kvbench_core.reports import flatten
+from kvbench_core.results.document import ResultDocument
 
 #: Resolved-spec fields whose difference changes the meaning of a ratio between two results, and why.
 MEANING_FIELDS: tuple[tuple[str, str], ...] = (
@@ -59,7 +61,7 @@ SHOWN_CHARS = 80
 DESCRIBED_OPTIONS = ("engine", "queue_depth", "transfer_size", "direct")
 
 
-def _field(spec: dict[str, Any], path: str) -> Any:
+def _field(spec: Mapping[str, Any], path: str) -> Any:
     node: Any = spec
     for part in path.split("."):
         node = node.get(part) if isinstance(node, dict) else None
@@ -79,7 +81,7 @@ def _codec_name(written: Any) -> str:
     return str(written or "none")
 
 
-def _tier_fields(tier: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
+def _tier_fields(tier: dict[str, Any], measured: Mapping[str, Any]) -> dict[str, Any]:
     name, backend = tier.get("name"), tier.get("backend")
     cls = registry("backend").get(backend) if isinstance(backend, str) else None
     here = {getattr(cls, "directory_option", None)} | LOCATION_OPTIONS
@@ -95,21 +97,20 @@ def _tier_fields(tier: dict[str, Any], measured: dict[str, Any]) -> dict[str, An
     return {key: (backend, value) for key, value in fields.items()}
 
 
-def effective(result: dict[str, Any]) -> dict[str, Any]:
-    """Dotted field -> value of what ``result``'s run used (see the module docstring); a tier's fields are
+def effective(document: ResultDocument) -> dict[str, Any]:
+    """Dotted field -> value of what ``document``'s run used (see the module docstring); a tier's fields are
     ``(backend, value)`` pairs, compared only between tiers of one backend."""
-    spec = (result.get("spec") or {}).get("resolved") or {}
-    metrics = result.get("metrics") or {}
+    spec = document.spec.resolved
     fields = {path: _field(spec, path) for path, _ in MEANING_FIELDS}
-    fields.update(_model_fields(result.get("model") or {}))
+    fields.update(_model_fields(document.model or {}))
     fields.update(_workload_fields(spec.get("workload") or {}))
-    fields.update(_qos_fields(metrics.get("qos") or {}))
+    fields.update(_qos_fields(document.class_figures))
     for tier in (spec.get("cache") or {}).get("tiers") or []:
-        fields.update(_tier_fields(tier, (metrics.get("tiers") or {}).get(tier.get("name")) or {}))
+        fields.update(_tier_fields(tier, document.tiers.get(tier.get("name")) or {}))
     return fields
 
 
-def _model_fields(model: dict[str, Any]) -> dict[str, Any]:
+def _model_fields(model: Mapping[str, Any]) -> dict[str, Any]:
     """The model's dtype and tensor parallelism as the result recorded them (they set the entry sizes)."""
     return {f"model.{key}": model[key] for key in ("dtype", "tp") if model.get(key) is not None}
 
@@ -121,7 +122,7 @@ def _workload_fields(workload: dict[str, Any]) -> dict[str, Any]:
     return {f"workload.options.{key}": value for key, value in options.items()}
 
 
-def _qos_fields(qos: dict[str, Any]) -> dict[str, Any]:
+def _qos_fields(qos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Each QoS class's SLAs and priority as the result measured them against."""
     return {f"qos.{name}.{key}": figures.get(key) for name, figures in qos.items()
             for key in ("sla_p95_ms", "sla_p99_ms", "priority")}
@@ -137,7 +138,7 @@ def _shown(value: Any) -> str:
     return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
 
 
-def differences(base: dict[str, Any], other: dict[str, Any]) -> list[str]:
+def differences(base: ResultDocument, other: ResultDocument) -> list[str]:
     """``field other vs the baseline's value: why`` for each field both results' runs used differently."""
     mine, theirs = effective(other), effective(base)
     notes = []

@@ -15,6 +15,7 @@ import base64
 import html
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from kvbench_core.reports import flatten
 from kvbench_core.reports.capacity import answer_line, curve_table
 from kvbench_core.reports.key_figures import HEADLINE, op_figures
 from kvbench_core.reports.verdicts import explain, starved_classes
+from kvbench_core.results.document import ResultDocument
 from kvbench_core.runspec.jsonfile import temp_beside
 
 GB = 1e9
@@ -58,7 +60,7 @@ window.addEventListener("load", function () {
 """
 
 
-def write_html(result: dict[str, Any], path: Path) -> Path:
+def write_html(result: ResultDocument | Mapping[str, Any], path: Path) -> Path:
     """Write the report to ``path`` through a temporary file, so a failure never leaves half a page."""
     page = render_html(result)
     try:
@@ -70,14 +72,14 @@ def write_html(result: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def render_html(result: dict[str, Any]) -> str:
+def render_html(result: ResultDocument | Mapping[str, Any]) -> str:
     """The whole page as one string."""
-    run = result["run"]
-    title = f"kvbench: {run.get('name') or 'run'} {run.get('id', '')}"
-    sections = [_header(result), _verdicts(result), _capacity(result), _headline(result), _tiers(result),
-                _plots(result), _workload(result),
-                _pairs_section("Infrastructure declaration", _declaration_rows(result)),
-                _pairs_section("Environment", flatten(result.get("environment") or {})), _spec(result)]
+    document = ResultDocument.of(result)
+    title = f"kvbench: {document.run.name or 'run'} {document.run.id}"
+    sections = [_header(document), _verdicts(document), _capacity(document), _headline(document),
+                _tiers(document), _plots(document), _workload(document),
+                _pairs_section("Infrastructure declaration", _declaration_rows(document)),
+                _pairs_section("Environment", flatten(document.environment)), _spec(document)]
     body = "\n".join(section for section in sections if section)
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
@@ -113,26 +115,26 @@ def _td(value: Any) -> str:
     return f"<td>{_e(value)}</td>"
 
 
-def _header(result: dict[str, Any]) -> str:
-    run = result["run"]
-    status = run.get("status", "")
+def _header(document: ResultDocument) -> str:
+    run = document.run
+    status = run.status
     css = "status-completed" if status == "completed" else "status-other"
-    model = result.get("model") or {}
-    window = ((result.get("metrics") or {}).get("window") or {}).get("measured_s")
-    facts = [f"kvbench {_e(result.get('kvbench_version'))}",
+    model = document.model or {}
+    window = document.window.get("measured_s")
+    facts = [f"kvbench {_e(document.kvbench_version)}",
              f"model {_e(model.get('name'))} {_e(model.get('dtype'))} tp {_e(model.get('tp'))}"
              + (f" ({format_bytes(model['bytes_per_token_all_ranks'])}/token)"
                 if model.get("bytes_per_token_all_ranks") else ""),
              f"measured window {_number(window)} s" if window is not None else "",
-             f"stop: {_e(run.get('stop_reason'))}"]
-    error = f"<p class=\"missed\">error: {_e(run['error'])}</p>" if run.get("error") else ""
-    return (f"<h1>{_e(run.get('name') or 'run')} <span class=\"{css}\">[{_e(status)}]</span></h1>"
-            f"<p class=\"meta\">result {_e(run.get('id'))} &middot; {' &middot; '.join(f for f in facts if f)}</p>"
+             f"stop: {_e(run.stop_reason)}"]
+    error = f"<p class=\"missed\">error: {_e(run.error)}</p>" if run.error else ""
+    return (f"<h1>{_e(run.name or 'run')} <span class=\"{css}\">[{_e(status)}]</span></h1>"
+            f"<p class=\"meta\">result {_e(run.id)} &middot; {' &middot; '.join(f for f in facts if f)}</p>"
             f"{error}")
 
 
-def _verdicts(result: dict[str, Any]) -> str:
-    verdicts = explain(result)
+def _verdicts(document: ResultDocument) -> str:
+    verdicts = explain(document)
     if not verdicts:
         return ""
     lines = []
@@ -140,21 +142,21 @@ def _verdicts(result: dict[str, Any]) -> str:
         head, _, rest = verdict.why.partition(": ")  # "responsive MISSED", the rest
         lines.append(f"<p class=\"why\"><span class=\"{'met' if verdict.met else 'missed'}\">{_e(head)}</span>: "
                      f"{_e(rest)}</p><p class=\"next\">{_e(verdict.next_step)}</p>")
-    lines += [f"<p class=\"why\"><span class=\"missed\">{_e(line)}</span></p>" for line in starved_classes(result)]
+    lines += [f"<p class=\"why\"><span class=\"missed\">{_e(line)}</span></p>" for line in starved_classes(document)]
     return "<h2>QoS verdicts</h2>" + "".join(lines)
 
 
-def _capacity(result: dict[str, Any]) -> str:
+def _capacity(document: ResultDocument) -> str:
     """The judged search's answer and the curve it measured (reports/capacity.py); the plot is in Plots."""
-    answer = answer_line(result)
+    answer = answer_line(document)
     if answer is None:
         return ""
-    headers, rows = curve_table(result)
+    headers, rows = curve_table(document)
     return f"<h2>Capacity</h2><p class=\"why\">{_e(answer)}</p>" + _table(headers, rows)
 
 
-def _headline(result: dict[str, Any]) -> str:
-    head = (result.get("metrics") or {}).get("headline") or {}
+def _headline(document: ResultDocument) -> str:
+    head = document.headline
     if not head:
         return ""
     known = {f.key: f for f in HEADLINE}
@@ -167,14 +169,14 @@ def _headline(result: dict[str, Any]) -> str:
             key, "see docs/metrics.md")
         rows.append(f"<tr><td>{_e(label)}<br><code>{_e(key)}</code></td>{_td(value)}<td>{_e(unit)}</td>"
                     f"<td class=\"definition\">{_e(definition)}</td></tr>")
-    trials = result.get("trials")
-    heading = f"Headline figures (median of {trials['count']} trials)" if trials else "Headline figures"
+    trials = document.trials
+    heading = f"Headline figures (median of {trials.count} trials)" if trials else "Headline figures"
     return (f"<h2>{heading}</h2><table><thead><tr><th>figure</th><th>value</th><th>unit</th>"
             f"<th>definition</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
 
-def _tiers(result: dict[str, Any]) -> str:
-    tiers = (result.get("metrics") or {}).get("tiers") or {}
+def _tiers(document: ResultDocument) -> str:
+    tiers = document.tiers
     if not tiers:
         return ""
     return ("<h2>Tiers</h2><p class=\"definition\">IOPS: entry operations per second of the op's active window; "
@@ -183,7 +185,7 @@ def _tiers(result: dict[str, Any]) -> str:
             f"{_tier_table(tiers)}<h3>Latency per layer</h3>{_layer_latency_table(tiers)}")
 
 
-def _tier_table(tiers: dict[str, Any]) -> str:
+def _tier_table(tiers: Mapping[str, Mapping[str, Any]]) -> str:
     """One row per tier and op: what it moved and how fast; a shared tier's stores without a transfer
     (docs/metrics.md) only when some tier made one."""
     columns = ["capacity_gib", "ops", "iops", "gb", "bandwidth_gb_s", "errors"]
@@ -196,35 +198,34 @@ def _tier_table(tiers: dict[str, Any]) -> str:
     return _table(headers, rows)
 
 
-def _layer_latency_table(tiers: dict[str, Any]) -> str:
+def _layer_latency_table(tiers: Mapping[str, Mapping[str, Any]]) -> str:
     """Per tier, op and layer (total, host, device) the percentiles of its operations."""
     rows = [[name, op, layer, *((tier[op].get("latency_ms") or {}).get(layer, {}).get(p) for p in PERCENTILES)]
             for name, tier in tiers.items() for op in ("read", "write") for layer in ("total", "host", "device")]
     return _table(["tier", "op", "layer", *(f"{p} ms" for p in PERCENTILES)], rows)
 
 
-def _plots(result: dict[str, Any]) -> str:
+def _plots(document: ResultDocument) -> str:
     from kvbench_core.reports.plots import figures, png_bytes
 
     images = []
-    for name, figure in figures(result):
+    for name, figure in figures(document):
         data = base64.b64encode(png_bytes(figure)).decode("ascii")
         images.append(f"<h3>{_e(name)}</h3><img alt=\"{_e(name)}\" src=\"data:image/png;base64,{data}\">")
     return "<h2>Plots</h2>" + "".join(images) if images else ""
 
 
-def _workload(result: dict[str, Any]) -> str:
-    workload = result.get("workload") or {}
-    stats = workload.get("stats") or {}
+def _workload(document: ResultDocument) -> str:
+    stats = (document.workload or {}).get("stats") or {}
     rows = [(f"{section}.{key}", value) for section, values in stats.items() if isinstance(values, dict)
             for key, value in values.items()]
     rows += [(key, value) for key, value in stats.items() if not isinstance(value, dict)]
     return _pairs_section("Workload", rows)
 
 
-def _declaration_rows(result: dict[str, Any]) -> list[tuple[str, Any]]:
+def _declaration_rows(document: ResultDocument) -> list[tuple[str, Any]]:
     rows: list[tuple[str, Any]] = []
-    for section, fields in (result.get("declaration") or {}).items():
+    for section, fields in document.declaration.items():
         if isinstance(fields, dict):
             rows += [(f"{section}.{name} ({(entry or {}).get('source', '')})", (entry or {}).get("value"))
                      for name, entry in fields.items()]
@@ -239,11 +240,11 @@ def _pairs_section(title: str, rows: list[tuple[str, Any]]) -> str:
     return f"<h2>{_e(title)}</h2>" + _table(["field", "value"], [list(row) for row in rows])
 
 
-def _spec(result: dict[str, Any]) -> str:
-    spec = result.get("spec") or {}
-    resolved = json.dumps(spec.get("resolved"), indent=2, default=str)
-    written = json.dumps(spec.get("as_written"), indent=2, default=str)
-    return (f"<h2>Spec</h2><p class=\"meta\">sha256 {_e(spec.get('sha256'))} &middot; "
+def _spec(document: ResultDocument) -> str:
+    spec = document.spec
+    resolved = json.dumps(spec.resolved, indent=2, default=str)
+    written = json.dumps(spec.as_written, indent=2, default=str)
+    return (f"<h2>Spec</h2><p class=\"meta\">sha256 {_e(spec.sha256)} &middot; "
             f"<code>kvbench run RESULT.json</code> re-runs exactly this spec</p>"
             f"<details><summary>as written</summary><pre>{_e(written)}</pre></details>"
             f"<details><summary>resolved (defaults filled, sizes in bytes)</summary><pre>{_e(resolved)}</pre>"

@@ -9,10 +9,11 @@ carries the figures' statistics; ``figure_values`` reads either kind.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kvbench_core.results.document import ResultDocument
 from kvbench_core.results.metrics import OPS, persistent_tier
 
 
@@ -68,19 +69,19 @@ PERSISTENT_FIGURES = frozenset({"nvme_read_device_p95_ms", "nvme_read_device_onl
                                 "nvme_write_device_p95_ms", "nvme_tokens_processed"})
 
 
-def _bandwidth(op: str) -> Callable[[dict[str, Any]], float | None]:
-    def get(tier: dict[str, Any]) -> float | None:
+def _bandwidth(op: str) -> Callable[[Mapping[str, Any]], float | None]:
+    def get(tier: Mapping[str, Any]) -> float | None:
         value = tier[op]["bandwidth_bytes_per_s"]
         return None if value is None else value / 1e9
     return get
 
 
-def _p95(op: str, layer: str) -> Callable[[dict[str, Any]], float | None]:
+def _p95(op: str, layer: str) -> Callable[[Mapping[str, Any]], float | None]:
     return lambda tier: tier[op]["latency_ms"][layer]["p95"]
 
 
 #: (suffix, label, unit, better, getter on metrics.tiers.<tier>)
-TIER_FIGURES: tuple[tuple[str, str, str, str, Callable[[dict[str, Any]], float | None]], ...] = (
+TIER_FIGURES: tuple[tuple[str, str, str, str, Callable[[Mapping[str, Any]], float | None]], ...] = (
     ("read_gb_s", "read bandwidth", "GB/s", "higher", _bandwidth("read")),
     ("write_gb_s", "write bandwidth", "GB/s", "higher", _bandwidth("write")),
     ("read_p95_ms", "read P95", "ms", "lower", _p95("read", "total")),
@@ -90,45 +91,46 @@ TIER_FIGURES: tuple[tuple[str, str, str, str, Callable[[dict[str, Any]], float |
 )
 
 
-def peak_io_bandwidth(result: dict[str, Any]) -> float | None:
+def peak_io_bandwidth(result: ResultDocument | Mapping[str, Any]) -> float | None:
     """The seed's "Peak I/O Bandwidth": the highest read + write bytes per second of the persistent tier over
     the time series' intervals (its device's bytes, booked by time; a merged result's grid sums the clients),
     so it is at least the tier's mean over the window.  None without a persistent tier or a series."""
-    tier = persistent_tier((result.get("metrics") or {}).get("tiers") or {})
+    document = ResultDocument.of(result)
+    tier = persistent_tier(dict(document.tiers))
     rates = [sum(((point.get("tiers") or {}).get(tier) or {}).get(f"{op}_bytes", 0) for op in OPS)
-             / point["interval_s"] for point in result.get("timeseries") or [] if point.get("interval_s")]
+             / point["interval_s"] for point in document.series if point.get("interval_s")]
     return max(rates) if tier and rates else None
 
 
-def measured_figures(result: dict[str, Any]) -> dict[str, FigureValue]:
+def measured_figures(result: ResultDocument | Mapping[str, Any]) -> dict[str, FigureValue]:
     """The key figures of one run's result (not a trials summary), in display order."""
-    metrics = result.get("metrics") or {}
-    head = metrics.get("headline") or {}
+    document = ResultDocument.of(result)
+    head = document.headline
     tier = head.get("persistent_tier")
     out = {f.key: FigureValue(dataclasses.replace(f, label=f"{f.label} ({tier})")
                               if tier and f.key in PERSISTENT_FIGURES else f, head.get(f.key)) for f in HEADLINE}
-    out[STORAGE_P95.key] = FigureValue(STORAGE_P95, (metrics.get("latency_ms") or {}).get("storage", {}).get("p95"))
-    peak = peak_io_bandwidth(result)
+    out[STORAGE_P95.key] = FigureValue(STORAGE_P95, document.request_latency.get("storage", {}).get("p95"))
+    peak = peak_io_bandwidth(document)
     out[PEAK_IO.key] = FigureValue(dataclasses.replace(PEAK_IO, label=f"{PEAK_IO.label} ({tier})") if tier
                                    else PEAK_IO, None if peak is None else peak / 1e9)
-    for tier_name, tier in (metrics.get("tiers") or {}).items():
+    for tier_name, tier in document.tiers.items():
         for suffix, label, unit, better, get in TIER_FIGURES:
             figure = Figure(f"{tier_name}.{suffix}", f"{tier_name} {label}", unit, better)
             out[figure.key] = FigureValue(figure, get(tier))
     return out
 
 
-def figure_values(result: dict[str, Any]) -> dict[str, FigureValue]:
+def figure_values(document: ResultDocument) -> dict[str, FigureValue]:
     """Key figures of a run, or of a trials summary (median, with the trials' range)."""
-    trials = result.get("trials")
+    trials = document.trials
     if not trials:
-        return measured_figures(result)
+        return measured_figures(document)
     return {key: FigureValue(Figure(key, stats["label"], stats["unit"], stats["better"]), stats["median"],
                              stats["min"], stats["max"], len([v for v in stats["values"] if v is not None]))
-            for key, stats in trials["metrics"].items()}
+            for key, stats in trials.metrics.items()}
 
 
-def op_figures(tier: dict[str, Any], op: str) -> dict[str, float | None]:
+def op_figures(tier: Mapping[str, Any], op: str) -> dict[str, float | None]:
     """One tier operation's table figures, in the units the reports name: capacity in GiB (2^30), the device's
     bytes in the window (booked by time) in GB and bandwidth in GB/s (10^9), IOPS = the window's requests'
     entry operations per second of the op's active window (first

@@ -18,7 +18,7 @@ step.  A plot whose data the result does not have is skipped, not drawn empty.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ import numpy as np
 from kvbench_core.engine.measure.histogram import LatencyHistogram
 from kvbench_core.reports import autoscaler_trajectories, require
 from kvbench_core.reports.key_figures import HEADLINE
+from kvbench_core.results.document import ResultDocument
 
 GB = 1e9
 LAYERS = (("total", "black", "-"), ("host", "tab:blue", "--"), ("device", "tab:orange", "-"))
@@ -70,38 +71,38 @@ def plot_paths(directory: Path, stem: str) -> list[Path]:
     return [Path(directory) / f"{stem}-{name}.png" for name in PLOT_NAMES]
 
 
-def figures(result: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+def figures(document: ResultDocument) -> Iterator[tuple[str, Any]]:
     """(plot name, figure) for every plot the result has data for."""
     from kvbench_core.reports.capacity import curve_figure  # it draws with this module's figure
 
-    drawers: dict[str, Callable[[dict[str, Any]], Any]] = {
+    drawers: dict[str, Callable[[ResultDocument], Any]] = {
         "throughput": _throughput, "latency-cdf": _latency_cdf, "occupancy": _occupancy,
         "autoscaler": _autoscaler, "capacity": curve_figure, "trials": _trials}
     for name in PLOT_NAMES:
-        figure = drawers[name](result)
+        figure = drawers[name](document)
         if figure is not None:
             yield name, figure
 
 
-def plot_result(result: dict[str, Any], directory: Path, stem: str) -> list[Path]:
+def plot_result(result: ResultDocument | Mapping[str, Any], directory: Path, stem: str) -> list[Path]:
     """Every plot the result has data for, as ``<directory>/<stem>-<plot>.png``."""
-    return [_save(figure, Path(directory) / f"{stem}-{name}.png") for name, figure in figures(result)]
+    return [_save(figure, Path(directory) / f"{stem}-{name}.png")
+            for name, figure in figures(ResultDocument.of(result))]
 
 
-def _title(result: dict[str, Any], what: str) -> str:
-    run = result["run"]
-    scale = result.get("scale_out")
+def _title(document: ResultDocument, what: str) -> str:
+    scale = document.scale_out
     merged = f" ({scale['clients']} {scale['label']}s merged)" if scale else ""
-    return f"{run['name'] or 'run'} {run['id']}: {what}{merged}"
+    return f"{document.run.name or 'run'} {document.run.id}: {what}{merged}"
 
 
-def measured_points(result: dict[str, Any]) -> tuple[list[dict[str, Any]], tuple[float, float] | None]:
+def measured_points(document: ResultDocument) -> tuple[list[Mapping[str, Any]], tuple[float, float] | None]:
     """The series' measured intervals, and the drain's span (start, end in seconds) when there is one.
 
     Newer results keep the drain out of the series (its own ``metrics.drain`` section); older ones end
     the series with one long point covering it, recognised by an interval far longer than the others."""
-    series = list(result.get("timeseries") or [])
-    drain_s = ((result.get("metrics") or {}).get("drain") or {}).get("seconds")
+    series = list(document.series)
+    drain_s = (document.metrics.get("drain") or {}).get("seconds")
     if len(series) >= 3:
         nominal = float(np.median([p["interval_s"] for p in series[:-1]]))
         if series[-1]["interval_s"] > 1.5 * nominal:
@@ -127,8 +128,8 @@ def generated_tokens_per_s(point: dict[str, Any]) -> tuple[float, str] | None:
     return None
 
 
-def _throughput(result: dict[str, Any]) -> Any:
-    series, drain = measured_points(result)
+def _throughput(document: ResultDocument) -> Any:
+    series, drain = measured_points(document)
     if not series:
         return None
     t = _interval_edges(series)
@@ -138,11 +139,11 @@ def _throughput(result: dict[str, Any]) -> Any:
     if all(rates):
         tokens.step(t, _held([r[0] for r in rates]), where="post", color="tab:green", label="per interval")
         tokens.set_ylabel(rates[0][1].split(" (")[0])
-        headline = ((result.get("metrics") or {}).get("headline") or {}).get("avg_throughput_tokens_per_sec")
+        headline = document.headline.get("avg_throughput_tokens_per_sec")
         if headline is not None and rates[0][1] == "generated tokens/s":
             tokens.axhline(headline, color="tab:green", linestyle=":", label=f"run average {headline:,.0f}")
         tokens.legend(loc="upper right", fontsize="small")
-    tokens.set_title(_title(result, "generated tokens/s and each tier's bandwidth per interval"))
+    tokens.set_title(_title(document, "generated tokens/s and each tier's bandwidth per interval"))
     per_tier = _tier_rates(series)
     colors = _tier_colors(list(per_tier))
     for name, (reads, writes) in per_tier.items():
@@ -256,23 +257,21 @@ def _decades_only(axes: Any, values: list[float]) -> None:
     axes.xaxis.set_minor_formatter(NullFormatter() if positive and max(positive) > 10 * min(positive) else plain)
 
 
-def _latency_cdf(result: dict[str, Any]) -> Any:
-    metrics = result.get("metrics") or {}
-    tiers = metrics.get("tiers") or {}
+def _latency_cdf(document: ResultDocument) -> Any:
+    tiers = document.tiers
     if not tiers:
         return None
-    service = {q: h for q, h in ((metrics.get("histograms") or {}).get("service_by_qos") or {}).items()
-               if h.get("count")}
+    service = {q: h for q, h in (document.histograms.get("service_by_qos") or {}).items() if h.get("count")}
     rows = len(tiers) + (1 if service else 0)
     figure = _figure(rows, 2, height_per_row=3.2)
     grid = np.atleast_2d(figure.subplots(rows, 2, squeeze=False))
     if service:
-        _service_tail(grid[0][0], service, metrics.get("qos") or {})
-        _service_table(grid[0][1], service, metrics.get("qos") or {})
+        _service_tail(grid[0][0], service, document.class_figures)
+        _service_table(grid[0][1], service, document.class_figures)
     for row, (name, tier) in zip(grid[1 if service else 0:], tiers.items(), strict=True):
         for axes, op in zip(row, ("read", "write"), strict=True):
             _op_tail(axes, f"{name} {op} per KV entry ({tier[op]['ops']} ops)", tier[op]["histograms"])
-    figure.suptitle(_title(result, "latency tail view (requests vs SLA, then tier operations)"))
+    figure.suptitle(_title(document, "latency tail view (requests vs SLA, then tier operations)"))
     return figure
 
 
@@ -290,7 +289,7 @@ def _op_tail(axes: Any, title: str, hists: dict[str, Any]) -> None:
     axes.legend(loc="lower left", fontsize="x-small")
 
 
-def _service_tail(axes: Any, service: dict[str, dict[str, Any]], qos: dict[str, Any]) -> None:
+def _service_tail(axes: Any, service: dict[str, dict[str, Any]], qos: Mapping[str, Any]) -> None:
     _tail_axes(axes, "request service latency per QoS class (SLA dashed)")
     colors = {"interactive": "tab:red", "responsive": "tab:purple", "batch": "tab:green"}
     shown: list[float] = []
@@ -306,7 +305,7 @@ def _service_tail(axes: Any, service: dict[str, dict[str, Any]], qos: dict[str, 
     axes.legend(loc="lower left", fontsize="x-small")
 
 
-def _service_table(axes: Any, service: dict[str, dict[str, Any]], qos: dict[str, Any]) -> None:
+def _service_table(axes: Any, service: dict[str, dict[str, Any]], qos: Mapping[str, Any]) -> None:
     """The verdicts beside the tail they come from: p95 against the SLA, per class."""
     axes.axis("off")
     rows = []
@@ -321,8 +320,8 @@ def _service_table(axes: Any, service: dict[str, dict[str, Any]], qos: dict[str,
     axes.set_title("QoS verdicts (service latency: queue wait + storage)", fontsize="medium")
 
 
-def _occupancy(result: dict[str, Any]) -> Any:
-    measured, drain = measured_points(result)
+def _occupancy(document: ResultDocument) -> Any:
+    measured, drain = measured_points(document)
     series = [p for p in measured if p.get("occupancy")]
     if not series:
         return None
@@ -343,12 +342,12 @@ def _occupancy(result: dict[str, Any]) -> Any:
     axes.set_ylim(0, 105)
     axes.grid(alpha=0.3)
     axes.legend(loc="lower right")
-    axes.set_title(_title(result, "tier occupancy"))
+    axes.set_title(_title(document, "tier occupancy"))
     return figure
 
 
-def _autoscaler(result: dict[str, Any]) -> Any:
-    trajectories = autoscaler_trajectories(result)
+def _autoscaler(document: ResultDocument) -> Any:
+    trajectories = autoscaler_trajectories(document)
     if not trajectories:
         return None
     figure = _figure(1, 1, height_per_row=3.5)
@@ -362,16 +361,16 @@ def _autoscaler(result: dict[str, Any]) -> Any:
     axes.set_ylim(bottom=0)
     axes.grid(alpha=0.3)
     axes.legend(loc="upper left")
-    axes.set_title(_title(result, "autoscaler trajectory"))
+    axes.set_title(_title(document, "autoscaler trajectory"))
     return figure
 
 
-def _trials(result: dict[str, Any]) -> Any:
-    trials = result.get("trials")
-    if not trials:
+def _trials(document: ResultDocument) -> Any:
+    if document.trials is None:
         return None
-    stats = [(f, trials["metrics"][f.key]) for f in HEADLINE
-             if f.key in trials["metrics"] and trials["metrics"][f.key]["median"] is not None]
+    statistics = document.trials.metrics
+    stats = [(f, statistics[f.key]) for f in HEADLINE
+             if f.key in statistics and statistics[f.key]["median"] is not None]
     if not stats:
         return None
     from matplotlib.ticker import MaxNLocator
@@ -393,5 +392,5 @@ def _trials(result: dict[str, Any]) -> Any:
         axes.grid(alpha=0.3)
     for axes in grid[len(stats):]:
         axes.set_visible(False)
-    figure.suptitle(_title(result, "trials (completed) and their median"))
+    figure.suptitle(_title(document, "trials (completed) and their median"))
     return figure

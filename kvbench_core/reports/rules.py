@@ -13,6 +13,7 @@ submitter can act on.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -109,8 +110,8 @@ def duration_300s(evidence: Evidence) -> RuleOutcome:
         shown = ", ".join(str(d) for d in durations)
         return RuleOutcome("duration >= 300 s", False, f"duration is {shown} s; the rules require >= 300 s "
                            "(steady state)")
-    short = [(t.run.trial, t.metrics["window"]["measured_s"]) for t in evidence.completed()
-             if t.metrics["window"]["measured_s"] < MIN_DURATION_S]
+    short = [(t.run.trial, t.window["measured_s"]) for t in evidence.completed()
+             if t.window["measured_s"] < MIN_DURATION_S]
     if short:
         listed = ", ".join(f"trial {n}: {s:.0f} s" for n, s in short)
         return RuleOutcome("duration >= 300 s", False, f"measured window shorter than 300 s ({listed})")
@@ -149,8 +150,9 @@ def _statistics_differences(evidence: Evidence) -> list[str]:
     per_trial = []
     for trial in evidence.completed():
         try:
-            data = trial.to_json()  # figures of the time series (the peak interval) are read from it
-            per_trial.append(measured_figures({**data, "metrics": rederived_metrics(data) or {}}))
+            # figures of the time series (the peak interval) are read from the trial, the rest re-derived
+            per_trial.append(measured_figures(dataclasses.replace(
+                trial, metrics=rederived_metrics(trial.to_json()) or {})))
         except IncompleteResult:
             per_trial.append({})  # named by the figures rule
     derived, stated = figure_statistics(per_trial), evidence.trials_section.metrics
@@ -238,10 +240,9 @@ def no_failed_writes(evidence: Evidence) -> RuleOutcome:
         return RuleOutcome("no failed writes", False, "no trial measured: no writes to judge")
     bad = []
     for trial in measured:
-        metrics = trial.metrics
-        errors = sum(t["write"]["errors"] for t in metrics["tiers"].values())
-        failed = metrics["requests"]["failed"]
-        no_room = metrics["requests"].get("write_failed", 0)  # KV no tier could store
+        errors = sum(t["write"]["errors"] for t in trial.tiers.values())
+        failed = trial.requests["failed"]
+        no_room = trial.requests.get("write_failed", 0)  # KV no tier could store
         if errors or failed or no_room:
             bad.append(f"trial {trial.run.trial}: {errors} failed writes, {failed} failed requests, "
                        f"{no_room} requests whose KV found no room")

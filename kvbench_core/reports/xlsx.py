@@ -31,7 +31,7 @@ from kvbench_core.reports import autoscaler_trajectories, flatten, require
 from kvbench_core.reports.capacity import capacity_sheet
 from kvbench_core.reports.key_figures import HEADLINE, figure_values, op_figures
 from kvbench_core.reports.series_table import series_table
-from kvbench_core.results.document import ResultDocument
+from kvbench_core.results.document import ResultDocument, TrialsSection
 from kvbench_core.runspec.jsonfile import temp_beside
 
 PERCENTILES = ("p50", "p95", "p99", "p99.9", "mean", "max")
@@ -156,22 +156,23 @@ def _write_atomically(path: Path, fill: Any) -> Path:
     return path
 
 
-def write_workbook(result: dict[str, Any], path: Path) -> Path:
+def write_workbook(result: ResultDocument | Mapping[str, Any], path: Path) -> Path:
     """The detailed workbook of one result (a run, a merged multi-client run, or a trials summary)."""
-    return _write_atomically(path, lambda book: _fill_result(book, result))
+    document = ResultDocument.of(result)
+    return _write_atomically(path, lambda book: _fill_result(book, document))
 
 
-def write_comparison(results: list[tuple[str, dict[str, Any]]], path: Path) -> Path:
+def write_comparison(results: list[tuple[str, ResultDocument | Mapping[str, Any]]], path: Path) -> Path:
     """One row per (label, result), one column per key figure; trials summaries contribute medians."""
-    return _write_atomically(path, lambda book: _fill_comparison(book, results))
+    documents = [(label, ResultDocument.of(result)) for label, result in results]
+    return _write_atomically(path, lambda book: _fill_comparison(book, documents))
 
 
-def _fill_result(book: _Book, result: dict[str, Any]) -> None:
-    document = ResultDocument.unchecked(result)
-    book.pairs("Summary", _summary_rows(result), title=f"kvbench result: {document.run.name or 'run'} "
+def _fill_result(book: _Book, document: ResultDocument) -> None:
+    book.pairs("Summary", _summary_rows(document), title=f"kvbench result: {document.run.name or 'run'} "
                f"({document.run.id})")
     if document.trials is not None:
-        _trials_sheet(book, result["trials"])
+        _trials_sheet(book, document.trials)
     _measurement_sheets(book, document)
     spec = document.spec
     book.pairs("Spec", [("as_written." + k, v) for k, v in flatten(spec.as_written)]
@@ -183,18 +184,17 @@ def _fill_result(book: _Book, result: dict[str, Any]) -> None:
 
 def _measurement_sheets(book: _Book, document: ResultDocument) -> None:
     """The sheets of what the run measured, each where the result has its section."""
-    metrics = document.metrics
-    if metrics.get("tiers"):
-        _tiers_sheet(book, metrics["tiers"])
-        _latency_sheet(book, metrics)
-    if metrics.get("qos"):
-        _qos_sheet(book, metrics["qos"])
+    if document.tiers:
+        _tiers_sheet(book, document.tiers)
+        _latency_sheet(book, document)
+    if document.class_figures:
+        _qos_sheet(book, document.class_figures)
     if document.timeseries is not None:
         _timeseries_sheet(book, list(document.timeseries))
     if document.autoscaling is not None:
-        _autoscaler_sheet(book, document.to_json())
+        _autoscaler_sheet(book, document)
     if document.clients:
-        _clients_sheet(book, document.to_json())
+        _clients_sheet(book, document)
 
 
 def _declaration_rows(declaration: Mapping[str, Any]) -> list[list[Any]]:
@@ -205,44 +205,42 @@ def _declaration_rows(declaration: Mapping[str, Any]) -> list[list[Any]]:
                    if not isinstance(text, dict)]
 
 
-def _summary_rows(result: dict[str, Any]) -> list[tuple[str, Any]]:
-    run, spec = result["run"], result["spec"]["resolved"]
-    metrics = result.get("metrics") or {}
-    head = metrics.get("headline") or {}
+def _summary_rows(document: ResultDocument) -> list[tuple[str, Any]]:
+    run, spec = document.run, document.spec.resolved
+    head = document.headline
     rows: list[tuple[str, Any]] = [
-        ("status", run["status"]), ("stop reason", run["stop_reason"]), ("error", run.get("error")),
-        ("kind", run.get("kind", "run")), ("model", (result.get("model") or {}).get("name")),
+        ("status", run.status), ("stop reason", run.stop_reason), ("error", run.error),
+        ("kind", run.kind or "run"), ("model", (document.model or {}).get("name")),
         ("users", spec["workload"]["users"]), ("users scope", spec["workload"]["users_scope"]),
-        ("clients", (result.get("scale_out") or {}).get("clients", 1)), ("trials", spec["trials"]),
+        ("clients", (document.scale_out or {}).get("clients", 1)), ("trials", spec["trials"]),
         ("duration s", spec.get("duration")), ("seed", spec["seed"]),
         ("tiers", " -> ".join(f"{t['name']} ({t['backend']}, {_capacity_text(t['capacity'])})"
                               for t in spec["cache"]["tiers"])),
-        ("measured window s", (metrics.get("window") or {}).get("measured_s")),
-        *((f"phase {name} s", seconds) for name, seconds in (run.get("phases_s") or {}).items()),
-        ("traced", run.get("traced")), ("", None),
+        ("measured window s", document.window.get("measured_s")),
+        *((f"phase {name} s", seconds) for name, seconds in (run.phases_s or {}).items()),
+        ("traced", run.traced), ("", None),
     ]
-    rows += [(f"{f.label}" + (f" ({f.unit})" if f.unit else "") + (" [median]" if "trials" in result else ""),
-              head.get(f.key)) for f in HEADLINE]
+    median = " [median]" if document.is_summary else ""
+    rows += [(f"{f.label}" + (f" ({f.unit})" if f.unit else "") + median, head.get(f.key)) for f in HEADLINE]
     rows.append(("persistent tier", head.get("persistent_tier")))
-    if "scale_out" in result:
-        rows += [("", None)] + [(f"scale_out.{k}", v) for k, v in flatten(result["scale_out"])]
+    if document.scale_out is not None:
+        rows += [("", None)] + [(f"scale_out.{k}", v) for k, v in flatten(dict(document.scale_out))]
     return rows
 
 
-def _trials_sheet(book: _Book, trials: dict[str, Any]) -> None:
-    count = len(trials["runs"])
-    headers = ["metric", "unit", "median", "min", "max", "cv", *(f"trial {r['trial']}" for r in trials["runs"])]
+def _trials_sheet(book: _Book, trials: TrialsSection) -> None:
+    headers = ["metric", "unit", "median", "min", "max", "cv", *(f"trial {r.trial}" for r in trials.runs)]
     rows = [[s["label"], s["unit"], s["median"], s["min"], s["max"], s["cv"], *s["values"]]
-            for s in trials["metrics"].values()]
-    book.table("Trials", headers, rows, title=f"{trials['count']} of {trials['requested']} trials counted "
-               f"(completed); {count} listed: " + ", ".join(f"{r['file']} [{r['status']}]" for r in trials["runs"]))
+            for s in trials.metrics.values()]
+    book.table("Trials", headers, rows, title=f"{trials.count} of {trials.requested} trials counted "
+               f"(completed); {len(trials.runs)} listed: " + ", ".join(f"{r.file} [{r.status}]" for r in trials.runs))
 
 
 def _capacity_text(capacity: Any) -> str:
     return f"{capacity / GIB:,.2f} GiB" if isinstance(capacity, int | float) else str(capacity)
 
 
-def _tiers_sheet(book: _Book, tiers: dict[str, Any]) -> None:
+def _tiers_sheet(book: _Book, tiers: Mapping[str, Mapping[str, Any]]) -> None:
     """One row per tier and operation.  IOPS are entry operations per second of the op's active window
     (first start to last end, as the bandwidth); device commands/s are the backend's own commands."""
     layers = ("total", "host", "device")
@@ -262,15 +260,15 @@ def _tiers_sheet(book: _Book, tiers: dict[str, Any]) -> None:
     book.table("Tiers", headers, rows)
 
 
-LatencyGroup = tuple[str, list[tuple[str, dict[str, Any]]]]
+LatencyGroup = tuple[str, list[tuple[str, Mapping[str, Any]]]]
 
 
-def _latency_sheet(book: _Book, metrics: Mapping[str, Any]) -> None:
+def _latency_sheet(book: _Book, document: ResultDocument) -> None:
     """CDF points (ms at each cumulative fraction) of every tier operation's total time and of each QoS
     class's service latency, from the serialised histograms, with a native log-x scatter chart per group."""
     from kvbench_core.engine.measure.histogram import LatencyHistogram
 
-    groups = _latency_groups(metrics)
+    groups = _latency_groups(document)
     columns = [label for _, series in groups for label, _ in series]
     hists = [LatencyHistogram.from_dict(h) for _, series in groups for _, h in series]
     rows = [[q, *(h.quantile(q) * 1000.0 for h in hists)] for q in CDF_FRACTIONS]
@@ -291,20 +289,20 @@ def _latency_sheet(book: _Book, metrics: Mapping[str, Any]) -> None:
         sheet.insert_chart(top + 1 + index * 17, len(columns) + 2, chart)
 
 
-def _latency_groups(metrics: Mapping[str, Any]) -> list[LatencyGroup]:
+def _latency_groups(document: ResultDocument) -> list[LatencyGroup]:
     """(chart title, [(column, histogram)]): per tier its ops' total time, then the QoS classes' service
     latency; a histogram with no sample, and a group left with none, are left out."""
     groups: list[LatencyGroup] = [
         (f"{name} operations per KV entry (total time)",
          [(f"{name} {op} ms", tier[op].get("histograms", {}).get("total") or {}) for op in ("read", "write")])
-        for name, tier in (metrics.get("tiers") or {}).items()]
-    service = (metrics.get("histograms") or {}).get("service_by_qos") or {}
+        for name, tier in document.tiers.items()]
+    service = document.histograms.get("service_by_qos") or {}
     groups.append(("request service latency per QoS class", [(f"{q} service ms", h) for q, h in service.items()]))
     kept = [(title, [(label, h) for label, h in series if h.get("count")]) for title, series in groups]
     return [(title, series) for title, series in kept if series]
 
 
-def _qos_sheet(book: _Book, qos: dict[str, Any]) -> None:
+def _qos_sheet(book: _Book, qos: Mapping[str, Mapping[str, Any]]) -> None:
     """The SLA verdict beside the latency it judges (service: until the storage work is done), with the
     end-to-end latency (generation pacing included) for reference.  Results older than the service
     latency judged end to end, so their e2e figures stand in."""
@@ -318,7 +316,7 @@ def _qos_sheet(book: _Book, qos: dict[str, Any]) -> None:
     book.table("QoS", headers, rows)
 
 
-def _timeseries_sheet(book: _Book, series: list[dict[str, Any]]) -> None:
+def _timeseries_sheet(book: _Book, series: list[Mapping[str, Any]]) -> None:
     """One row per interval, and native line charts of generated tokens/s and each tier's bandwidth."""
     headers, rows = series_table(series)
     sheet = book.table("Timeseries", headers, rows)
@@ -342,25 +340,24 @@ def _timeseries_sheet(book: _Book, series: list[dict[str, Any]]) -> None:
         sheet.insert_chart(top + 1 + index * 16, len(headers) + 1, chart)
 
 
-def _autoscaler_sheet(book: _Book, result: dict[str, Any]) -> None:
-    trajectories = autoscaler_trajectories(result)
+def _autoscaler_sheet(book: _Book, document: ResultDocument) -> None:
+    trajectories = autoscaler_trajectories(document)
     keys = list(dict.fromkeys(k for _, steps in trajectories for step in steps for k in step))
     rows = [[label, *(step.get(k) for k in keys)] for label, steps in trajectories for step in steps]
     # the judged steps have their own sheet and chart (reports/capacity.py); the title keeps the answer
-    summary = {k: v for k, v in (result["autoscaling"].get("summary") or {}).items() if k != "steps"}
+    summary = {k: v for k, v in document.autoscaler_summary.items() if k != "steps"}
     title = "autoscaler summary: " + json.dumps(summary, default=str) if summary else (
         "no autoscaler decisions in this run" if not rows else None)
     book.table("Autoscaler", ["who", *keys], rows, title=title)
-    capacity_sheet(book, result)
+    capacity_sheet(book, document)
 
 
-def _clients_sheet(book: _Book, result: dict[str, Any]) -> None:
-    clients = result["clients"]
-    tiers = list((result.get("metrics") or {}).get("tiers") or {})
+def _clients_sheet(book: _Book, document: ResultDocument) -> None:
+    tiers = list(document.tiers)
     headers = ["index", "host", "pid", "status", "stop reason", "users", "seed", "requests", "tok/s wall-clock",
                "e2e p95 ms", *(f"{t} {op} GB/s" for t in tiers for op in ("read", "write"))]
     rows = []
-    for client in clients:
+    for client in document.clients or ():
         metrics = client.get("metrics") or {}
         head = metrics.get("headline") or {}
         bandwidths = []
@@ -371,23 +368,25 @@ def _clients_sheet(book: _Book, result: dict[str, Any]) -> None:
         rows.append([client["index"], client.get("host"), client.get("pid"), client["status"],
                      client["stop_reason"], client["users"], client["seed"], head.get("requests_completed"),
                      head.get("avg_throughput_tokens_per_sec"), head.get("end_to_end_latency_p95_ms"), *bandwidths])
-    scale = result["scale_out"]
+    scale = document.scale_out or {}
     book.table("Clients", headers, rows, title=f"{scale['clients']} {scale['label']}s ({scale['mode']}), users "
                f"{scale['users_scope']}: {scale['users_total']} in total; clock skew {scale['clock_skew_s']} s")
 
 
-def _fill_comparison(book: _Book, results: list[tuple[str, dict[str, Any]]]) -> None:
+def _fill_comparison(book: _Book, results: list[tuple[str, ResultDocument]]) -> None:
     values = [figure_values(result) for _, result in results]
     keys = list(dict.fromkeys(key for v in values for key in v))
     figures = {key: next(v[key].figure for v in values if key in v) for key in keys}
     headers = ["result", "name", "id", "kind", "status", "model", "users", "clients", "trials", "duration s",
                *(f"{figures[k].label}" + (f" ({figures[k].unit})" if figures[k].unit else "") for k in keys)]
-    rows = []
-    for (label, result), figure_row in zip(results, values, strict=True):
-        spec = result["spec"]["resolved"]
-        rows.append([label, result["run"]["name"], result["run"]["id"], result["run"].get("kind", "run"),
-                     result["run"]["status"], (result.get("model") or {}).get("name"), spec["workload"]["users"],
-                     (result.get("scale_out") or {}).get("clients", 1),
-                     (result.get("trials") or {}).get("count", 1), spec.get("duration"),
-                     *(figure_row[k].value if k in figure_row else None for k in keys)])
+    rows = [[*_run_cells(label, result), *(figure_row[k].value if k in figure_row else None for k in keys)]
+            for (label, result), figure_row in zip(results, values, strict=True)]
     book.table("Comparison", headers, rows, title="one row per result; trials summaries show medians")
+
+
+def _run_cells(label: str, document: ResultDocument) -> list[Any]:
+    """A comparison row's first cells: which run, how it ended, and what it ran (users, clients, trials)."""
+    spec, run = document.spec.resolved, document.run
+    return [label, run.name, run.id, run.kind or "run", run.status, (document.model or {}).get("name"),
+            spec["workload"]["users"], (document.scale_out or {}).get("clients", 1),
+            document.trials.count if document.trials else 1, spec.get("duration")]

@@ -15,6 +15,7 @@ from test_cli_summary import result as summary_result
 from kvbench_core.cli.run_cmd import summarize
 from kvbench_core.reports.capacity import answer_line, capacity_of, curve_lines, curve_numbers
 from kvbench_core.reports.verdicts import explain
+from kvbench_core.results.document import ResultDocument
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ def test_the_summary_says_the_answer_of_a_judged_search(searched: dict[str, Any]
     line = answer_line(searched)
     assert line is not None and line.startswith("max users within SLA: ")
     assert f"  {line}" in summarize(searched).splitlines()
-    headers, rows = curve_numbers(searched)
+    headers, rows = curve_numbers(ResultDocument.of(searched))
     assert headers[0] == "users" and [row[0] for row in rows] == sorted(s["load"] for s in summary["steps"])
     assert curve_lines(searched)[0].split()[0] == "users"
 
@@ -66,7 +67,7 @@ def test_every_report_carries_the_curve(searched: dict[str, Any], tmp_path: Path
 
     page = render_html(searched)
     assert "<h2>Capacity</h2>" in page and answer_line(searched).split(",")[0] in page
-    assert "capacity" in dict(figures(searched))
+    assert "capacity" in dict(figures(ResultDocument.of(searched)))
     book = write_workbook(searched, tmp_path / "r.xlsx")
     with zipfile.ZipFile(book) as archive:
         workbook = archive.read("xl/workbook.xml").decode()

@@ -10,6 +10,7 @@ import pytest
 
 from kvbench_core.cli.run_cmd import summarize
 from kvbench_core.reports.verdicts import bytes_per_request, dominant_share, explain, mean_entry_bytes
+from kvbench_core.results.document import ResultDocument
 
 MIB = 1 << 20
 
@@ -22,9 +23,11 @@ def op(ops: int, nbytes: int, host_ms: float, device_ms: float) -> dict[str, Any
 
 def result(queue_ms: float, storage_ms: float, sla_met: bool) -> dict[str, Any]:
     return {
-        "run": {"name": "q", "status": "completed", "stop_reason": "duration reached"},
+        "kvbench_result": 2,
+        "run": {"id": "q-1", "name": "q", "status": "completed", "stop_reason": "duration reached", "error": None,
+                "trial": None, "client_index": None, "started_at": None, "finished_at": 0.0, "traced": False},
         "model": {"bytes_per_token_all_ranks": 32 * 1024},
-        "spec": {"resolved": {"workload": {"users": 8, "max_inflight": 4}}},
+        "spec": {"as_written": {}, "resolved": {"workload": {"users": 8, "max_inflight": 4}}, "sha256": ""},
         "metrics": {
             "headline": {"requests_completed": 10, "avg_throughput_tokens_per_sec": 1.0,
                          "end_to_end_latency_p95_ms": 1.0, "cache_hit_rate": 0.5},
@@ -44,7 +47,7 @@ def result(queue_ms: float, storage_ms: float, sla_met: bool) -> dict[str, Any]:
 
 
 def test_the_entry_is_what_a_latency_is_for_and_the_shares_add_up() -> None:
-    data = result(queue_ms=100.0, storage_ms=400.0, sla_met=False)
+    data = ResultDocument.of(result(queue_ms=100.0, storage_ms=400.0, sla_met=False))
     assert mean_entry_bytes(data) == 64 * MIB
     assert bytes_per_request(data) == 60 * 64 * MIB / 10
     dominant = dominant_share(data)
@@ -93,7 +96,7 @@ def test_the_next_step_gives_the_size_of_the_dominant_operations_own_entries() -
     not the mean over every tier (which a DRAM tier of smaller entries pulls down)."""
     data = copy.deepcopy(result(queue_ms=100.0, storage_ms=400.0, sla_met=False))
     data["metrics"]["tiers"]["nvme"]["read"] = op(10, 10 * 96 * MIB, 1.0, 200.0)
-    assert mean_entry_bytes(data) != 96 * MIB
+    assert mean_entry_bytes(ResultDocument.of(data)) != 96 * MIB
     (verdict,) = explain(data)
     assert verdict.next_step.startswith("next: one nvme read of 96.00 MiB takes 200.0 ms on the device")
 

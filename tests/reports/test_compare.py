@@ -13,18 +13,26 @@ from kvbench_core.reports.compare import compare
 from kvbench_core.reports.key_figures import HEADLINE
 
 
+def _record(name: str, **run: Any) -> dict[str, Any]:
+    """The ``run`` and ``spec`` sections every result has, empty but for the run's name."""
+    return {"kvbench_result": 2,
+            "run": {"id": name, "name": name, "status": "completed", "stop_reason": "requests done", "error": None,
+                    "trial": None, "client_index": None, "started_at": None, "finished_at": 0.0, "traced": False,
+                    **run},
+            "spec": {"as_written": {}, "resolved": {}, "sha256": ""}}
+
+
 def _run(name: str, **headline: float) -> dict[str, Any]:
     """A minimal single-run result carrying the given headline figures."""
-    return {"kvbench_result": 1, "run": {"id": name, "name": name, "status": "completed"},
-            "metrics": {"headline": {f.key: headline.get(f.key) for f in HEADLINE},
-                        "latency_ms": {"storage": {"p95": headline.get("storage_p95")}}}}
+    return {**_record(name), "metrics": {"headline": {f.key: headline.get(f.key) for f in HEADLINE},
+                                         "latency_ms": {"storage": {"p95": headline.get("storage_p95")}}}}
 
 
 def _summary(name: str, **ranges: tuple[float, float, float]) -> dict[str, Any]:
     """A minimal trials summary: figure -> (min, median, max) over three trials."""
     metrics = {key: {"label": key, "unit": "", "better": "higher", "median": mid, "min": low, "max": high,
                      "cv": 0.1, "values": [low, mid, high]} for key, (low, mid, high) in ranges.items()}
-    return {"kvbench_result": 1, "run": {"id": name, "name": name, "status": "completed", "kind": "trials-summary"},
+    return {**_record(name, kind="trials-summary"),
             "metrics": {"headline": {key: mid for key, (_, mid, _) in ranges.items()}},
             "trials": {"requested": 3, "count": 3, "statistic": "median", "runs": [], "metrics": metrics}}
 
@@ -107,7 +115,7 @@ def _with_spec(doc: dict[str, Any], **fields: Any) -> dict[str, Any]:
         for part in parents:
             node = node[part]
         node[last] = value
-    return {**doc, "spec": {"resolved": spec}}
+    return {**doc, "spec": {**doc["spec"], "resolved": spec}}
 
 
 def test_every_spec_difference_that_changes_a_ratio_is_a_warning(tmp_path: Path,

@@ -50,19 +50,18 @@ def test_the_page_overlays_every_results_curves(page: tuple[Path, str, list[str]
 
 
 def test_the_overlays_draw_one_curve_per_result(page: tuple[Path, str, list[str]]) -> None:
-    import json
-
     from kvbench_core.reports.compare_plots import bandwidth, class_p95, latency_tails
+    from kvbench_core.results.document import ResultDocument
 
     results = []
     for label in page[2]:
         path = next(page[0].parent.glob(f"u*/out/{label}.json"))
-        results.append((label, json.loads(path.read_text())))
+        results.append((label, ResultDocument.read(path)))
     tails = latency_tails(results)
     first = tails.axes[0]
     assert [line.get_label().split(" (")[0] for line in first.get_lines() if not line.get_label().startswith("_")] \
         == page[2]
-    assert len([a for a in bandwidth(results).axes if a.get_lines()]) == 2 * len(results[0][1]["metrics"]["tiers"])
+    assert len([a for a in bandwidth(results).axes if a.get_lines()]) == 2 * len(results[0][1].tiers)
     assert len(class_p95(results).axes[0].patches) % len(results) == 0
 
 

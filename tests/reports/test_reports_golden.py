@@ -31,6 +31,7 @@ from kvbench_core.reports.compare_html import render_compare
 from kvbench_core.reports.html import render_html
 from kvbench_core.reports.verdicts import explain, starved_classes
 from kvbench_core.reports.xlsx import write_comparison, write_workbook
+from kvbench_core.results.document import ResultDocument
 
 GOLDEN = Path(__file__).parent / "golden"
 RENDERED = GOLDEN / "rendered.json"
@@ -41,8 +42,8 @@ RESULTS = {"run": "run.json", "summary": "summary.json", "searched": "searched.j
 SHEET_XML = re.compile(r"xl/(worksheets/sheet\d+|sharedStrings|charts/chart\d+|workbook)\.xml")
 
 
-def _result(name: str) -> Any:
-    return json.loads((GOLDEN / RESULTS[name]).read_text())
+def _result(name: str) -> ResultDocument:
+    return ResultDocument.read(GOLDEN / RESULTS[name])
 
 
 def _without_images(page: str) -> str:
