@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvbench_core.contracts.errors import InputFileError, UserError
+from kvbench_core.results.document import ResultDocument
 from kvbench_core.runspec.spec_schema import GENERATION_MS_PER_TOKEN
 
 ALIGN = 4096  # block sizes are rounded up to this: O_DIRECT on a 4Kn device rejects anything smaller
@@ -109,14 +111,14 @@ def render(profile: FioProfile) -> str:
 # -- from a result ------------------------------------------------------------------------------------
 
 
-def _job_name(result: dict[str, Any]) -> str:
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", result["run"].get("name") or "run").strip("-") or "run"
+def _job_name(document: ResultDocument) -> str:
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", document.run.name or "run").strip("-") or "run"
     return f"kvbench-{name}"
 
 
-def _tier_of(result: dict[str, Any], section: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+def _tier_of(document: ResultDocument, section: Mapping[str, Any] | None) -> tuple[str, Mapping[str, Any]]:
     """The tier whose I/O is reproduced: the traced one, else the first persistent (non-volatile) one."""
-    tiers = result["metrics"]["tiers"]
+    tiers = document.tiers
     names = list((section or {}).get("paths") or {}) or [n for n, t in tiers.items() if not t["volatile"]]
     for name in names:
         if name in tiers:
@@ -124,16 +126,16 @@ def _tier_of(result: dict[str, Any], section: dict[str, Any] | None) -> tuple[st
     raise UserError("the result has no persistent tier (only memory tiers): there is no device I/O to distil")
 
 
-def _footprint(tier: dict[str, Any]) -> int:
+def _footprint(tier: Mapping[str, Any]) -> int:
     """The span the run's files could occupy: at most the tier's capacity, at most what the run moved."""
     moved = tier["read"]["bytes"] + tier["write"]["bytes"]
     capacity = tier.get("capacity_bytes")
     return max(MiB, min(moved, capacity) if capacity else moved)
 
 
-def _header(result: dict[str, Any], source: str, tier_name: str) -> list[str]:
-    run = result["run"]
-    return [f"kvbench fio distiller: run {run['id']} ({run.get('name') or 'unnamed'}), tier '{tier_name}'",
+def _header(document: ResultDocument, source: str, tier_name: str) -> list[str]:
+    run = document.run
+    return [f"kvbench fio distiller: run {run.id} ({run.name or 'unnamed'}), tier '{tier_name}'",
             f"source: {source}",
             "every [job] value below comes from the observations listed here; point directory= at the "
             "device under test"]
@@ -145,9 +147,9 @@ def _percent_line(what: str, reads: float, writes: float) -> str:
         f"{what}: none"
 
 
-def profile_from_trace(result: dict[str, Any], section: dict[str, Any]) -> FioProfile:
+def profile_from_trace(document: ResultDocument, section: Mapping[str, Any]) -> FioProfile:
     """Block sizes, mix, depth, fsync cadence and think time as the kernel saw them."""
-    tier_name, tier = _tier_of(result, section)
+    tier_name, tier = _tier_of(document, section)
     hists, totals = section["histograms"], section["totals"]
     sizes = {op: {s["bytes"]: s["count"] for s in section["bssplit"][op]} for op in ("read", "write")}
     reads, writes = totals["read"]["ios"], totals["write"]["ios"]
@@ -160,7 +162,7 @@ def profile_from_trace(result: dict[str, Any], section: dict[str, Any]) -> FioPr
     gap = hists["write_to_fsync_gap_us"]
     devices = ", ".join(f"{d['name']} ({d['dev']})" for d in section["devices"]) or "the traced disks"
     comments = [
-        *_header(result, f"block trace ({section.get('tool', 'bpftrace')}) of {devices}", tier_name),
+        *_header(document, f"block trace ({section.get('tool', 'bpftrace')}) of {devices}", tier_name),
         _percent_line("block requests", reads, writes),
         _percent_line("block bytes", totals["read"]["bytes"], totals["write"]["bytes"]),
         f"in flight at dispatch, median: read {depth_read['p50']}, write {depth_write['p50']} -> iodepth={iodepth}",
@@ -169,14 +171,14 @@ def profile_from_trace(result: dict[str, Any], section: dict[str, Any]) -> FioPr
         "block sizes rounded up to 4 KiB; bssplit percents are of requests",
     ]
     return FioProfile(
-        name=_job_name(result), read_sizes=sizes["read"], write_sizes=sizes["write"],
+        name=_job_name(document), read_sizes=sizes["read"], write_sizes=sizes["write"],
         iodepth=iodepth, numjobs=1, footprint=_footprint(tier), directory=_directory(section, tier, tier_name),
-        runtime_s=_runtime(result), fsync_every=fsync_every,
+        runtime_s=_runtime(document), fsync_every=fsync_every,
         thinktime_us=round(gap["p50"]) if gap["count"] and fsync_every else 0, thinktime_blocks=fsync_every,
         comments=comments)
 
 
-def _command_sizes(op: dict[str, Any], transfer_size: int) -> dict[int, int]:
+def _command_sizes(op: Mapping[str, Any], transfer_size: int) -> dict[int, int]:
     """Commands by size: every entry is ``transfer_size`` pieces plus one shorter tail.
 
     With averages only, an op of ``commands`` commands has ``commands - ops``
@@ -195,7 +197,7 @@ def _command_sizes(op: dict[str, Any], transfer_size: int) -> dict[int, int]:
     return sizes
 
 
-def _generation_ms_per_token(spec: dict[str, Any]) -> float:
+def _generation_ms_per_token(spec: Mapping[str, Any]) -> float:
     # Not the resolved ``generation_ms_per_token``: results redact it ("token" reads as a credential).
     generation = spec["workload"]["generation"]
     return GENERATION_MS_PER_TOKEN[generation] if isinstance(generation, str) else float(generation)
@@ -220,8 +222,8 @@ class _Load:
         return self.users <= self.workers
 
 
-def _load(result: dict[str, Any]) -> _Load:
-    spec, workload = result["spec"]["resolved"], result["workload"]
+def _load(document: ResultDocument) -> _Load:
+    spec, workload = document.spec.resolved, document.workload or {}
     return _Load(workers=workload.get("workers") or spec["workload"]["max_inflight"] or spec["workload"]["users"],
                  users=workload.get("users_final") or spec["workload"]["users"],
                  generation_ms=_generation_ms_per_token(spec),
@@ -236,9 +238,9 @@ def _pacing_line(load: _Load, commands_per_request: int) -> str:
             "no thinktime")
 
 
-def profile_from_io_record(result: dict[str, Any]) -> FioProfile:
+def profile_from_io_record(document: ResultDocument) -> FioProfile:
     """Command sizes, mix and concurrency from kvbench's per-tier counters (no trace needed)."""
-    tier_name, tier = _tier_of(result, None)
+    tier_name, tier = _tier_of(document, None)
     describe = tier.get("describe") or {}
     read, write = tier["read"], tier["write"]
     commands = read["commands"] + write["commands"]
@@ -246,14 +248,14 @@ def profile_from_io_record(result: dict[str, Any]) -> FioProfile:
         raise UserError(f"tier '{tier_name}' did no I/O in the measured window: there is nothing to distil")
     average = max(round((read["bytes"] + write["bytes"]) / commands), 1)
     transfer_size = int(describe.get("transfer_size") or 0) or average
-    load = _load(result)
+    load = _load(document)
     per_entry = int(describe.get("commands_in_flight") or describe.get("queue_depth") or 1)  # the effective depth
-    requests = result["metrics"]["requests"]["completed"]
+    requests = document.requests["completed"]
     commands_per_request = round(commands / requests) if requests else 0
     think_us = round(load.generation_ms * 1000 * load.generated) if load.paced else 0
     fsync_every = round(write["commands"] / write["ops"]) if describe.get("fsync") and write["ops"] else 0
     comments = [
-        *_header(result, "kvbench's per-tier counters (the run was not block-traced)", tier_name),
+        *_header(document, "kvbench's per-tier counters (the run was not block-traced)", tier_name),
         _percent_line("commands", read["commands"], write["commands"]),
         _percent_line("bytes", read["bytes"], write["bytes"]),
         f"entries: read {read['ops']}, write {write['ops']}; transfer size {transfer_size} B "
@@ -266,13 +268,13 @@ def profile_from_io_record(result: dict[str, Any]) -> FioProfile:
         *_io_path_note(describe),
     ]
     return FioProfile(
-        name=_job_name(result), read_sizes=_command_sizes(read, transfer_size),
+        name=_job_name(document), read_sizes=_command_sizes(read, transfer_size),
         write_sizes=_command_sizes(write, transfer_size), iodepth=per_entry, numjobs=load.streams,
-        footprint=_footprint(tier), directory=_directory(None, tier, tier_name), runtime_s=_runtime(result),
+        footprint=_footprint(tier), directory=_directory(None, tier, tier_name), runtime_s=_runtime(document),
         fsync_every=fsync_every, thinktime_us=think_us, thinktime_blocks=commands_per_request, comments=comments)
 
 
-def _io_path_note(describe: dict[str, Any]) -> list[str]:
+def _io_path_note(describe: Mapping[str, Any]) -> list[str]:
     """The job is always libaio with direct=1; say so when the run went another way (buffered I/O through the
     page cache, psync), since then the job is not "every value from the observations": it measures the device
     without the page cache the run's reads may have been served from."""
@@ -285,32 +287,34 @@ def _io_path_note(describe: dict[str, Any]) -> list[str]:
             "cache), so its latencies are not the run's; edit both lines to match the run's path"]
 
 
-def _directory(section: dict[str, Any] | None, tier: dict[str, Any], tier_name: str) -> str:
+def _directory(section: Mapping[str, Any] | None, tier: Mapping[str, Any], tier_name: str) -> str:
     paths = (section or {}).get("paths") or {}
     return paths.get(tier_name) or (tier.get("describe") or {}).get("path") or "."
 
 
-def _runtime(result: dict[str, Any]) -> int:
-    return max(1, math.ceil(result["metrics"]["window"]["measured_s"]))
+def _runtime(document: ResultDocument) -> int:
+    return max(1, math.ceil(document.window["measured_s"]))
 
 
-def distill(result: dict[str, Any], *, source: str = "auto", size: int | None = None,
+def distill(result: ResultDocument | Mapping[str, Any], *, source: str = "auto", size: int | None = None,
             directory: str | None = None, runtime_s: int | None = None) -> str:
     """The fio job for ``result`` (``source``: auto = the block trace when there is one)."""
-    if result.get("trials"):
+    document = ResultDocument.of(result)
+    if document.is_summary:
         raise UserError("a trials summary keeps only the headline medians, not per-tier I/O: "
                         "give one of its trials (<name>-trialN.json)")
-    if not result.get("metrics"):
+    if not document.metrics:
         raise InputFileError("the result has no metrics (the run stopped before measuring): nothing to distil")
-    section = (result.get("sections") or {}).get("block_trace")
+    sections = document.sections or {}
+    section = sections.get("block_trace")
     traced = bool(section) and section["totals"]["read"]["ios"] + section["totals"]["write"]["ios"] > 0
     if source == "trace" and not traced:
-        status = (result.get("sections") or {}).get("block_trace_status") or {}
+        status = sections.get("block_trace_status") or {}
         raise UserError("the result has no block trace with block I/O"
                         + (f" ({status['reason']})" if status.get("reason") else "")
                         + "; use --source counters, or run with 'tracing: block'")
     use_trace = traced and source != "record"
-    profile = profile_from_trace(result, section) if use_trace else profile_from_io_record(result)
+    profile = profile_from_trace(document, section) if use_trace else profile_from_io_record(document)
     if size is not None:
         profile.footprint = size
     if directory is not None:

@@ -32,9 +32,12 @@ def make_result(*, read: dict[str, int] | None = None, write: dict[str, int] | N
                          **(describe or {})},
             "read": read or op(0, 0, 0), "write": write or op(0, 0, 0)}
     return {
-        "kvbench_result": 1,
-        "run": {"id": "20260101T000000-abcdef", "name": "demo run"},
-        "spec": {"resolved": {"workload": {"users": users, "max_inflight": workers, "generation": generation,
+        "kvbench_result": 2,
+        "run": {"id": "20260101T000000-abcdef", "name": "demo run", "status": "completed",
+                "stop_reason": "requests done", "error": None, "trial": None, "client_index": None,
+                "started_at": None, "finished_at": 0.0, "traced": False},
+        "spec": {"as_written": {}, "sha256": "",
+                 "resolved": {"workload": {"users": users, "max_inflight": workers, "generation": generation,
                                            "generation_ms_per_token": "***"}}},
         "workload": {"workers": workers, "users_final": users,
                      "stats": {"generation_length": {"mean": generated_mean}}},
@@ -101,7 +104,8 @@ def test_record_source_says_when_the_run_did_not_use_libaio_direct_io() -> None:
 
 
 def test_a_trials_summary_is_refused_with_what_to_give_instead() -> None:
-    summary = make_result() | {"trials": {"count": 3}, "metrics": {"headline": {}}}
+    summary = make_result() | {"trials": {"requested": 3, "count": 3, "statistic": "median", "runs": [], "metrics": {}},
+                               "metrics": {"headline": {}}}
     with pytest.raises(UserError, match=r"a trials summary .* give one of its trials \(<name>-trialN.json\)"):
         distill(summary)
 
