@@ -14,7 +14,7 @@ the number of requests and tracks, not of commands (docs/export-perfetto.md).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -135,7 +135,7 @@ def _command_events(path: Path, layout: _Layout, origin: float) -> Iterator[dict
                    "ts": ts}
 
 
-def _window_marks(window: dict[str, Any], origin: float) -> Iterator[dict[str, Any]]:
+def _window_marks(window: Mapping[str, Any], origin: float) -> Iterator[dict[str, Any]]:
     start, length = window.get("monotonic_start"), window.get("measured_s")
     if start is None or length is None:
         return
@@ -143,7 +143,7 @@ def _window_marks(window: dict[str, Any], origin: float) -> Iterator[dict[str, A
         yield {"ph": "i", "s": "g", "name": name, "pid": REQUESTS_PID, "tid": 0, "ts": _us(at, origin)}
 
 
-def write_trace(log: Path, target: Path, window: dict[str, Any] | None = None) -> int:
+def write_trace(log: Path, target: Path, window: Mapping[str, Any] | None = None) -> int:
     """Write ``log`` (an I/O log) as a trace-event JSON file at ``target`` (created, never replaced);
     ``window`` is the result's ``metrics.window``.  Returns the number of command slices."""
     layout = _layout(log)
