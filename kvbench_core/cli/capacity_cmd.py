@@ -98,10 +98,9 @@ def handle(args: argparse.Namespace) -> int:
 
 def _print_answer(result: ResultDocument | None, path: str | None, reports: list[Any]) -> None:
     """The answer, the capacity curve, the run's status, and where the result and reports are."""
-    data = result.to_json() if result is not None else None  # what the reports' line makers read
-    print(answer_line(data) if data and capacity_of(data) else "max users within SLA: no answer "
-          "(the run ended before its first step was judged)")
-    for line in curve_lines(data) if data else []:
+    print(answer_line(result) if result is not None and capacity_of(result) else "max users within SLA: no "
+          "answer (the run ended before its first step was judged)")
+    for line in curve_lines(result) if result is not None else []:
         print(f"  {line}")
     if result is not None:
         print(f"run [{result.run.status}] {result.run.stop_reason}")
@@ -159,7 +158,7 @@ def plan_lines(plan: RunPlan, *, budget: float, warmup: float, search_s: float, 
 
 def json_answer(result: ResultDocument | None, path: str | None, budget: float) -> dict[str, Any]:
     """The answer for scripts: the figures of the summary, the steps without their histograms."""
-    summary = (capacity_of(result.to_json()) if result is not None else None) or {}
+    summary = (capacity_of(result) if result is not None else None) or {}
     keep = ("load_kind", "max_users_within_sla", "max_arrival_rate_percent_within_sla", "ci95", "at_least",
             "limited_by", "confidence", "method", "search_finished", "bracket", "judged_steps")
     return {**{key: summary[key] for key in keep if key in summary}, "budget_s": budget,

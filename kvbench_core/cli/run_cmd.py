@@ -96,10 +96,10 @@ def summarize(result: ResultDocument | Mapping[str, Any]) -> str:
     figures = bool(document.window.get("measured_s")) or not run.error
     # The rule that decided the status, in words (results/status.py); a result from before the rules: its stop.
     reason = (run.status_reason or run.stop_reason) if figures else "before the measured window opened"
-    data = document.to_json()  # what the invariants' and the reports' line makers read
-    lines = [f"{run.name or 'run'} [{run.status}] {reason}", *attention_lines(data), *scale_out_lines(document)]
+    lines = [f"{run.name or 'run'} [{run.status}] {reason}", *attention_lines(document.to_json()),
+             *scale_out_lines(document)]
     if document.headline and figures:
-        lines += figure_lines(document, data)
+        lines += figure_lines(document)
     return "\n".join(lines)
 
 
@@ -112,9 +112,9 @@ def scale_out_lines(document: ResultDocument) -> list[str]:
             f"{scale['users_per_client']} = {scale['users_total']}; clock skew {scale['clock_skew_s']:.6f} s"]
 
 
-def figure_lines(document: ResultDocument, data: Mapping[str, Any]) -> list[str]:
+def figure_lines(document: ResultDocument) -> list[str]:
     """A measured run's figures: the headline, what did not complete, the wall clock outside the window, the
-    QoS verdicts with their causes and next steps, and each tier (``data``: the document's JSON)."""
+    QoS verdicts with their causes and next steps, and each tier."""
     head = document.headline
     lines = [f"  requests {head['requests_completed']} in {document.window['measured_s']:.1f}s; "
              f"{_fmt(head['avg_throughput_tokens_per_sec'])} tok/s wall-clock, "
@@ -122,24 +122,24 @@ def figure_lines(document: ResultDocument, data: Mapping[str, Any]) -> list[str]
              f"cache hit rate {_fmt(head['cache_hit_rate'])}",
              *outcome_lines(document.metrics, document.workload or {}),
              *phase_lines(document.run.phases_s or {}),
-             *qos_lines(document, data)]
+             *qos_lines(document)]
     for name, tier in document.tiers.items():
         lines += tier_lines(name, tier)
     return lines
 
 
-def qos_lines(document: ResultDocument, data: Mapping[str, Any]) -> list[str]:
+def qos_lines(document: ResultDocument) -> list[str]:
     """Each QoS class's service p95 against its SLA (a starved one as starved), the capacity answer, and each
-    verdict's why and next step (reports/verdicts.py, given the document's JSON ``data``)."""
+    verdict's why and next step (reports/verdicts.py)."""
     verdicts = [f"{name} {_fmt(c['service_latency_ms']['p95'])}/{_fmt(c['sla_p95_ms'])} ms "
                 f"{'met' if c['sla_met'] else 'MISSED'}" for name, c in document.class_figures.items()
                 if c["requests"] and "service_latency_ms" in c]
-    verdicts += starved_classes(data)
+    verdicts += starved_classes(document)
     lines = [f"  QoS service p95 / SLA: {', '.join(verdicts)}"] if verdicts else []
-    answer = answer_line(data)
+    answer = answer_line(document)
     if answer:
         lines.append(f"  {answer}")
-    for verdict in explain(data):
+    for verdict in explain(document):
         lines += [f"    {verdict.why}", f"    {verdict.next_step}"]
     return lines
 

@@ -123,7 +123,7 @@ def _run_trial(as_written: dict[str, Any], plan: RunPlan, launcher: Launcher, se
         saved = _save(document, path, outcome)
         outcome.paths.append(saved)
         if saved == path:
-            outcome.reports += write_reports(run.result, path, list(plan.output.formats))
+            outcome.reports += write_reports(document, path, list(plan.output.formats))
     printer.finish()
     if run.crash is not None:
         raise run.crash
@@ -135,13 +135,12 @@ def _run_trial(as_written: dict[str, Any], plan: RunPlan, launcher: Launcher, se
 
 def _write_summary(plan: RunPlan, session_id: str, outcome: SessionOutcome) -> None:
     """The trials summary (reports/aggregate.py) beside the trials' results, with its reports."""
-    summary = summarize_trials([trial.to_json() for trial in outcome.results], outcome.paths,
-                               session_id=session_id, requested=plan.trials)
-    outcome.summary = ResultDocument.unchecked(summary)
+    outcome.summary = ResultDocument.unchecked(summarize_trials(outcome.results, outcome.paths,
+                                                                session_id=session_id, requested=plan.trials))
     wanted = result_path(plan, session_id, "-summary")
     outcome.summary_path = _save(outcome.summary, wanted, outcome)
     if outcome.summary_path == wanted:
-        outcome.reports += write_reports(summary, outcome.summary_path, list(plan.output.formats))
+        outcome.reports += write_reports(outcome.summary, outcome.summary_path, list(plan.output.formats))
 
 
 def _decide_exit(outcome: SessionOutcome, plan: RunPlan, exit_zero: bool) -> None:
