@@ -15,9 +15,9 @@ from pathlib import Path
 from rich.table import Table
 
 from kvbench_core.cli.console import console
+from kvbench_core.cli.result_files import read_documents
 from kvbench_core.contracts.errors import UserError
 from kvbench_core.reports.compare import Cell, caveats, compare, rows_as_json
-from kvbench_core.results.result import read_result, require_sections
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,9 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace) -> int:
     if len(args.results) < 2:
         raise UserError("compare: give at least two results (the first is the baseline)")
-    results = [read_result(p) for p in args.results]
-    for path, result in zip(args.results, results, strict=True):
-        require_sections(result, path, ("run", "metrics"))
+    results = read_documents(args.results, ("run", "metrics"))
     labels = [Path(p).stem for p in args.results]
     rows = compare(results)
     for note in caveats(results, labels):

@@ -12,9 +12,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from kvbench_core.cli.result_files import read_documents
 from kvbench_core.contracts.errors import UserError
 from kvbench_core.exports.tabular import FORMATS, export_tables, io_log_path
-from kvbench_core.results.result import read_result, require_sections
+from kvbench_core.results.document import ResultDocument
 
 TARGETS = (*FORMATS, "perfetto")
 
@@ -28,18 +29,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=handle)
 
 
-def _labelled(paths: list[str]) -> list[tuple[str, dict]]:
+def _labelled(paths: list[str]) -> list[tuple[str, ResultDocument]]:
     labels = [Path(p).stem for p in paths]
     twice = next((label for label in labels if labels.count(label) > 1), None)
     if twice:
         raise UserError(f"export: two results are both named {twice!r}; their rows would share one 'result' "
                         "label: rename one file")
-    results = []
-    for path, label in zip(paths, labels, strict=True):
-        result = read_result(path)
-        require_sections(result, path, ("run", "metrics"))
-        results.append((label, result))
-    return results
+    return list(zip(labels, read_documents(paths, ("run", "metrics")), strict=True))
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -57,7 +53,7 @@ def handle(args: argparse.Namespace) -> int:
     return 0
 
 
-def _perfetto(results: list[tuple[str, dict]], directory: Path) -> int:
+def _perfetto(results: list[tuple[str, ResultDocument]], directory: Path) -> int:
     from kvbench_core.exports.perfetto import write_trace
 
     logs = []
@@ -69,7 +65,7 @@ def _perfetto(results: list[tuple[str, dict]], directory: Path) -> int:
         target = directory / f"{label}.perfetto.json"
         if target.exists():
             raise UserError(f"{target} exists; kvbench never overwrites a file it did not create")
-        logs.append((Path(log), target, (result.get("metrics") or {}).get("window")))
+        logs.append((Path(log), target, result.window or None))
     directory.mkdir(parents=True, exist_ok=True)
     for log, target, window in logs:
         count = write_trace(log, target, window)

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
+from kvbench_core.cli.result_files import read_documents
 from kvbench_core.contracts.errors import UserError
 from kvbench_core.reports import require_formats, write_reports
 from kvbench_core.reports.html import write_html
 from kvbench_core.reports.plots import plot_paths, plot_result
 from kvbench_core.reports.xlsx import write_comparison, write_workbook
-from kvbench_core.results.result import read_result, require_sections
+from kvbench_core.results.document import ResultDocument
 
 NEXT_TO_RESULT = "-"
 
@@ -69,9 +69,7 @@ def handle(args: argparse.Namespace) -> int:
     chosen = [fmt for fmt, option in (("xlsx", args.xlsx), ("png", args.png), ("html", args.html)) if option]
     require_formats(chosen or ["xlsx", "png", "html"])
     paths = [Path(p) for p in args.results]
-    results = [read_result(p) for p in paths]
-    for path, result in zip(paths, results, strict=True):
-        require_sections(result, path, ("run", "spec", "metrics"))
+    results = read_documents(paths, ("run", "spec", "metrics"))
     if not args.force:
         refuse_existing(targets(args, paths))
     written = _write_chosen(args, paths, results) if chosen else [
@@ -82,7 +80,7 @@ def handle(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_chosen(args: argparse.Namespace, paths: list[Path], results: list[dict[str, Any]]) -> list[Path]:
+def _write_chosen(args: argparse.Namespace, paths: list[Path], results: list[ResultDocument]) -> list[Path]:
     """The formats asked for, where they were asked to go: one workbook (a comparison of several results),
     each result's plots and HTML page."""
     written: list[Path] = []
