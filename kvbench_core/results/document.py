@@ -11,7 +11,9 @@ and written again is the file it was (a trial's file sha256 still verifies).
 The run's identity, status and spec, a summary's trials and the scale-out
 section are typed fields; the sections whose shape is a measurement
 (``metrics``, ``timeseries``, the declaration) stay the JSON as written, with
-``measurements()`` giving the typed ``Metrics`` model they render from.  The
+``measurements()`` giving the typed ``Metrics`` model they render from; the parts of them the reports
+read have one name each (``window``, ``tiers``, ``class_figures``, ``series``, ...), empty where absent.
+Readers take a document; ``of`` reads a caller's JSON once, at the edge.  The
 status rules are results/status.py's, called from here (``verdict``,
 ``rederived_verdict``), and ``problems`` is the document's integrity (format,
 schema, spec hash) that ``kvbench check`` reports rather than refuses.
