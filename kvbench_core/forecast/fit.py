@@ -14,10 +14,24 @@ five fitted runs' reproduction of themselves the median absolute p95 error was 3
 0.5 did no better on the p95 (27 % both) and worse on everything else (bandwidth 15 % vs 11 %, max users
 21 vs 17 for 14 measured), so 1 stays.  A forecast that changes entry sizes (contexts, a model) says so
 in its uncertainty, as a tier past its measured concurrency does.
+
+**Servers: the concurrency the tier was measured at, not the workers that could have reached it.**  A
+tier serves ``k`` operations at once, ``k`` the operations it had in flight on average in the measured run
+(Little's law over its window: the operations' summed latency / the window), rounded up, at most the
+workers that could reach it.  A first model gave it all those workers (4): but at 4 workers the tiers of
+this machine had 0.15-1.2 operations in flight, so the model had them serve 4 at once at the latency
+measured at under 1, and forecast the throughput of 16 workers at 1.9x, their tier bandwidth at 1.9-2.9x
+what was measured (docs/FORECAST.md); the held-out runs' own operations took 2-7x longer at 4x the
+concurrency, as a queue at about one server does.  The measured latency already holds the queueing of
+the measured load, so each draw is divided by ``1 + L / k`` (``L`` the measured in-flight): the mean wait
+of ``k`` M/M/1 servers sharing ``L``, which the simulation's queue adds back at the measured load.  Where
+``k`` is every worker that could reach the tier no operation can have queued for a server (the workers
+bound it), and the latency is taken as measured.
 """
 
 from __future__ import annotations
 
+import math
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +77,7 @@ class TierModel:
     volatile: bool  # DRAM/GPU: each client has its own; a persistent tier's device is shared
     ops: dict[str, OpModel]
     servers: int  # operations the tier serves at once (k)
+    in_flight: float = 0.0  # operations it had in flight on average in the measured run (per client if volatile)
 
     def op(self, op: str) -> OpModel:
         model = self.ops.get(op)
@@ -121,6 +136,20 @@ def fit_tiers(result: dict[str, Any], *, workers: int, clients: int, seed: int =
         ops = {op: model for op in ("read", "write")
                if (model := fit_op(name, op, figures.get(op) or {}, seed)) is not None}
         volatile = bool(figures.get("volatile"))
+        in_flight = measured_in_flight(figures, measured_s) / (clients if volatile else 1)
+        reach = workers * (1 if volatile else clients)  # the most operations that could be in flight there
+        servers = max(1, min(reach, math.ceil(in_flight - 1e-9)))
+        if servers < reach:  # the measured latency less the queueing the k servers add back (none at k = reach)
+            for model in ops.values():
+                model.pool = model.pool / (1.0 + in_flight / servers)
         models[name] = TierModel(name=name, backend=str(figures.get("backend")), volatile=volatile,
-                                 ops=ops, servers=max(1, workers * (1 if volatile else clients)))
+                                 ops=ops, servers=servers, in_flight=in_flight)
     return models
+
+
+def measured_in_flight(figures: dict[str, Any], measured_s: float) -> float:
+    """The operations the tier had in flight on average over the measured window, read and write together
+    (Little's law: the operations' summed latency over the window's length)."""
+    busy = sum(float(((figures.get(op) or {}).get("histograms") or {}).get("total", {}).get("total") or 0.0)
+               for op in ("read", "write"))
+    return busy / measured_s

@@ -106,7 +106,8 @@ def check_concurrency(plan: RunPlan, measured: RunPlan, models: dict[str, TierMo
             raise ForecastRefused(
                 f"forecast: {sharing} workers on tier '{name}' is {sharing / max(seen, 1):.0f}x the {seen} measured; "
                 f"the fitted model says nothing past {CONCURRENCY_REACH}x (measure a run nearer that load)")
-        if sharing > model.servers:
-            beyond.append(f"{name}: {sharing} workers share it, {sharing / model.servers:.1f}x the {model.servers} "
-                          "measured: forecast saturated at the bandwidth measured there (its latency an upper bound)")
+        if sharing > seen:
+            beyond.append(f"{name}: {sharing} workers share it, {sharing / max(seen, 1):.1f}x the {seen} measured: "
+                          f"their operations queue at the {model.servers} server(s) the measured run kept busy "
+                          "there (its latency an extrapolation)")
     return beyond
