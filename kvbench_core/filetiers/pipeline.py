@@ -31,15 +31,19 @@ from kvbench_core.contracts.backend import IOTiming
 
 
 class PendingFileWrite:
-    """One entry whose data is written and whose fsync and close run on a completion thread."""
+    """One entry whose commands are issued and whose end (last commands, fsync, close) runs on a completion
+    thread; ``settle`` is what only the writing thread can do for it (reap its io_uring ring)."""
 
-    __slots__ = ("_future",)
+    __slots__ = ("_future", "settle")
 
-    def __init__(self, future: Future[IOTiming]) -> None:
+    def __init__(self, future: Future[IOTiming], settle: Callable[[], None]) -> None:
         self._future = future
+        self.settle = settle
 
     def result(self) -> IOTiming:
-        """The entry's timing once it is durable (first command to the end of its close); raises its error."""
+        """The entry's timing once it is durable (first command to the end of its close); raises its error.
+        Taken on the thread that wrote it (the default: a stream's own), it first settles the entry."""
+        self.settle()
         return self._future.result()
 
     def done(self) -> bool:
@@ -48,40 +52,42 @@ class PendingFileWrite:
 
 
 class WriteCompleter:
-    """Runs pipelined writes' ``finish`` steps, at most ``threads`` at once, and knows which keys are pending.
+    """Runs pipelined writes' ``finish`` steps and knows which keys are pending.
 
-    Each stream keeps at most one write pending, so ``threads`` = the tier's concurrency never queues one
-    stream's fsync behind another's.  The pool starts on the first pipelined write: a run that never
-    pipelines starts no thread."""
+    A stream keeps one write pending while it starts the next, so it has two ends running at most (the
+    pending one's and, once its commands are issued, the next one's): two threads per stream of the
+    tier's ``concurrency`` never queue one entry's fsync behind another's.  The pool starts on the first
+    pipelined write: a run that never pipelines starts no thread."""
 
-    def __init__(self, threads: int, thread_name: str) -> None:
-        self._threads = max(1, threads)
+    def __init__(self, streams: int, thread_name: str) -> None:
+        self._threads = 2 * max(1, streams)
         self._thread_name = thread_name
         self._pool: ThreadPoolExecutor | None = None
         self._pending: dict[str, Future[IOTiming]] = {}
         self._lock = threading.Lock()
 
-    def submit(self, key: str, finish: Callable[[], IOTiming]) -> PendingFileWrite:
-        """Run ``finish`` (``key``'s fsync, close and timing) on a completion thread."""
+    def submit(self, key: str, finish: Callable[[], IOTiming], settle: Callable[[], None]) -> PendingFileWrite:
+        """Run ``finish`` (``key``'s last commands, fsync, close and timing) on a completion thread."""
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix=self._thread_name)
-            future = self._pool.submit(finish)
-            self._pending[key] = future
-        future.add_done_callback(lambda done: self._settled(key, done))
-        return PendingFileWrite(future)
+            pending = PendingFileWrite(self._pool.submit(finish), settle)
+            self._pending[key] = pending
+        pending._future.add_done_callback(lambda _: self._settled(key, pending))
+        return pending
 
-    def _settled(self, key: str, future: Future[IOTiming]) -> None:
+    def _settled(self, key: str, pending: PendingFileWrite) -> None:
         with self._lock:
-            if self._pending.get(key) is future:
+            if self._pending.get(key) is pending:
                 del self._pending[key]
 
     def wait(self, key: str) -> None:
         """Return once ``key`` has no write pending; its error, if any, is its own ``result``'s to report."""
         with self._lock:
-            future = self._pending.get(key)
-        if future is not None:
-            future.exception()  # waits; does not raise it
+            pending = self._pending.get(key)
+        if pending is not None:
+            pending.settle()
+            pending._future.exception()  # waits; does not raise it
 
     def close(self) -> None:
         """Wait for every pending write to finish (their files must be closed before they are removed)."""

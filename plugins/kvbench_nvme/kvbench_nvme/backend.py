@@ -59,7 +59,6 @@ import errno
 import functools
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -80,7 +79,7 @@ from kvbench_core.filetiers.directory import CREATE_OPTION, TierDirectory
 from kvbench_core.filetiers.entry_files import EntryFilesBackend
 from kvbench_core.filetiers.fsinfo import describe_location
 from kvbench_core.filetiers.pipeline import WriteCompleter
-from kvbench_nvme.engine_contract import EngineSettings
+from kvbench_nvme.engine_contract import EngineSettings, Unfinished
 from kvbench_nvme.engines import ENGINES, make_engine
 from kvbench_nvme.uring import ALIGN, UringUnavailable
 
@@ -118,7 +117,7 @@ class _OpenEntry:
     phase: Phase
     start: float
     size: int
-    rest: Callable[[], None]  # the engine's: waits for the entry's last commands
+    rest: Unfinished  # the engine's: the entry's last commands
 
 
 class NVMeBackend(EntryFilesBackend):
@@ -222,20 +221,23 @@ class NVMeBackend(EntryFilesBackend):
                 os.unlink(path)
 
     def close(self) -> None:
+        self.engine.close()  # a ring's unreaped last commands fail their entries: nothing waits for them
         self.completer.close()  # every pending write's file is closed before the files are removed
-        self.engine.close()
         self._remove_files()
 
     # -- data path -------------------------------------------------------------------------------
 
     def write(self, key: str, source: ByteSource) -> IOTiming:
-        return self._finish_write(self._write_data(key, source))
+        entry = self._write_data(key, source)
+        entry.rest.settle()
+        return self._finish_write(entry)
 
     def write_pipelined(self, key: str, source: ByteSource) -> PendingWrite:
         """Return when the entry's data commands are done; its fsync and close run on a completion thread
         (``kvbench_core.filetiers.pipeline``) while the caller starts its next entry."""
         self.completer.wait(key)  # a rewrite of a key still pending: one operation on a file at a time
-        return self.completer.submit(key, functools.partial(self._finish_write, self._write_data(key, source)))
+        entry = self._write_data(key, source)
+        return self.completer.submit(key, functools.partial(self._finish_write, entry), entry.rest.settle)
 
     def _write_data(self, key: str, source: ByteSource) -> _OpenEntry:
         """Open the entry's file and start its commands (``Engine.start_write``): returns when the engine
@@ -262,7 +264,7 @@ class NVMeBackend(EntryFilesBackend):
         phase, size = entry.phase, entry.size
         try:
             try:
-                entry.rest()
+                entry.rest.wait()
                 if self.direct and size % ALIGN:
                     phase.timed_syscall(os.ftruncate, entry.fd, size)
                 if self.fsync:

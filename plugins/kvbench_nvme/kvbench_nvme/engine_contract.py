@@ -9,7 +9,6 @@ intervals the L4 split is taken from (``kvbench_core.filetiers.accounting``).
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -41,6 +40,30 @@ class IOLogger(Protocol):
                requested: int | None = None, align: int | None = None) -> None: ...
 
 
+class Unfinished(Protocol):
+    """The last commands of a write ``Engine.start_write`` returned from."""
+
+    def settle(self) -> None:
+        """On the writing thread: see them through where only that thread can (an io_uring ring's
+        completions); nothing where they finish by themselves (psync's pool threads)."""
+
+    def wait(self) -> None:
+        """On any thread: return once they are done; raise the first error of the entry's commands."""
+
+
+class Finished:
+    """The ``Unfinished`` of a write that ``start_write`` completed whole: nothing left."""
+
+    def settle(self) -> None:
+        return None
+
+    def wait(self) -> None:
+        return None
+
+
+FINISHED = Finished()
+
+
 class Engine(Protocol):
     """Moves all pieces of one entry; the backend opens, syncs and closes the file around it."""
 
@@ -56,10 +79,10 @@ class Engine(Protocol):
         ...
 
     def start_write(self, fd: int, key: str, source: ByteSource, size: int, phase: Phase,
-                    log: IOLogger | None) -> Callable[[], None]:
+                    log: IOLogger | None) -> Unfinished:
         """Start ``write`` and return once the caller may start its next entry (a pipelined write, issue 32
-        §1), its last commands maybe still in flight; the call returned waits for them and raises the
-        first error.  The fd, the source and the buffers in use must outlive that call."""
+        §1), its last commands maybe still in flight: the ``Unfinished`` returned sees them through.  The
+        fd, the source and the buffers in use must outlive its ``wait``."""
         ...
 
     def read(self, fd: int, key: str, sink: ByteSink, size: int, phase: Phase, log: IOLogger | None) -> None: ...

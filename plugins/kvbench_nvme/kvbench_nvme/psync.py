@@ -18,7 +18,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from kvbench_core.contracts.backend import ByteSink, ByteSource
 from kvbench_core.filetiers.accounting import Phase
 from kvbench_nvme.buffers import Region
-from kvbench_nvme.engine_contract import EngineSettings, IOLogger, align_up, consume_piece, fill_piece, short_read
+from kvbench_nvme.engine_contract import (
+    EngineSettings,
+    IOLogger,
+    Unfinished,
+    align_up,
+    consume_piece,
+    fill_piece,
+    short_read,
+)
 from kvbench_nvme.uring import ALIGN
 
 FILL_AHEAD = 1  # write workers beyond queue_depth: one fills the next piece while queue_depth pwrites are in flight
@@ -58,10 +66,10 @@ class PsyncEngine:
         return region.view
 
     def write(self, fd: int, key: str, source: ByteSource, size: int, phase: Phase, log: IOLogger | None) -> None:
-        self.start_write(fd, key, source, size, phase, log)()
+        self.start_write(fd, key, source, size, phase, log).wait()
 
     def start_write(self, fd: int, key: str, source: ByteSource, size: int, phase: Phase,
-                    log: IOLogger | None) -> Callable[[], None]:
+                    log: IOLogger | None) -> Unfinished:
         def piece(view: memoryview, offset: int, n: int) -> None:
             length = fill_piece(source, view, offset, n, self.settings.direct)
             with phase.in_flight:
@@ -100,16 +108,15 @@ class PsyncEngine:
                     got += count
             consume_piece(sink, view, offset, n, phase)
 
-        self._start(phase, size, piece, workers=self.commands_in_flight)()
+        self._start(phase, size, piece, workers=self.commands_in_flight).wait()
 
     def _start(self, phase: Phase, size: int, move: Callable[[memoryview, int, int], None],
-               workers: int) -> Callable[[], None]:
+               workers: int) -> Unfinished:
         """Move the entry piece by piece, ``move(view, offset, n)``, on this thread and on up to
         ``workers - 1`` pool threads, each with its own buffer; they claim pieces
         from one shared counter until the entry is done or one of them failed.  Returns when this
-        thread finds no piece left to claim, the pool threads maybe still moving their last ones: the
-        call it returns waits for them and re-raises the first error (the fd must outlive them).  An
-        error on this thread is raised at once, after that wait."""
+        thread finds no piece left to claim, the pool threads maybe still moving their last ones
+        (``_PoolThreads`` waits for them).  An error on this thread is raised at once, after that wait."""
         pieces = itertools.count()
         transfer = self.settings.transfer_size
 
@@ -125,24 +132,36 @@ class PsyncEngine:
         futures: list[Future[None]] = []
         if helpers > 0 and self._pool is not None:
             futures = [self._pool.submit(_guarded, phase, worker) for _ in range(helpers)]
-        own: BaseException | None = None
+        rest = _PoolThreads(futures)
         try:
             _guarded(phase, worker)
-        except BaseException as exc:
-            own = exc
-
-        def rest() -> None:
-            error = own
-            for future in futures:
-                exc = future.exception()  # waits: the fd must outlive every helper
-                if error is None and exc is not None:
-                    error = exc
-            if error is not None:
-                raise error
-
-        if own is not None:
-            rest()
+        except BaseException as error:
+            rest.error = error
+            rest.wait()
         return rest
+
+
+class _PoolThreads:
+    """The pool threads still moving an entry's last pieces; ``wait`` joins them and raises the first error
+    (this thread's own, else theirs): the fd must outlive every one of them."""
+
+    __slots__ = ("error", "futures")
+
+    def __init__(self, futures: list[Future[None]]) -> None:
+        self.futures = futures
+        self.error: BaseException | None = None
+
+    def settle(self) -> None:
+        return None  # they finish by themselves
+
+    def wait(self) -> None:
+        error = self.error
+        for future in self.futures:
+            exc = future.exception()  # waits
+            if error is None and exc is not None:
+                error = exc
+        if error is not None:
+            raise error
 
 
 def _guarded(phase: Phase, worker: Callable[[], None]) -> None:

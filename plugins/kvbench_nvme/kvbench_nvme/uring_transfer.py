@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,29 +37,36 @@ class Transfer:
     """
 
     __slots__ = ("depth", "ended_at", "error", "fd", "free", "in_flight", "key", "log", "next_offset", "op",
-                 "phase", "prepare", "ready", "ring", "size", "transfer", "write")
+                 "phase", "prepare", "previous", "ready", "ring", "settled", "size", "transfer", "write")
 
     def __init__(self, ring: Ring, settings: EngineSettings, write: bool, fd: int, key: str, size: int,
-                 phase: Phase, log: IOLogger | None, prepare: Callable[[Ring, int, int, int], Command]) -> None:
+                 phase: Phase, log: IOLogger | None, prepare: Callable[[Ring, int, int, int], Command],
+                 previous: Transfer | None = None) -> None:
         self.ring, self.write, self.fd, self.key, self.size = ring, write, fd, key, size
         self.phase, self.log, self.prepare = phase, log, prepare
         self.depth, self.transfer, self.op = settings.queue_depth, settings.transfer_size, "write" if write else "read"
-        self.free = list(range(len(ring.buffers)))
+        #: The stream's previous entry, its last commands still in flight on this ring (a pipelined write):
+        #: they hold their buffers and count against the depth until this loop reaps them.
+        self.previous = previous
+        self.settled = threading.Event()  # set once this entry's own commands are all reaped (a pipelined tail)
+        self.free = [buffer for buffer in range(len(ring.buffers)) if previous is None or
+                     buffer not in previous.in_flight]
         self.ready: list[tuple[int, Command]] = []  # filled (writes) or planned, not yet submitted
         self.in_flight: dict[int, Command] = {}
         self.next_offset = 0
         self.error: BaseException | None = None
         self.ended_at: int | None = None  # a read found the file shorter: the lowest offset where it ended
 
-    def run(self, finish: Callable[[Ring, int, Command], None] | None) -> None:
-        """Submit, wait for completions and hand finished pieces on until nothing is left in flight."""
+    def run(self, finish: Callable[[Ring, int, Command], None] | None, pipelined: bool = False) -> None:
+        """Submit, wait for completions and hand finished pieces on until nothing is left in flight, or
+        (``pipelined``) until every piece is submitted and the previous entry's commands are reaped."""
         ring = self.ring
         while True:
             self.top_up()
             if self.write and self.error is None and self.free and self.next_offset < self.size:
                 ring.enter()  # start the queued writes, then fill the next piece while they run
                 self.plan()
-            if not self.in_flight:
+            if self.over(pipelined):
                 return
             ring.enter(wait_for=1)
             finished = self.reap()
@@ -71,6 +79,17 @@ class Transfer:
                 if finish is not None and self.error is None and self.ended_at is None:
                     finish(ring, buffer, command)
                 self.free.append(buffer)
+
+    def over(self, pipelined: bool) -> bool:
+        """Whether the loop is done: nothing left in flight, or (``pipelined``) every piece submitted and
+        nothing failed, what is left being the device's; either way the previous entry's commands reaped.
+        The last queued pieces go to the device now, not with the next entry's."""
+        issued = self.error is None and self.ended_at is None and not self.ready and self.next_offset >= self.size
+        if self.previous is not None or (self.in_flight and not (pipelined and issued)):
+            return False
+        if self.ring.queued:
+            self.ring.enter()
+        return True
 
     def plan(self) -> None:
         """Prepare the next piece in a free buffer (a write fills it here)."""
@@ -87,31 +106,65 @@ class Transfer:
 
     def top_up(self) -> None:
         """Submit planned pieces (planning more) until ``queue_depth`` are in flight or the entry is done."""
-        while self.error is None and self.ended_at is None and len(self.in_flight) < self.depth and \
+        previous = self.previous
+        while self.error is None and self.ended_at is None and \
+                len(self.in_flight) + (len(previous.in_flight) if previous is not None else 0) < self.depth and \
                 (self.ready or (self.free and self.next_offset < self.size)):
             if not self.ready:
                 self.plan()
             self.submit(*self.ready.pop(0))
 
     def reap(self) -> list[tuple[int, Command]]:
-        """Book every completion; resubmit the rest of a short transfer; return the pieces that are done."""
+        """Book every completion (the previous entry's go to it); return this entry's pieces that are done."""
         finished = []
-        in_flight, intervals, log = self.in_flight, self.phase.io, self.log  # locals: read once per reap
+        in_flight = self.in_flight
         for buffer, result in self.ring.completions():
-            command = in_flight.pop(buffer)
-            now = time.perf_counter()
-            intervals.append((command.submitted, now))
-            if log is not None and result >= 0:  # what the kernel returned; a padded tail asked for more
-                log.record(self.key, self.op, command.offset + command.done, result, command.submitted, now,
-                           *((command.length - command.done, ALIGN) if command.length != command.n else ()))
-            if result <= 0:
-                self.settle(command, result)
-            command.done += max(result, 0)
-            if self.error is None and result > 0 and command.done < (command.length if self.write else command.n):
-                self.submit(buffer, command)  # a short transfer: the rest from where it stopped
-            else:
+            command = in_flight.pop(buffer, None)
+            if command is None:
+                self.reap_previous(buffer, result)
+            elif self.book(buffer, command, result):
                 finished.append((buffer, command))
         return finished
+
+    def book(self, buffer: int, command: Command, result: int) -> bool:
+        """Book one completion of this entry's; resubmit the rest of a short transfer; whether the piece is done."""
+        now = time.perf_counter()
+        self.phase.io.append((command.submitted, now))
+        if self.log is not None and result >= 0:  # what the kernel returned; a padded tail asked for more
+            self.log.record(self.key, self.op, command.offset + command.done, result, command.submitted, now,
+                            *((command.length - command.done, ALIGN) if command.length != command.n else ()))
+        if result <= 0:
+            self.settle(command, result)
+        command.done += max(result, 0)
+        if self.error is None and result > 0 and command.done < (command.length if self.write else command.n):
+            self.submit(buffer, command)  # a short transfer: the rest from where it stopped
+            return False
+        return True
+
+    def reap_previous(self, buffer: int, result: int) -> None:
+        """A completion of the previous entry's: booked on it; its buffer is this entry's once the piece is
+        done, and once its last command is, the previous entry may become durable (``settled``)."""
+        previous = self.previous
+        if previous is None:
+            raise OSError(errno.EIO, f"io_uring completion for buffer {buffer}, which no command holds")
+        if previous.book(buffer, previous.in_flight.pop(buffer), result):
+            self.free.append(buffer)
+        if not previous.in_flight:
+            self.previous = None
+            previous.settled.set()
+
+    def see_through(self) -> None:
+        """Reap this entry's last commands (a pipelined tail: nothing else is on the ring), then say so."""
+        try:
+            while self.in_flight:
+                self.ring.enter(wait_for=1)
+                for buffer, result in self.ring.completions():
+                    self.book(buffer, self.in_flight.pop(buffer), result)
+        except BaseException as error:
+            self.error = self.error or error
+            raise
+        finally:
+            self.settled.set()
 
     def settle(self, command: Command, result: int) -> None:
         """A completion that moved nothing: an error, a write that wrote nothing, or a read at the file's end."""

@@ -28,31 +28,29 @@ ENGINES = ["psync", pytest.param("io_uring", marks=pytest.mark.skipif(
 
 
 class FsyncGate:
-    """Replaces ``os.fsync``: the first call waits until ``release``; each call's start and end are kept.
-    With ``fail`` the held fsync raises EIO instead of syncing."""
+    """Replaces ``os.fsync``: the fsync of the file at ``hold`` waits until ``release`` (with ``fail`` it then
+    raises EIO instead of syncing); every call's start and end are kept by the path of its file."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, fail: bool = False) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, hold: str | None, fail: bool = False) -> None:
         self.real = os.fsync
-        self.fail = fail
-        self.held = threading.Event()  # the first fsync has begun and waits
+        self.hold, self.fail = hold, fail
+        self.held = threading.Event()  # the held fsync has begun and waits
         self.opened = threading.Event()
-        self.calls: list[tuple[float, float]] = []
-        self.lock = threading.Lock()
+        self.calls: dict[str, tuple[float, float]] = {}
         monkeypatch.setattr(os, "fsync", self)
 
     def __call__(self, fd: int) -> None:
         start = time.perf_counter()
-        with self.lock:
-            first = not self.calls and not self.held.is_set()
-            if first:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        try:
+            if path == self.hold:
                 self.held.set()
-        if first:
-            assert self.opened.wait(10), "the test never released the held fsync"
-            if self.fail:
-                self.calls.append((start, time.perf_counter()))
-                raise OSError(errno.EIO, "injected fsync failure")
-        self.real(fd)
-        self.calls.append((start, time.perf_counter()))
+                assert self.opened.wait(10), "the test never released the held fsync"
+                if self.fail:
+                    raise OSError(errno.EIO, "injected fsync failure")
+            self.real(fd)
+        finally:
+            self.calls[path] = (start, time.perf_counter())
 
     def release(self) -> None:
         self.opened.set()
@@ -79,19 +77,16 @@ def test_next_entry_is_in_flight_while_the_previous_fsync_runs(make_backend: Any
                                                                monkeypatch: pytest.MonkeyPatch,
                                                                engine: str, direct: bool) -> None:
     backend = make_backend(engine=engine, direct=direct, queue_depth=4, io_log=recording_log)
-    gate = FsyncGate(monkeypatch)
+    gate = FsyncGate(monkeypatch, hold=backend.path_of("a"))
     first = backend.write_pipelined("a", pool.payload("a", SIZE))
-    assert gate.held.wait(30)  # a's data is written and its fsync has begun, on a completion thread
-    second = backend.write_pipelined("b", pool.payload("b", SIZE))  # returns while a's fsync is held
+    second = backend.write_pipelined("b", pool.payload("b", SIZE))  # a's last commands end meanwhile
+    assert gate.held.wait(10)  # a's fsync has begun, on a completion thread, and is held
+    b_timing = second.result()  # b is written whole and durable while a's fsync is still held
     assert not first.done()  # a is not durable: its fsync has not returned
-    # b's last commands may still run on pool threads after the call: they finish while a's fsync is held
-    assert eventually(lambda: len(commands_of(recording_log, "b")) == 5)
-    assert not first.done()
-    b_commands = commands_of(recording_log, "b")
     gate.release()
-    a_timing, b_timing = first.result(), second.result()
-    a_fsync_start, a_fsync_end = gate.calls[0]
-    assert max(end for _, end in b_commands) < a_fsync_end  # b's commands all ran inside a's fsync
+    a_timing = first.result()
+    a_fsync_start, a_fsync_end = gate.calls[backend.path_of("a")]
+    assert max(end for _, end in commands_of(recording_log, "b")) < a_fsync_end  # b ran inside a's fsync
     a_commands = commands_of(recording_log, "a")
     assert max(end for _, end in a_commands) <= a_fsync_start  # the fsync came after a's last write
     # a's latency runs from its first command to its durable end, the held fsync included
@@ -105,9 +100,10 @@ def test_next_entry_is_in_flight_while_the_previous_fsync_runs(make_backend: Any
 def test_a_read_waits_for_the_entry_s_fsync(make_backend: Any, pool: NoisePool, recording_log: Any,
                                             monkeypatch: pytest.MonkeyPatch, engine: str) -> None:
     backend = make_backend(engine=engine, queue_depth=2, io_log=recording_log)
-    gate = FsyncGate(monkeypatch)
+    gate = FsyncGate(monkeypatch, hold=backend.path_of("a"))
     pending = backend.write_pipelined("a", pool.payload("a", SIZE))
-    assert gate.held.wait(30)
+    pending.settle()  # the writing thread sees a's last commands through (io_uring: reaps its ring)
+    assert gate.held.wait(10)
     reader = threading.Thread(target=backend.read, args=("a", SIZE, DISCARD))
     reader.start()
     reader.join(0.3)
@@ -116,17 +112,17 @@ def test_a_read_waits_for_the_entry_s_fsync(make_backend: Any, pool: NoisePool, 
     gate.release()
     reader.join(30)
     pending.result()
-    assert min(start for start, _ in commands_of(recording_log, "a", "read")) >= gate.calls[0][1]
+    assert min(start for start, _ in commands_of(recording_log, "a", "read")) >= gate.calls[backend.path_of("a")][1]
 
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_failed_fsync_is_reported_on_its_entry_alone(make_backend: Any, pool: NoisePool,
                                                        monkeypatch: pytest.MonkeyPatch, engine: str) -> None:
     backend = make_backend(engine=engine, queue_depth=4)
-    gate = FsyncGate(monkeypatch, fail=True)
+    gate = FsyncGate(monkeypatch, hold=backend.path_of("a"), fail=True)
     first = backend.write_pipelined("a", pool.payload("a", SIZE))
-    assert gate.held.wait(30)
     second = backend.write_pipelined("b", pool.payload("b", SIZE))
+    assert gate.held.wait(10)
     gate.release()
     with pytest.raises(OSError, match="injected fsync failure"):
         first.result()
@@ -170,9 +166,10 @@ def test_a_cancelled_pipelined_entry_raises_on_that_entry(tmp_path: Any, pool: N
 def test_a_rewrite_of_a_pending_key_waits_for_it(make_backend: Any, pool: NoisePool,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     backend = make_backend()
-    gate = FsyncGate(monkeypatch)
+    gate = FsyncGate(monkeypatch, hold=backend.path_of("a"))
     first = backend.write_pipelined("a", pool.payload("old", SIZE))
-    assert gate.held.wait(30)
+    first.settle()
+    assert gate.held.wait(10)
     rewriter = threading.Thread(target=lambda: backend.write_pipelined("a", pool.payload("a", TS)).result())
     rewriter.start()
     rewriter.join(0.3)
@@ -202,8 +199,7 @@ def test_next_entry_starts_while_a_command_of_the_previous_entry_runs(make_backe
         return real_pwrite(fd, data, offset)
 
     monkeypatch.setattr(os, "pwrite", gated_pwrite)
-    gate = FsyncGate(monkeypatch)
-    gate.release()  # fsyncs run freely; their times are kept
+    gate = FsyncGate(monkeypatch, hold=None)  # fsyncs run freely; their times are kept
     first = backend.write_pipelined("a", pool.payload("a", SIZE))
     assert held.wait(10)
     second = backend.write_pipelined("b", pool.payload("b", SIZE))  # a's last pwrite still held
@@ -212,4 +208,32 @@ def test_next_entry_starts_while_a_command_of_the_previous_entry_runs(make_backe
     first.result(), second.result()
     a_last_end = max(end for _, end in commands_of(recording_log, "a"))
     assert min(start for start, _ in commands_of(recording_log, "b")) < a_last_end
-    assert gate.calls[0][0] >= a_last_end  # a's fsync began after its last command had ended
+    assert gate.calls[backend.path_of("a")][0] >= a_last_end  # a's fsync began after its last command ended
+
+
+def most_in_flight(intervals: list[tuple[float, float]]) -> int:
+    """The most intervals open at once (an end and a start at one instant: the end first)."""
+    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    most = level = 0
+    for _, step in events:
+        level += step
+        most = max(most, level)
+    return most
+
+
+@pytest.mark.parametrize("direct", [False, True])
+@pytest.mark.skipif(unavailable_reason() is not None, reason=f"io_uring unavailable here: {unavailable_reason()}")
+def test_io_uring_leaves_an_entry_s_last_commands_on_the_ring_within_the_depth(make_backend: Any, pool: NoisePool,
+                                                                               recording_log: Any,
+                                                                               direct: bool) -> None:
+    """io_uring: ``write_pipelined`` returns once the last piece is submitted; the next entry's loop reaps
+    the previous entry's last commands (a command is logged when it is reaped), the two entries together
+    never beyond ``queue_depth``."""
+    backend = make_backend(engine="io_uring", direct=direct, queue_depth=4, io_log=recording_log)
+    first = backend.write_pipelined("a", pool.payload("a", SIZE))
+    assert len(commands_of(recording_log, "a")) < 5  # its last commands are still on the ring
+    second = backend.write_pipelined("b", pool.payload("b", SIZE))
+    assert len(commands_of(recording_log, "a")) == 5  # b's loop reaped them
+    assert first.result().commands == 5
+    assert second.result().commands == 5
+    assert most_in_flight(commands_of(recording_log, "a") + commands_of(recording_log, "b")) <= 4
