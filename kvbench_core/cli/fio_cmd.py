@@ -6,10 +6,10 @@ import argparse
 import sys
 
 from kvbench_core.cli.renamed import renamed_values
+from kvbench_core.cli.result_files import read_documents
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.contracts.units import parse_duration, parse_size
 from kvbench_core.reports.fio import distill
-from kvbench_core.results.result import read_result
 
 #: ``--source`` as spelled on the command line -> the distiller's name for it.  The distiller's "trace" is
 #: the result's block trace; the command line says "block-trace" because "trace" alone also names
@@ -40,7 +40,8 @@ def handle(args: argparse.Namespace) -> int:
         raise SpecError(f"kvbench fio: {error}") from None
     if size == 0:
         raise SpecError("kvbench fio: --size must be more than 0 bytes (the span fio spreads its I/O over)")
-    job = distill(read_result(args.result), source=DISTILLER_SOURCE[args.source], size=size, directory=args.directory,
+    (document,) = read_documents([args.result], ("run", "spec"))
+    job = distill(document, source=DISTILLER_SOURCE[args.source], size=size, directory=args.directory,
                   runtime_s=None if runtime is None else max(1, round(runtime)))
     sys.stdout.write(job)
     return 0
