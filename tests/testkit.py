@@ -81,3 +81,15 @@ def registered(plugin: object, name: str) -> Iterator[object]:
     finally:
         manager.unregister(name=name)
         registry.cache_clear()
+
+
+class CommandLog:
+    """A ``BackendContext.io_log`` for tests: every per-command record a tier writes, in order, as
+    ``(key, op, offset, nbytes)`` (the times only checked to be in order)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, int, int]] = []
+
+    def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float) -> None:
+        assert end_s >= start_s
+        self.seen.append((key, op, offset, nbytes))

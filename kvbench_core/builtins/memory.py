@@ -37,8 +37,8 @@ class CPUMemoryBackend(PieceBackend):
     write's memcpy, no second copy through a piece buffer) and the commands are booked as host time
     (``piece_time``: no device to wait for).  The kit's read hands one reused piece buffer to the sink; a
     restore here copies into the next slot of a ring larger than the last-level cache instead, so ``read``
-    is the tier's own, and ``read_range`` cuts at block boundaries; both through the kit's ``load_piece``
-    command and its log record."""
+    is the tier's own, through the kit's ``load_piece`` command and its log record; the kit's ``read_range``
+    cuts at piece (block) boundaries, a command per block touched."""
 
     name = "cpu"
     volatile = True
@@ -98,7 +98,7 @@ class CPUMemoryBackend(PieceBackend):
         self._arena.give(handle[1])  # the half-filled blocks go back to the arena, never published
 
     def load_piece(self, key: str, offset: int, out: memoryview) -> None:
-        index, within = divmod(offset, BLOCK)  # no piece spans two blocks (read, read_range)
+        index, within = divmod(offset, BLOCK)  # no piece spans two blocks: the kit cuts at piece boundaries
         np.copyto(np.frombuffer(out, dtype=np.uint8), self._entry(key)[index][within:within + len(out)])
 
     def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
@@ -116,16 +116,6 @@ class CPUMemoryBackend(PieceBackend):
                 ring.give(destination)
             commands += 1
         return self._timing(start, 0.0, size, commands)
-
-    def read_range(self, key: str, offset: int, out: memoryview) -> None:
-        """Cut at block boundaries (the kit's cuts from ``offset`` would span two blocks): a demotion's copy
-        is a read command per block touched, like any other."""
-        done = 0
-        while done < len(out):
-            n = min(BLOCK - (offset + done) % BLOCK, len(out) - done)
-            piece = out[done:done + n]
-            self._command(key, "read", offset + done, piece, self.load_piece, key, offset + done, piece)
-            done += n
 
     def delete(self, key: str) -> None:
         with self._lock:

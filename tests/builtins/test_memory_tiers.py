@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import yaml
 from conftest import HAS_TORCH, small_spec
+from testkit import CommandLog
 
 from kvbench_core.builtins import dram_buffers
 from kvbench_core.builtins.dram_buffers import last_level_cache_bytes
@@ -121,17 +122,6 @@ def test_a_gpu_read_restores_on_the_device_and_stages_to_the_host_only_for_a_sin
     assert sink.data == expected_bytes(pool, "k", 1000) and backend._restore_buffer() is restore
 
 
-class Records:
-    """A context's ``io_log``: the per-command records a tier writes."""
-
-    def __init__(self) -> None:
-        self.rows: list[tuple[str, str, int, int]] = []
-
-    def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float) -> None:
-        assert end_s >= start_s
-        self.rows.append((key, op, offset, nbytes))
-
-
 class FailingSource:
     """A source whose second piece raises: the write must publish nothing and give its blocks back."""
 
@@ -147,7 +137,7 @@ def test_the_dram_tier_on_the_kit_keeps_its_commands_its_records_and_its_host_on
     """On PieceBackend (issue #30 §2) the cpu tier still moves one 4 MiB block per command, logs one record per
     block (write, read, a demotion's read_range cut at block boundaries), books everything as host time
     with device 0 (docs/tiers/memory.md, L4), and a failed write leaves no entry and no lost blocks."""
-    log = Records()
+    log = CommandLog()
     backend = CPUMemoryBackend({}, BackendContext(tier_name="dram", run_id="t", io_log=log))
     backend.open()
     backend.reserve(3 * BLOCK)
@@ -158,7 +148,7 @@ def test_the_dram_tier_on_the_kit_keeps_its_commands_its_records_and_its_host_on
     out = bytearray(BLOCK)
     backend.read_range("k", BLOCK - 10, memoryview(out))
     assert bytes(out) == bytes(expected_bytes(pool, "k", size)[BLOCK - 10:2 * BLOCK - 10])
-    assert log.rows == [("k", "write", 0, BLOCK), ("k", "write", BLOCK, BLOCK), ("k", "write", 2 * BLOCK, 5),
+    assert log.seen == [("k", "write", 0, BLOCK), ("k", "write", BLOCK, BLOCK), ("k", "write", 2 * BLOCK, 5),
                         ("k", "read", 0, BLOCK), ("k", "read", BLOCK, BLOCK), ("k", "read", 2 * BLOCK, 5),
                         ("k", "read", BLOCK - 10, 10), ("k", "read", BLOCK, BLOCK - 10)]
     for timing in (wrote, read):

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytest
+from testkit import CommandLog
 
 from kvbench_core.contracts.backend import BackendContext
 from kvbench_core.contracts.errors import Cancelled
@@ -106,17 +107,6 @@ class FailingSource(CountingSource):
         super().fill(offset, out)
 
 
-class Commands:
-    """A context's ``io_log``: what the kit reports per device command."""
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, str, int, int]] = []
-
-    def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float) -> None:
-        assert end_s >= start_s
-        self.seen.append((key, op, offset, nbytes))
-
-
 def test_a_write_that_does_not_end_is_aborted_and_leaves_nothing() -> None:
     backend = SlowDevice({}, BackendContext(tier_name="t", run_id="r"))
     with pytest.raises(Cancelled):
@@ -128,7 +118,7 @@ def test_a_write_that_does_not_end_is_aborted_and_leaves_nothing() -> None:
 
 def test_every_piece_command_is_logged_once_with_its_offset() -> None:
     """The per-command record is the run's per-command latency and cancellation point (docs/backend-contract.md)."""
-    log = Commands()
+    log = CommandLog()
     backend = SlowDevice({}, BackendContext(tier_name="t", run_id="r", io_log=log))
     backend.write("k", CountingSource(10_000))
     backend.read("k", 10_000, Collect(10_000))
@@ -224,7 +214,7 @@ class Pieces:
 
 
 def test_commands_in_flight_are_finished_in_order_logged_once_and_their_host_work_is_not_device_time() -> None:
-    log = Commands()
+    log = CommandLog()
     backend = Pipelined({}, BackendContext(tier_name="t", run_id="r", io_log=log))
     source = Pieces(25_000)  # pieces of 10240, 10240, 4520
     wrote = backend.write("k", source)
@@ -265,7 +255,7 @@ def test_a_failed_write_or_read_with_commands_in_flight_is_aborted() -> None:
 
 
 def test_an_empty_entry_is_one_empty_command() -> None:
-    log = Commands()
+    log = CommandLog()
     backend = SlowDevice({}, BackendContext(tier_name="t", run_id="r", io_log=log))
     wrote = backend.write("e", CountingSource(0))
     backend.read("e", 0, Collect(0))

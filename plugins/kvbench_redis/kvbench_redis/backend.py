@@ -7,10 +7,12 @@ connection and unlinked with one multi-key command.  A part is at most the
 server's ``proto-max-bulk-len`` (or the smaller ``part_size`` option).  The
 entries of a shared namespace are reference-counted across client processes.
 
-This module ties the parts together: ``options`` (the spec's schema),
-``endpoint`` (where to connect), ``server`` (connecting, server facts, pooled
-connections, cleanup scans), ``parts`` (the pipelined data path and its L4
-split), ``namespace`` and ``shared`` (the reference-counted shared entries).
+The tier is written on the backend kit (``PieceBackend``): a part is a piece, one SET or GET, and the kit
+runs the piece loop, the host/device split, the per-command log and the abort of a write cut short; this
+module says what the commands are.  It ties the parts together: ``options`` (the spec's schema),
+``endpoint`` (where to connect), ``server`` (connecting, server facts, connection pools, cleanup scans),
+``parts`` (an operation's connection and part names, the replies' checks), ``namespace`` and ``shared``
+(the reference-counted shared entries).
 
 A server that stops answering never holds the run past its limits: commands end at ``socket_timeout``, no
 entry delete is sent while the server does not answer, and the close's cleanup of the run's private keys
@@ -21,20 +23,23 @@ recorded (``kvbench_core.contracts.leftovers``), for the next tier opened on the
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from kvbench_core.contracts.backend import BackendContext, ByteSink, ByteSource, ClientBackend, IOTiming
 from kvbench_core.contracts.leftovers import ServerCleanup, Unanswered
+from kvbench_core.contracts.pieces import PieceBackend
 from kvbench_core.contracts.units import parse_duration, parse_size
 from kvbench_core.contracts.validation import with_defaults
 from kvbench_redis import server
 from kvbench_redis.endpoint import Endpoint
 from kvbench_redis.namespace import SharedNamespace
 from kvbench_redis.options import OPTIONS_SCHEMA
-from kvbench_redis.parts import PIECE, PartPipeline
+from kvbench_redis.parts import PIECE, READ_AHEAD, Operation, check, part_count
 from kvbench_redis.server import DEFAULT_PROTO_MAX_BULK_LEN
 
 __all__ = ["DEFAULT_PROTO_MAX_BULK_LEN", "PIECE", "RedisBackend"]
@@ -43,10 +48,12 @@ __all__ = ["DEFAULT_PROTO_MAX_BULK_LEN", "PIECE", "RedisBackend"]
 PROBE_PARTS = 16
 
 
-class RedisBackend(ClientBackend):
+class RedisBackend(PieceBackend, ClientBackend):
     """A tier on a Redis or Valkey server or cluster; entries are pipelined string parts."""
 
     name = "redis"
+    #: Every SET of an entry goes out before the first reply is read (replies are a few bytes each).
+    writes_in_flight = sys.maxsize
     requires: ClassVar[dict[str, str]] = {"redis": "pip install kvbench-redis"}
     options_schema: ClassVar[dict[str, Any]] = OPTIONS_SCHEMA
 
@@ -74,7 +81,8 @@ class RedisBackend(ClientBackend):
         self.ttl = parse_duration(self.options["ttl"])
         ttl_ms = max(1, round(self.ttl * 1000)) if self.ttl > 0 else 0
         self._expiry: tuple[Any, ...] = ("PX", ttl_ms) if ttl_ms else ()
-        self.part_size = self._requested_part_size or DEFAULT_PROTO_MAX_BULK_LEN  # final value from the server
+        # the final values from the server (open); transfer_size stays the kit's default until then
+        self.part_size = self.piece_size = self._requested_part_size or DEFAULT_PROTO_MAX_BULK_LEN
         self.server = "unknown"
         self.nodes = 0
         # Part counts of the private entries this process wrote: deletes know what to unlink and
@@ -83,7 +91,6 @@ class RedisBackend(ClientBackend):
         self._lock = threading.Lock()
         self._shared = (SharedNamespace(self.shared_prefix, self.shared_keys, ttl_ms, context.tier_name)
                         if self.shared_prefix else None)
-        self._pipeline = PartPipeline(self.part_size, self._expiry, context)
         self._client: Any = None
         self._redirects: tuple[type[BaseException], ...] = ()
         self.cleanup_timeout_s = parse_duration(self.options["cleanup_timeout"])
@@ -107,29 +114,35 @@ class RedisBackend(ClientBackend):
         except BaseException:
             self._disconnect()
             raise
-        self.part_size = min(self._requested_part_size or limit, limit)
-        self.transfer_size = min(self.part_size, PIECE)
-        self._pipeline.part_size = self.part_size
+        self._set_part_size(min(self._requested_part_size or limit, limit))
+
+    def _set_part_size(self, part_size: int) -> None:
+        """A part is one piece command; it is filled and consumed ``PIECE`` bytes at a time, and a read
+        requests ``READ_AHEAD`` bytes of parts ahead."""
+        self.part_size = self.piece_size = part_size
+        self.transfer_size = min(part_size, PIECE)
+        self.reads_in_flight = max(2, READ_AHEAD // part_size)
 
     def _disconnect(self) -> None:
         if self._client is not None:
             self._client.close()
             self._client = None
 
-    # -- data path -----------------------------------------------------------------------------
+    # -- data path: the entry calls, rerouted on a moved slot, the kit's loop inside ---------------
 
     def write(self, key: str, source: ByteSource) -> IOTiming:
-        with self._unanswered.watching():
-            return server.rerouted(self._client, self._redirects, self._write, key, source)
+        return self._guarded(self._write, key, source)
 
     def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
-        with self._unanswered.watching():
-            return server.rerouted(self._client, self._redirects, self._read, key, size, sink)
+        return self._guarded(super().read, key, size, sink)
 
     def read_range(self, key: str, offset: int, out: memoryview) -> None:
-        if len(out):
-            with self._unanswered.watching():
-                server.rerouted(self._client, self._redirects, self._read_range, key, offset, out)
+        self._guarded(super().read_range, key, offset, out)
+
+    def _guarded(self, operation: Callable[..., Any], *args: Any) -> Any:
+        """Run an operation watched for a server that stopped answering, again when a cluster slot moved."""
+        with self._unanswered.watching():
+            return server.rerouted(self._client, self._redirects, operation, *args)
 
     def delete(self, key: str) -> None:
         """Unlink the entry's parts; while the server does not answer, not sent (its part count stays known,
@@ -158,53 +171,103 @@ class RedisBackend(ClientBackend):
         return self._shared.claim(key) if self._is_shared(key) else None
 
     def _write(self, key: str, source: ByteSource) -> IOTiming:
-        if self._is_shared(key):
-            return self._write_shared(key, source)
+        """A shared entry that another client committed already is held and not sent again (a store without
+        a transfer, ``IOTiming.deduplicated``); any other write is the kit's, into ``begin_write``'s parts.
+        The check's script is a round trip to the server: device time of the write either way."""
+        if not self._is_shared(key):
+            return super().write(key, source)
         start = time.perf_counter()
-        count = self._pipeline.count(source.size)
+        held = self._shared.hold_if_complete(key, source.size)
+        checked = time.perf_counter() - start
+        if held:
+            return IOTiming.deduplicated(checked, checked, source.size)
+        timing = super().write(key, source)
+        timing.total += checked
+        timing.device += checked
+        return timing
+
+    # -- the kit's commands --------------------------------------------------------------------
+
+    def begin_write(self, key: str, size: int) -> Operation:
+        """A private entry's parts go under its own names, and the UNLINK of an older entry's extra parts
+        follows them.  A shared entry's parts go under this writer's temp keys and one script (the commit)
+        renames them into place, or drops them when another client committed the same entry meanwhile (then
+        this one holds that): two clients storing one entry at once never interleave parts, and every byte
+        booked was sent."""
+        count = part_count(size, self.part_size)
+        if self._is_shared(key):
+            names, commit = self._shared.start_store(key, size, count)
+            return self._operation(key, size, names.__getitem__, commit)
         with self._lock:
             previous = self._parts.get(key, 0)
             self._parts[key] = max(previous, count)  # a write that fails half way is still cleaned up
         prefix = self._part_prefix(key)
         stale = [f"{prefix}{i}" for i in range(count, previous)]
-        tail = ("UNLINK", *stale) if stale else None
-        with server.pooled_connection(self._client, self.cluster, key) as connection:
-            host, device, _ = self._pipeline.send(connection, key, source,
-                                                  [f"{prefix}{i}" for i in range(count)], tail)
+        return self._operation(key, size, lambda index: f"{prefix}{index}", ("UNLINK", *stale) if stale else None)
+
+    def store_piece(self, handle: Operation, offset: int, data: memoryview) -> float:
+        """Send one part's SET (its reply is read by ``finish_piece``); packing it is host time."""
+        begin = time.perf_counter()
+        command = handle.connection.pack_command("SET", handle.name(offset // self.part_size), data, *self._expiry)
+        packed = time.perf_counter() - begin
+        handle.connection.send_packed_command(command)
+        return packed
+
+    def finish_piece(self, handle: Operation, offset: int, size: int) -> memoryview | None:
+        """The oldest reply in flight: a SET's (an error raises), or a GET's part, checked."""
+        data = handle.connection.read_response()
+        if handle.writing:
+            return None
+        self._check(data, size, offset, handle.key)
+        return memoryview(data)
+
+    def end_write(self, handle: Operation) -> int:
+        """Send the command that follows the parts and read its reply; the stale parts' UNLINK is a data
+        command, a shared store's commit a control round trip (in device time, not a command)."""
+        committed = None
+        if handle.tail is not None:
+            handle.connection.send_command(*handle.tail)
+            committed = handle.connection.read_response()
+        handle.release()
+        assert handle.size is not None
+        if self._is_shared(handle.key):
+            self._shared.finish_store(handle.key, handle.size, committed)
+            return 0
         with self._lock:
-            self._parts[key] = count
-        return IOTiming(time.perf_counter() - start, host, device, source.size, count + bool(stale))
+            self._parts[handle.key] = part_count(handle.size, self.part_size)
+        return 1 if handle.tail else 0
 
-    def _write_shared(self, key: str, source: ByteSource) -> IOTiming:
-        """Store a shared entry.  One that another client committed already is held and not sent again (a
-        store without a transfer, ``IOTiming.deduplicated``).  Otherwise its parts go under this writer's temp
-        keys and one script renames them into place, or drops them when another client committed the same
-        entry meanwhile (then this one holds that).  Two clients storing one entry at once never interleave
-        parts, and every byte booked was sent."""
-        start = time.perf_counter()
-        size = source.size
-        if self._shared.hold_if_complete(key, size):
-            elapsed = time.perf_counter() - start  # the script's round trip: waiting on the server
-            return IOTiming.deduplicated(elapsed, elapsed, size)
-        count = self._pipeline.count(size)
-        names, commit = self._shared.start_store(key, size, count)
-        with server.pooled_connection(self._client, self.cluster, key) as connection:
-            host, device, committed = self._pipeline.send(connection, key, source, names, commit)
-        self._shared.finish_store(key, size, committed)
-        # The commit is a control round trip (in device time), not a data command: commands are the SETs.
-        return IOTiming(time.perf_counter() - start, host, device, size, count)
+    def abort_write(self, handle: Operation) -> None:
+        handle.release(broken=True)
 
-    def _read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
-        start = time.perf_counter()
-        prefix = self._part_prefix(key, size)
-        with server.pooled_connection(self._client, self.cluster, key) as connection:
-            host, device = self._pipeline.receive(connection, key, size, lambda index: f"{prefix}{index}", sink)
-        return IOTiming(time.perf_counter() - start, host, device, size, self._pipeline.count(size))
+    def begin_read(self, key: str, size: int | None) -> Operation:
+        prefix = self._part_prefix(key, size)  # once: a shared entry's held size is read under its lock
+        return self._operation(key, size, lambda index: f"{prefix}{index}", None, writing=False)
 
-    def _read_range(self, key: str, offset: int, out: memoryview) -> None:
-        prefix = self._part_prefix(key)  # once: a shared entry's held size is read under its lock
-        with server.pooled_connection(self._client, self.cluster, key) as connection:
-            self._pipeline.receive_range(connection, key, offset, out, lambda index: f"{prefix}{index}")
+    def request_piece(self, handle: Operation, offset: int, size: int) -> None:
+        handle.connection.send_command("GET", handle.name(offset // self.part_size))
+
+    def load_piece(self, handle: Operation, offset: int, out: memoryview) -> memoryview:
+        """A range read's command: one GETRANGE within one part (the kit cuts ranges at part boundaries)."""
+        index, within = divmod(offset, self.part_size)
+        handle.connection.send_command("GETRANGE", handle.name(index), within, within + len(out) - 1)
+        data = handle.connection.read_response()
+        self._check(data, len(out), offset, handle.key)
+        return memoryview(data)
+
+    def end_read(self, handle: Operation) -> None:
+        handle.release()
+
+    def abort_read(self, handle: Operation) -> None:
+        handle.release(broken=True)
+
+    def _operation(self, key: str, size: int | None, name: Callable[[int], str], tail: tuple[Any, ...] | None,
+                   writing: bool = True) -> Operation:
+        pool = server.entry_pool(self._client, self.cluster, key)
+        return Operation(key, size, pool, pool.get_connection(), name, tail, writing)
+
+    def _check(self, data: bytes | None, expected: int, offset: int, key: str) -> None:
+        check(data, expected, offset // self.part_size, key, self.context.tier_name, self._expiry)
 
     def _is_shared(self, key: str) -> bool:
         return self._shared is not None and self._shared.covers(key)

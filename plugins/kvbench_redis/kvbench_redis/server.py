@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from itertools import islice
 from typing import Any
 
@@ -119,22 +118,13 @@ def rerouted(client: Any, redirects: tuple[type[BaseException], ...], operation:
         return operation(*args)
 
 
-@contextmanager
-def pooled_connection(client: Any, cluster: bool, key: str) -> Iterator[Any]:
-    """A pooled connection to the node holding the entry; dropped instead of reused if interrupted."""
+def entry_pool(client: Any, cluster: bool, key: str) -> Any:
+    """The connection pool of the node holding the entry ``key``: an operation takes one connection from it
+    for all its commands and gives it back (``kvbench_redis.parts.Operation.release``)."""
     if cluster:
         # Every name of an entry carries the hash tag {key}, which alone decides the slot.
-        pool = client.get_node_from_key(f"{{{key}}}").redis_connection.connection_pool
-    else:
-        pool = client.connection_pool
-    connection = pool.get_connection()
-    try:
-        yield connection
-    except BaseException:
-        connection.disconnect()  # replies may still be in flight: never give this socket to the next user
-        raise
-    finally:
-        pool.release(connection)
+        return client.get_node_from_key(f"{{{key}}}").redis_connection.connection_pool
+    return client.connection_pool
 
 
 def primaries(client: Any, cluster: bool) -> list[Any]:

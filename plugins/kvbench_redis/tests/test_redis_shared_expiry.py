@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from kvbench_redis.parts import part_count
 from redis_servers import RedisServer
 
 from kvbench_core.contracts.payload import NoisePool, VerifySink
@@ -44,7 +45,7 @@ def entry_keys(backend: Any, key: str = KEY, size: int = SIZE) -> list[str]:
     """The server names of a committed entry: its parts, its marker, its holders."""
     names = backend._shared.names(key, size)
     entry = f"{names.base}:s{size}"
-    return [*(f"{names.part_prefix}{i}" for i in range(backend._pipeline.count(size))),
+    return [*(f"{names.part_prefix}{i}" for i in range(part_count(size, backend.part_size))),
             f"{entry}:parts", f"{entry}:holders"]
 
 
