@@ -24,7 +24,7 @@ from testkit import registered
 from kvbench_core.builtins.memory import CPUMemoryBackend
 from kvbench_core.contracts.backend import ByteSource, IOTiming
 from kvbench_core.contracts.plugins import hookimpl
-from kvbench_core.engine.run import runner as runner_module
+from kvbench_core.engine.run import loop as loop_module
 from kvbench_core.engine.run.runner import Runner
 from kvbench_core.results.result import build_result
 from kvbench_core.runspec.loader import resolve, validate
@@ -67,7 +67,7 @@ class _Plugin:
 def stuck_tier(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     StuckWrite.release = threading.Event()
     StuckWrite.went_on = []
-    monkeypatch.setattr(runner_module, "CANCEL_GRACE_S", 0.2)  # the give-up; the write outlasts it anyway
+    monkeypatch.setattr(loop_module, "CANCEL_GRACE_S", 0.2)  # the give-up; the write outlasts it anyway
     with registered(_Plugin(), "test-abandoned-workers"):
         yield
 

@@ -35,7 +35,7 @@ from kvbench_core.contracts.autoscaler import Autoscaler, Decision, TelemetrySam
 from kvbench_core.contracts.backend import ByteSource, IOTiming
 from kvbench_core.contracts.errors import Cancelled
 from kvbench_core.contracts.plugins import hookimpl
-from kvbench_core.engine.run import runner as runner_module
+from kvbench_core.engine.run import loop as loop_module
 from kvbench_core.engine.run.runner import Runner
 from kvbench_core.results.result import build_result
 from kvbench_core.runspec.loader import resolve, validate
@@ -180,7 +180,7 @@ def test_a_worker_that_outlasts_the_cancel_grace_is_still_over_when_the_run_retu
     ``workers_abandoned``; the cleanup after it waits for each entry's lock, so an abandoned worker still
     ends before ``run`` returns.  If that changed, the result would be written with the run's bytes still
     moving, and the process would wait for the worker after its result."""
-    monkeypatch.setattr(runner_module, "CANCEL_GRACE_S", ROLLBACK_S / 5)  # 5 s; the test need not wait it
+    monkeypatch.setattr(loop_module, "CANCEL_GRACE_S", ROLLBACK_S / 5)  # 5 s; the test need not wait it
     state, left = run_in_process(converging_spec(tmp_path, "slowrollback"), tmp_path)
     assert state.drain["cancelled_in_flight"] is True
     assert state.drain["workers_abandoned"] is True  # the case this test is about did happen

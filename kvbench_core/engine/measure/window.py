@@ -33,22 +33,26 @@ def default_drain_timeout(duration_s: float | None) -> float:
 
 @dataclass
 class MeasurementWindow:
-    """When the window opens and closes, and whether a stop condition of the spec has been reached."""
+    """When the window opens and closes, and whether a stop condition of the spec has been reached.  Built
+    with the run's other parts before any work (engine/run/parts.py); its clock starts with ``start``."""
 
-    started_at: float
     warmup_s: float = 0.0
     duration_s: float | None = None
     request_limit: int | None = None
     drain_timeout_s: float = DRAIN_MAX_S
     opened_at: float | None = None
     closed_at: float | None = None
+    started_at: float | None = None  # the scheduler issued its first request: warm-up began
+
+    def start(self, now: float) -> None:
+        self.started_at = now
 
     @property
     def is_open(self) -> bool:
         return self.opened_at is not None and self.closed_at is None
 
     def due_to_open(self, now: float) -> bool:
-        return self.opened_at is None and now >= self.started_at + self.warmup_s
+        return self.opened_at is None and self.started_at is not None and now >= self.started_at + self.warmup_s
 
     def open(self, now: float) -> None:
         self.opened_at = now

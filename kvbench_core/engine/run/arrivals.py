@@ -14,6 +14,7 @@ bounded by what is in flight and start-up does not depend on the user count:
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -134,6 +135,10 @@ class ClosedLoopArrivals:
     limit: int
     stats: ArrivalStats = field(default_factory=ArrivalStats)
 
+    def start(self, now: float) -> None:
+        """Issuing begins: every user is ready from the first pass."""
+        return None
+
     def issue(self, now: float, waiting: int, submit: Callable[[Request, float], None]) -> None:
         while waiting < self.limit:
             user = self.users.take()
@@ -168,8 +173,8 @@ class OpenLoopArrivals:
 
     source: WorkloadSource
     users: UserPool
-    started_at: float
     limit: int
+    started_at: float = math.inf  # set by ``start`` (nothing is due before the first request is issued)
     stats: ArrivalStats = field(default_factory=ArrivalStats)
     counting: Callable[[], bool] = lambda: True  # whether the measured window is open
     #: The arrival rate as a multiple of the source's (an autoscaler's ``arrival_scale``): the source's clock
@@ -182,6 +187,10 @@ class OpenLoopArrivals:
 
     def __post_init__(self) -> None:
         self.stats.open_loop = True
+
+    def start(self, now: float) -> None:
+        """Issuing begins: the source's clock starts at ``now`` (built before the run, ``started_at`` waits)."""
+        self.started_at = now
 
     def issue(self, now: float, waiting: int, submit: Callable[[Request, float], None]) -> None:
         for _ in range(MAX_ARRIVALS_PER_PASS):
@@ -233,3 +242,6 @@ class OpenLoopArrivals:
 
     def exhausted(self) -> bool:
         return self._done
+
+
+Arrivals = ClosedLoopArrivals | OpenLoopArrivals  # the run's arrival process, one of the two

@@ -1,8 +1,10 @@
 """What a run did (``RunState``, for the result builder) and what plugins may see of it (``RunView``).
 
-The runner fills ``RunState`` as it goes.  Lifecycle hooks get a ``RunView`` instead (``run_view``, the type
-in ``contracts.lifecycle``): a frozen snapshot of the run's id, spec, tiers, window and latency summaries, so
-a plugin can read the run but holds none of the runner's live objects.
+The runner fills ``RunState`` as it goes: its fields are declared here and only here (slots: no attribute
+is born during a run); what the loop works with is ``parts.RunParts``, built before it.  Lifecycle hooks get
+a ``RunView`` instead (``run_view``, the type in ``contracts.lifecycle``): a frozen snapshot of the run's id,
+spec, tiers, window and latency summaries, so a plugin can read the run but holds none of the runner's live
+objects.
 """
 
 from __future__ import annotations
@@ -47,18 +49,16 @@ class RunClock:
                 for name, earlier, later in zip(PHASES, marks[:-1], marks[1:], strict=True)}
 
 
-@dataclass
+@dataclass(slots=True)
 class RunState:
     """What the run did, for the result builder."""
 
     run_id: str
     plan: RunPlan
     client_index: int = 0
-    tiers: list[Tier] = field(default_factory=list)
-    model: Any = None
-    bytes_per_token: int = 0
-    source: WorkloadSource | None = None
-    telemetry: Telemetry | None = None
+    telemetry: Telemetry = field(init=False)  # from the start: a set-up that fails is still reported
+    tiers: list[Tier] = field(default_factory=list)  # as they opened (closed at the end, even after a failure)
+    source: WorkloadSource | None = None  # once built
     #: How the run's stop labelled it: ``failed`` (an error), ``interrupted`` (a signal), or ``ended`` once it ran
     #: to its end; the result builder then sets the run's status (completed, degraded, ...), which is decided
     #: from the result's own counts and checks (results/status.py).
@@ -86,9 +86,29 @@ class RunState:
     occupancy_at_end: dict[str, dict[str, Any]] = field(default_factory=dict)  # before cleanup empties it
     plugin_sections: dict[str, Any] = field(default_factory=dict)
     users_final: int = 0
-    worker_count: int = 0
     crash: BaseException | None = None  # an unexpected exception (a bug), re-raised after the result is saved
     clock: RunClock = field(default_factory=RunClock)
+
+    def __post_init__(self) -> None:
+        self.telemetry = Telemetry(list(self.plan.qos))
+
+    @property
+    def model(self) -> Any:
+        return self.plan.model
+
+    @property
+    def bytes_per_token(self) -> int:
+        """Every TP rank stores its own object, so the storage sees all ranks' bytes per token."""
+        return self.plan.model.bytes_per_token_all_ranks
+
+    @property
+    def users(self) -> int:
+        """The users this client drives at the start."""
+        return self.plan.users_for_client(self.client_index)
+
+    @property
+    def worker_count(self) -> int:
+        return self.plan.workers(self.users)
 
     @property
     def spec(self) -> Mapping[str, Any]:
@@ -120,9 +140,7 @@ def _directory(tier: Tier) -> str | None:
     return os.path.realpath(path) if isinstance(path, str) else None
 
 
-def _latency(telemetry: Telemetry | None) -> dict[str, dict[str, dict[str, dict[str, Any]]]]:
-    if telemetry is None:
-        return {}
+def _latency(telemetry: Telemetry) -> dict[str, dict[str, dict[str, dict[str, Any]]]]:
     return {tier: {op: {"total": stats.total.summary(), "host": stats.host.summary(),
                         "device": stats.device.summary()} for op, stats in ops.items()}
             for tier, ops in telemetry.tiers.items()}
