@@ -19,6 +19,7 @@ from kvbench_blktrace.parse import TraceOutputError
 from kvbench_blktrace.program import build_program
 from kvbench_core.contracts.units import parse_duration, parse_size
 from kvbench_core.reports.fio import distill
+from kvbench_core.results.document import ResultDocument
 
 
 def program(argv: list[str]) -> int:
@@ -57,7 +58,7 @@ def fio(argv: list[str]) -> int:
     except (ValueError, CaptureError, TraceOutputError) as error:
         print(f"kvbench_blktrace: {args.capture}: {error}", file=sys.stderr)
         return 2
-    sys.stdout.write(distill(result, source="trace", size=size))
+    sys.stdout.write(distill(ResultDocument.unchecked(result, args.capture), source="trace", size=size))
     return 0
 
 
