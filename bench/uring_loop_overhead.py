@@ -99,13 +99,13 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def one_round(engine: object, path: Path, size: int, queue_depth: int) -> tuple[float, float]:
+def one_round(engine: object, path: Path, size: int) -> tuple[float, float]:
     """CPU and wall seconds to write then read one entry through ``engine``."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         cpu, wall = cpu_seconds(), time.perf_counter()
-        engine.write(fd, "entry", UnfilledSource(size), size, Phase(queue_depth), None)  # type: ignore[attr-defined]
-        engine.read(fd, "entry", DISCARD, size, Phase(queue_depth), None)  # type: ignore[attr-defined]
+        engine.write(fd, "entry", UnfilledSource(size), size, Phase(), None)  # type: ignore[attr-defined]
+        engine.read(fd, "entry", DISCARD, size, Phase(), None)  # type: ignore[attr-defined]
         return cpu_seconds() - cpu, time.perf_counter() - wall
     finally:
         os.close(fd)
@@ -133,11 +133,11 @@ def main() -> None:
         samples: dict[str, list[tuple[float, float]]] = {label: [] for label in engines}
         try:
             for label, engine in engines.items():  # warm-up: rings made, file pages allocated
-                one_round(engine, Path(data) / label, size, args.queue_depth)
+                one_round(engine, Path(data) / label, size)
             for round_index in range(args.rounds):
                 order = list(engines) if round_index % 2 == 0 else list(reversed(engines))
                 for label in order:
-                    samples[label].append(one_round(engines[label], Path(data) / label, size, args.queue_depth))
+                    samples[label].append(one_round(engines[label], Path(data) / label, size))
         finally:
             for engine in engines.values():
                 engine.close()

@@ -51,19 +51,16 @@ class Phase:
 
     ``list.append`` is atomic under the GIL, so threads record without a lock.
     ``failed`` tells the other threads to stop after one of them raised.
-    ``in_flight`` admits at most ``queue_depth`` pread/pwrite commands at once
-    (a write has one more thread, filling the next piece meanwhile).
     ``consume_lock`` serialises ``sink.consume``: sinks keep state (a checksum,
     a verify scratch buffer) and are not required to be thread-safe.
     """
 
-    __slots__ = ("consume_lock", "failed", "in_flight", "io", "syscall")
+    __slots__ = ("consume_lock", "failed", "io", "syscall")
 
-    def __init__(self, queue_depth: int = 1) -> None:
+    def __init__(self) -> None:
         self.io: list[Interval] = []
         self.syscall: list[Interval] = []
         self.failed = False
-        self.in_flight = threading.Semaphore(queue_depth)
         self.consume_lock = threading.Lock()
 
     def timed_syscall(self, call: Callable[..., T], *args: object) -> T:

@@ -244,7 +244,7 @@ class NVMeBackend(EntryFilesBackend):
         has issued its last ones; the file stays open for ``_finish_write``.  A failed write leaves no
         half-written file behind."""
         size = source.size
-        phase = Phase(self.engine.commands_in_flight)  # psync's fills may still run ahead in parallel
+        phase = Phase()
         start = time.perf_counter()
         path = self.track_entry_file(key)
         fd = -1
@@ -281,7 +281,7 @@ class NVMeBackend(EntryFilesBackend):
     def read(self, key: str, size: int, sink: ByteSink) -> IOTiming:
         self.completer.wait(key)  # never a read of an entry before its fsync
         path = self.path_of(key)
-        phase = Phase(self.engine.commands_in_flight)
+        phase = Phase()
         start = time.perf_counter()
         fd = phase.timed_syscall(os.open, path, self._read_flags)
         try:

@@ -65,14 +65,26 @@ class PsyncEngine:
             self._buffers.region = region
         return region.view
 
+    def slots(self) -> threading.Semaphore:
+        """This stream's command slots (its thread's, made on first use): at most ``commands_in_flight``
+        ``pwrite``/``preadv`` calls at once across its entries, so a pipelined write's last commands and
+        the next entry's share the depth, as fio's ``iodepth`` counts a job's (a write has one more
+        thread, filling the next piece meanwhile)."""
+        slots = getattr(self._buffers, "slots", None)
+        if slots is None:
+            slots = self._buffers.slots = threading.Semaphore(self.commands_in_flight)
+        return slots
+
     def write(self, fd: int, key: str, source: ByteSource, size: int, phase: Phase, log: IOLogger | None) -> None:
         self.start_write(fd, key, source, size, phase, log).wait()
 
     def start_write(self, fd: int, key: str, source: ByteSource, size: int, phase: Phase,
                     log: IOLogger | None) -> Unfinished:
+        slots = self.slots()
+
         def piece(view: memoryview, offset: int, n: int) -> None:
             length = fill_piece(source, view, offset, n, self.settings.direct)
-            with phase.in_flight:
+            with slots:
                 done = 0
                 while done < length:
                     t1 = time.perf_counter()
@@ -89,11 +101,11 @@ class PsyncEngine:
         return self._start(phase, size, piece, workers=self.settings.queue_depth + FILL_AHEAD)
 
     def read(self, fd: int, key: str, sink: ByteSink, size: int, phase: Phase, log: IOLogger | None) -> None:
-        direct = self.settings.direct
+        direct, slots = self.settings.direct, self.slots()
 
         def piece(view: memoryview, offset: int, n: int) -> None:
             length = align_up(n) if direct else n
-            with phase.in_flight:
+            with slots:
                 got = 0
                 while got < n:
                     t1 = time.perf_counter()

@@ -185,7 +185,7 @@ def test_next_entry_starts_while_a_command_of_the_previous_entry_runs(make_backe
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """psync (O_DIRECT, 4 in flight: a held command leaves room for the others): ``write_pipelined`` returns
     once every piece is claimed, a pool thread's pwrite maybe still running, so the next entry's commands
-    start beside it; the fsync comes only after that pwrite."""
+    start beside it, the two entries together within the depth; the fsync comes only after that pwrite."""
     backend = make_backend(direct=True, queue_depth=4, io_log=recording_log)
     caller = threading.current_thread()
     held, opened = threading.Event(), threading.Event()
@@ -209,6 +209,8 @@ def test_next_entry_starts_while_a_command_of_the_previous_entry_runs(make_backe
     a_last_end = max(end for _, end in commands_of(recording_log, "a"))
     assert min(start for start, _ in commands_of(recording_log, "b")) < a_last_end
     assert gate.calls[backend.path_of("a")][0] >= a_last_end  # a's fsync began after its last command ended
+    # the stream's depth is shared across the boundary: b had at most 3 beside a's held one
+    assert most_in_flight(commands_of(recording_log, "a") + commands_of(recording_log, "b")) <= 4
 
 
 def most_in_flight(intervals: list[tuple[float, float]]) -> int:
