@@ -15,7 +15,10 @@ through a per-thread ring with registered buffers, buffered or not, as fio's
 the engine.
 
 Durability and cache.  ``fsync: true`` ends every write with ``fsync`` (the
-entry is on the device when ``write`` returns).  ``drop_cache: true`` calls
+entry is on the device when ``write`` returns; ``write_pipelined`` returns once
+the entry's commands are issued and its end, the last commands, ``fsync`` and
+``close``, runs on a completion thread, ``kvbench_core.filetiers.pipeline``, so
+a stream's next entry keeps the queue full meanwhile).  ``drop_cache: true`` calls
 ``posix_fadvise(DONTNEED)`` on the file before a read so the read hits the
 device; the kernel drops only clean pages, so with ``fsync: false`` a freshly
 written entry may still be (partly) served from memory.  Buffered reads also

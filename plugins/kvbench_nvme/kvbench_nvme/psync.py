@@ -2,7 +2,10 @@
 
 ``queue_depth`` threads per entry with O_DIRECT (the syscalls release the
 GIL), one per file for buffered I/O, plus one thread that fills the next piece
-of a write while the others write.
+of a write while the others write.  A stream's commands share its
+``queue_depth`` across entries (``slots``): a pipelined write returns once every
+piece is claimed, its pool threads' last ``pwrite``s still running beside the
+next entry's.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@
 fio's ``iodepth`` means it; ``queue_depth + 1`` registered buffers, so the next
 piece of a write is filled (and a finished read is consumed) while
 ``queue_depth`` commands are in flight.  One entry's submit/reap loop is
-``kvbench_nvme.uring_transfer``.
+``kvbench_nvme.uring_transfer``.  A pipelined write (``start_write``) leaves its
+last commands on the ring: the stream's next entry's loop reaps them, within the
+same ``queue_depth``, or ``settle`` does on the writing thread.
 """
 
 from __future__ import annotations
