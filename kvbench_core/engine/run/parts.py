@@ -71,25 +71,33 @@ class Controls:
 def assemble(state: RunState, controls: Controls) -> RunParts:
     """Build the run's parts; the tiers are opened into ``state.tiers`` as they open, so the ones opened
     before a failure are still closed (``dismantle``).  On a failure the I/O log is closed here."""
-    plan, telemetry = state.plan, state.telemetry
+    plan = state.plan
     autoscaler = setup.build_autoscaler(plan, state.users)
     state.source = source = setup.build_source(plan, state.users)
     io_log = IOLog(plan.output.io_log) if plan.output.io_log else None  # before the next trial reopens the path
+    try:
+        return _around_the_tiers(state, controls, source, autoscaler, io_log)
+    except BaseException:
+        if io_log is not None:
+            io_log.close()
+        raise
+
+
+def _around_the_tiers(state: RunState, controls: Controls, source: WorkloadSource, autoscaler: Autoscaler | None,
+                      io_log: IOLog | None) -> RunParts:
+    """The tiers opened (each with its recorder), then what works on them: the cache, the executor, the
+    worker pool, the users and the arrivals, and the window."""
+    plan, telemetry = state.plan, state.telemetry
     recorders: list[CommandRecorder] = []
 
     def recorder_for(tier: str) -> CommandRecorder:
         recorders.append(CommandRecorder(tier, telemetry, io_log=io_log, token=controls.cancel))
         return recorders[-1]
 
-    try:
-        setup.build_tiers(plan, state.tiers, run_id=state.run_id, client_index=state.client_index,
-                          workers=state.worker_count, io_log_for=recorder_for)
-        policy = EvictionPolicy(**plan.eviction)
-        setup.check_an_entry_fits(state.tiers, state.bytes_per_token, policy.large_entry_limit_ratio)
-    except BaseException:
-        if io_log is not None:
-            io_log.close()
-        raise
+    setup.build_tiers(plan, state.tiers, run_id=state.run_id, client_index=state.client_index,
+                      workers=state.worker_count, io_log_for=recorder_for)
+    policy = EvictionPolicy(**plan.eviction)
+    setup.check_an_entry_fits(state.tiers, state.bytes_per_token, policy.large_entry_limit_ratio)
     max_piece = max(int(t.backend.transfer_size) for t in state.tiers)
     noise = NoisePool(plan.seed, pool_bytes=32 << 20, max_piece=max(max_piece, 1 << 20),
                       kind=plan.payload)  # the declared payload kind (docs/codecs.md)
