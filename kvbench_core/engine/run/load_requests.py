@@ -6,8 +6,8 @@ their time went.  A request issued before the load last changed was issued at an
 out even when it finishes inside the step; so is one issued while such a request was still outstanding,
 because it queued behind the old load's work (after a step down from 6 users to 5 the first requests wait
 for 6, and a 20-request step's p95 is one of them).  The step's requests are those issued once the old
-load's last request had finished.  The scheduler thread alone books here (``Runner._submit``,
-``Runner._finish``), so nothing is locked.
+load's last request had finished.  The scheduler thread alone books here (``RunLoop._submit``,
+``finishing.book_finished``), so nothing is locked.
 """
 
 from __future__ import annotations
