@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kvbench_core.cli.result_files import read_documents
 from kvbench_core.contracts.errors import UserError
-from kvbench_core.exports.tabular import FORMATS, export_tables, io_log_path
+from kvbench_core.exports.tabular import FORMATS, export_tables
 from kvbench_core.results.document import ResultDocument
 
 TARGETS = (*FORMATS, "perfetto")
@@ -58,7 +58,7 @@ def _perfetto(results: list[tuple[str, ResultDocument]], directory: Path) -> int
 
     logs = []
     for label, result in results:
-        log = io_log_path(result)
+        log = result.io_log
         if not log:
             raise UserError(f"export: {label} has no I/O log: run it with output: {{io_log: FILE}} to draw its "
                             "commands")

@@ -11,7 +11,7 @@ checked before the first is written, so a refusal leaves nothing behind (docs/ex
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,11 +51,6 @@ def _table(rows: list[dict[str, Any]]) -> Any:
     pa = _pyarrow()
     columns = list(dict.fromkeys(key for row in rows for key in row))
     return pa.table({name: [row.get(name) for row in rows] for name in columns})
-
-
-def io_log_path(result: ResultDocument | Mapping[str, Any]) -> str | None:
-    """The I/O log the result's run wrote, None when it wrote none."""
-    return ResultDocument.of(result).io_log
 
 
 def _log_of(label: str, document: ResultDocument) -> tuple[str | None, str | None]:
@@ -123,12 +118,11 @@ def _write(table: Any, path: Path, fmt: str) -> None:
             optional_module("pyarrow.csv", EXTRA, "kvbench export --to csv").write_csv(table, handle)
 
 
-def export_tables(results: Sequence[tuple[str, ResultDocument | Mapping[str, Any]]], fmt: str,
-                  directory: Path) -> Export:
+def export_tables(results: Sequence[tuple[str, ResultDocument]], fmt: str, directory: Path) -> Export:
     """Write every table of ``results`` as ``directory/<table>.<fmt>``; refuses (a ``UserError``, nothing
     written) when any of those files exists."""
     done = Export()
-    built = tables([(label, ResultDocument.of(result)) for label, result in results], done.notes)
+    built = tables(list(results), done.notes)
     targets = {name: directory / f"{name}.{fmt}" for name in built}
     existing = [str(path) for path in targets.values() if os.path.lexists(path)]
     if existing:

@@ -36,9 +36,8 @@ def require_formats(formats: list[str]) -> None:
             require(FORMAT_MODULES[fmt], f"output format '{fmt}'")
 
 
-def write_reports(result: ResultDocument | Mapping[str, Any], json_path: Path, formats: list[str]) -> list[Path]:
+def write_reports(document: ResultDocument, json_path: Path, formats: list[str]) -> list[Path]:
     """The xlsx workbook, png plots and/or HTML report of one result, next to its JSON (same stem)."""
-    document = ResultDocument.of(result)
     written: list[Path] = []
     if "xlsx" in formats:
         from kvbench_core.reports.xlsx import write_workbook

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +39,10 @@ def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def summarize_trials(results: Sequence[ResultDocument | Mapping[str, Any]], paths: list[Path], *, session_id: str,
+def summarize_trials(trials: Sequence[ResultDocument], paths: list[Path], *, session_id: str,
                      requested: int) -> dict[str, Any]:
-    """The summary result of a session's trials (``results`` in trial order, ``paths`` their files), built as
+    """The summary result of a session's trials (``trials`` in trial order, ``paths`` their files), built as
     a ``ResultDocument`` like any result and written as its JSON."""
-    trials = [ResultDocument.of(result) for result in results]
     counted = [t for t in trials if t.run.status == "completed" and t.metrics]
     stats = figure_statistics([measured_figures(t) for t in counted])
     first = trials[0]

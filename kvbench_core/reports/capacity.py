@@ -19,9 +19,9 @@ GB = 1e9
 MB = 1e6
 
 
-def capacity_of(result: ResultDocument | Mapping[str, Any]) -> Mapping[str, Any] | None:
+def capacity_of(document: ResultDocument) -> Mapping[str, Any] | None:
     """The judged search's summary, or None when the run's autoscaler judged no steps."""
-    summary = ResultDocument.of(result).autoscaler_summary
+    summary = document.autoscaler_summary
     return summary if isinstance(summary.get("steps"), list) and any(key in summary for key in KEYS.values()) \
         else None
 
@@ -31,9 +31,9 @@ def load_label(document: ResultDocument) -> str:
     return "users" if (capacity_of(document) or {}).get("load_kind", "users") == "users" else "% of arrival rate"
 
 
-def answer_line(result: ResultDocument | Mapping[str, Any]) -> str | None:
+def answer_line(document: ResultDocument) -> str | None:
     """``max users within SLA: 48 (95 % CI 44-52), limited by responsive: ...`` (and whether it finished)."""
-    summary = capacity_of(result)
+    summary = capacity_of(document)
     if summary is None:
         return None
     line = Answer.from_dict(summary).line(summary.get("load_kind") or "users")
@@ -79,9 +79,9 @@ def _tier_cells(row: dict[str, Any] | None) -> list[Any]:
             f"{row['device_share']:.0%}"]
 
 
-def curve_lines(result: ResultDocument | Mapping[str, Any]) -> list[str]:
+def curve_lines(document: ResultDocument) -> list[str]:
     """The step table as text, columns aligned (the terminal's and the HTML report's)."""
-    headers, rows = curve_table(ResultDocument.of(result))
+    headers, rows = curve_table(document)
     if not rows:
         return []
     cells = [headers, *([_text(v) for v in row] for row in rows)]

@@ -40,9 +40,9 @@ def ranges_overlap(a: FigureValue, b: FigureValue) -> bool | None:
     return a.low <= b.high and b.low <= a.high
 
 
-def compare(results: Sequence[ResultDocument | Mapping[str, Any]]) -> list[Row]:
+def compare(documents: Sequence[ResultDocument]) -> list[Row]:
     """Rows of key figures present in any result, in the order of the first result that has them."""
-    values = [figure_values(ResultDocument.of(result)) for result in results]
+    values = [figure_values(document) for document in documents]
     keys = list(dict.fromkeys(key for v in values for key in v))
     rows = []
     for key in keys:
@@ -98,13 +98,12 @@ def spec_differences(base: ResultDocument, other: ResultDocument) -> list[str]:
     return notes
 
 
-def caveats(results: Sequence[ResultDocument | Mapping[str, Any]], labels: list[str]) -> list[str]:
+def caveats(documents: Sequence[ResultDocument], labels: list[str]) -> list[str]:
     """What makes a column less than a like-for-like comparison: a run that did not complete (its figures
     cover a partial window, or none), a result whose invariants failed, a different model than the
     baseline's (other entry sizes), and every spec difference that changes what a ratio to the baseline
     means (``spec_differences``)."""
     notes = []
-    documents = [ResultDocument.of(result) for result in results]
     for label, document in zip(labels, documents, strict=True):
         notes += [f"{label}: {note}" for note in _result_caveats(documents[0], document)]
     return notes

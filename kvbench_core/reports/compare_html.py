@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from kvbench_core.contracts.errors import UserError
 from kvbench_core.reports.compare import Row, caveats, compare
@@ -33,8 +32,7 @@ def _cell(row: Row, index: int) -> str:
     return text + (" overlap" if cell.overlap else "")
 
 
-def render_compare(results: Sequence[tuple[str, ResultDocument | Mapping[str, Any]]]) -> str:
-    labelled = [(label, ResultDocument.of(result)) for label, result in results]
+def render_compare(labelled: Sequence[tuple[str, ResultDocument]]) -> str:
     labels = [label for label, _ in labelled]
     documents = [document for _, document in labelled]
     runs = [[label, d.run.id, d.run.status, (d.model or {}).get("name")] for label, d in labelled]
@@ -58,7 +56,7 @@ def render_compare(results: Sequence[tuple[str, ResultDocument | Mapping[str, An
             f"<body>\n{body}\n<script>{CHECK_SCRIPT}</script>\n</body></html>\n")
 
 
-def write_compare_html(results: Sequence[tuple[str, ResultDocument | Mapping[str, Any]]], path: Path) -> Path:
+def write_compare_html(results: Sequence[tuple[str, ResultDocument]], path: Path) -> Path:
     """Write the page to ``path`` (refused when it exists: kvbench never replaces a file)."""
     if os.path.lexists(path):
         raise UserError(f"{path} exists; kvbench never overwrites a file it did not create: name a new file")

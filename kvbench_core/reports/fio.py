@@ -296,10 +296,9 @@ def _runtime(document: ResultDocument) -> int:
     return max(1, math.ceil(document.window["measured_s"]))
 
 
-def distill(result: ResultDocument | Mapping[str, Any], *, source: str = "auto", size: int | None = None,
+def distill(document: ResultDocument, *, source: str = "auto", size: int | None = None,
             directory: str | None = None, runtime_s: int | None = None) -> str:
-    """The fio job for ``result`` (``source``: auto = the block trace when there is one)."""
-    document = ResultDocument.of(result)
+    """The fio job for ``document`` (``source``: auto = the block trace when there is one)."""
     if document.is_summary:
         raise UserError("a trials summary keeps only the headline medians, not per-tier I/O: "
                         "give one of its trials (<name>-trialN.json)")

@@ -60,9 +60,9 @@ window.addEventListener("load", function () {
 """
 
 
-def write_html(result: ResultDocument | Mapping[str, Any], path: Path) -> Path:
+def write_html(document: ResultDocument, path: Path) -> Path:
     """Write the report to ``path`` through a temporary file, so a failure never leaves half a page."""
-    page = render_html(result)
+    page = render_html(document)
     try:
         with temp_beside(path) as tmp:
             Path(tmp).write_text(page, encoding="utf-8")
@@ -72,9 +72,8 @@ def write_html(result: ResultDocument | Mapping[str, Any], path: Path) -> Path:
     return path
 
 
-def render_html(result: ResultDocument | Mapping[str, Any]) -> str:
+def render_html(document: ResultDocument) -> str:
     """The whole page as one string."""
-    document = ResultDocument.of(result)
     title = f"kvbench: {document.run.name or 'run'} {document.run.id}"
     sections = [_header(document), _verdicts(document), _capacity(document), _headline(document),
                 _tiers(document), _plots(document), _workload(document),

@@ -91,20 +91,18 @@ TIER_FIGURES: tuple[tuple[str, str, str, str, Callable[[Mapping[str, Any]], floa
 )
 
 
-def peak_io_bandwidth(result: ResultDocument | Mapping[str, Any]) -> float | None:
+def peak_io_bandwidth(document: ResultDocument) -> float | None:
     """The seed's "Peak I/O Bandwidth": the highest read + write bytes per second of the persistent tier over
     the time series' intervals (its device's bytes, booked by time; a merged result's grid sums the clients),
     so it is at least the tier's mean over the window.  None without a persistent tier or a series."""
-    document = ResultDocument.of(result)
     tier = persistent_tier(dict(document.tiers))
     rates = [sum(((point.get("tiers") or {}).get(tier) or {}).get(f"{op}_bytes", 0) for op in OPS)
              / point["interval_s"] for point in document.series if point.get("interval_s")]
     return max(rates) if tier and rates else None
 
 
-def measured_figures(result: ResultDocument | Mapping[str, Any]) -> dict[str, FigureValue]:
+def measured_figures(document: ResultDocument) -> dict[str, FigureValue]:
     """The key figures of one run's result (not a trials summary), in display order."""
-    document = ResultDocument.of(result)
     head = document.headline
     tier = head.get("persistent_tier")
     out = {f.key: FigureValue(dataclasses.replace(f, label=f"{f.label} ({tier})")

@@ -84,10 +84,9 @@ def figures(document: ResultDocument) -> Iterator[tuple[str, Any]]:
             yield name, figure
 
 
-def plot_result(result: ResultDocument | Mapping[str, Any], directory: Path, stem: str) -> list[Path]:
+def plot_result(document: ResultDocument, directory: Path, stem: str) -> list[Path]:
     """Every plot the result has data for, as ``<directory>/<stem>-<plot>.png``."""
-    return [_save(figure, Path(directory) / f"{stem}-{name}.png")
-            for name, figure in figures(ResultDocument.of(result))]
+    return [_save(figure, Path(directory) / f"{stem}-{name}.png") for name, figure in figures(document)]
 
 
 def _title(document: ResultDocument, what: str) -> str:

@@ -102,9 +102,8 @@ def _tier_parts(tiers: Mapping[str, Mapping[str, Any]]) -> list[tuple[float, str
     return parts
 
 
-def explain(result: ResultDocument | Mapping[str, Any]) -> list[Verdict]:
+def explain(document: ResultDocument) -> list[Verdict]:
     """One verdict per QoS class that had requests and an SLA judged on its service latency."""
-    document = ResultDocument.of(result)
     entry = entry_phrase(document) or "per KV entry"
     dominant = dominant_share(document)
     verdicts = []
@@ -123,10 +122,9 @@ def explain(result: ResultDocument | Mapping[str, Any]) -> list[Verdict]:
     return verdicts
 
 
-def starved_classes(result: ResultDocument | Mapping[str, Any]) -> list[str]:
+def starved_classes(document: ResultDocument) -> list[str]:
     """``batch STARVED (0 of 12 issued served)``: a class whose issued requests all went unserved is a verdict
     too (higher classes took every worker), not a class with nothing to say."""
-    document = ResultDocument.of(result)
     issued = ((document.workload or {}).get("arrivals") or {}).get("issued_by_qos") or {}
     return [f"{name} STARVED (0 of {issued[name]} issued served)" for name, c in document.class_figures.items()
             if not c.get("requests") and issued.get(name)]

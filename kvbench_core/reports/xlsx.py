@@ -156,16 +156,14 @@ def _write_atomically(path: Path, fill: Any) -> Path:
     return path
 
 
-def write_workbook(result: ResultDocument | Mapping[str, Any], path: Path) -> Path:
+def write_workbook(document: ResultDocument, path: Path) -> Path:
     """The detailed workbook of one result (a run, a merged multi-client run, or a trials summary)."""
-    document = ResultDocument.of(result)
     return _write_atomically(path, lambda book: _fill_result(book, document))
 
 
-def write_comparison(results: list[tuple[str, ResultDocument | Mapping[str, Any]]], path: Path) -> Path:
+def write_comparison(results: list[tuple[str, ResultDocument]], path: Path) -> Path:
     """One row per (label, result), one column per key figure; trials summaries contribute medians."""
-    documents = [(label, ResultDocument.of(result)) for label, result in results]
-    return _write_atomically(path, lambda book: _fill_comparison(book, documents))
+    return _write_atomically(path, lambda book: _fill_comparison(book, results))
 
 
 def _fill_result(book: _Book, document: ResultDocument) -> None:

@@ -38,14 +38,14 @@ def searched(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def test_the_summary_says_the_answer_of_a_judged_search(searched: dict[str, Any]) -> None:
-    summary = capacity_of(searched)
+    summary = capacity_of(ResultDocument.of(searched))
     assert summary is not None and summary["steps"], searched["autoscaling"]
-    line = answer_line(searched)
+    line = answer_line(ResultDocument.of(searched))
     assert line is not None and line.startswith("max users within SLA: ")
     assert f"  {line}" in summarize(searched).splitlines()
     headers, rows = curve_numbers(ResultDocument.of(searched))
     assert headers[0] == "users" and [row[0] for row in rows] == sorted(s["load"] for s in summary["steps"])
-    assert curve_lines(searched)[0].split()[0] == "users"
+    assert curve_lines(ResultDocument.of(searched))[0].split()[0] == "users"
 
 
 def test_the_answer_is_what_its_steps_say_and_an_edited_one_fails_the_checks(searched: dict[str, Any]) -> None:
@@ -65,10 +65,10 @@ def test_every_report_carries_the_curve(searched: dict[str, Any], tmp_path: Path
     from kvbench_core.reports.plots import figures
     from kvbench_core.reports.xlsx import write_workbook
 
-    page = render_html(searched)
-    assert "<h2>Capacity</h2>" in page and answer_line(searched).split(",")[0] in page
+    page = render_html(ResultDocument.of(searched))
+    assert "<h2>Capacity</h2>" in page and answer_line(ResultDocument.of(searched)).split(",")[0] in page
     assert "capacity" in dict(figures(ResultDocument.of(searched)))
-    book = write_workbook(searched, tmp_path / "r.xlsx")
+    book = write_workbook(ResultDocument.of(searched), tmp_path / "r.xlsx")
     with zipfile.ZipFile(book) as archive:
         workbook = archive.read("xl/workbook.xml").decode()
         assert 'name="Capacity"' in workbook
@@ -77,9 +77,9 @@ def test_every_report_carries_the_curve(searched: dict[str, Any], tmp_path: Path
 
 def test_a_run_without_a_judged_search_says_no_answer() -> None:
     data = summary_result(queue_ms=10.0, storage_ms=10.0, sla_met=True)
-    assert answer_line(data) is None and "max users within SLA" not in summarize(data)
+    assert answer_line(ResultDocument.of(data)) is None and "max users within SLA" not in summarize(data)
     data["autoscaling"] = {"summary": {"peak_users": 8}, "trajectory": []}  # the peak-throughput autoscaler
-    assert answer_line(data) is None
+    assert answer_line(ResultDocument.of(data)) is None
 
 
 def test_a_starved_class_shows_as_starved() -> None:
@@ -91,16 +91,18 @@ def test_a_starved_class_shows_as_starved() -> None:
 
 def test_the_advice_fits_how_the_load_is_set() -> None:
     met = summary_result(queue_ms=10.0, storage_ms=10.0, sla_met=True)
-    assert explain(met)[0].next_step.startswith("next: raise workload.users (8) to find the load where it stops")
+    assert explain(ResultDocument.of(met))[0].next_step.startswith(
+        "next: raise workload.users (8) to find the load where it stops")
     scaled = copy.deepcopy(met)
     scaled["spec"]["resolved"]["autoscaler"] = {"name": "qos"}
-    advice = explain(scaled)[0].next_step
+    advice = explain(ResultDocument.of(scaled))[0].next_step
     assert "autoscaler:" not in advice and "the qos autoscaler chose the load" in advice
     open_loop = summary_result(queue_ms=400.0, storage_ms=10.0, sla_met=False)
     open_loop["spec"]["resolved"]["workload"]["options"] = {"arrival": {"process": "poisson", "rate": 40}}
-    advice = explain(open_loop)[0].next_step
+    advice = explain(ResultDocument.of(open_loop))[0].next_step
     assert "lower the arrival rate (workload.options.arrival.rate, 40/s)" in advice
     assert "workload.users" not in advice
     trace = summary_result(queue_ms=400.0, storage_ms=10.0, sla_met=False)
     trace["declaration"] = {"workload": {"arrival_process": {"value": "open loop (workload trace timestamps)"}}}
-    assert "lower the arrival rate (workload.options.speedup of the trace)" in explain(trace)[0].next_step
+    advice = explain(ResultDocument.of(trace))[0].next_step
+    assert "lower the arrival rate (workload.options.speedup of the trace)" in advice

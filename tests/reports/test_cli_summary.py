@@ -58,7 +58,8 @@ def test_the_entry_is_what_a_latency_is_for_and_the_shares_add_up() -> None:
 
 
 def test_a_missed_sla_names_the_entry_the_dominant_part_and_a_next_step(capsys: Any) -> None:
-    (verdict,) = explain(result(queue_ms=100.0, storage_ms=400.0, sla_met=False))  # interactive had no requests
+    # interactive had no requests
+    (verdict,) = explain(ResultDocument.of(result(queue_ms=100.0, storage_ms=400.0, sla_met=False)))
     assert verdict.why.startswith("responsive MISSED: service p95 500.0 ms vs SLA 100 ms (5.0x over); latencies "
                                   "are per KV entry of 64.00 MiB mean (2,048 tokens x 32.00 KiB); mostly nvme "
                                   "read device time (")
@@ -69,25 +70,25 @@ def test_a_missed_sla_names_the_entry_the_dominant_part_and_a_next_step(capsys: 
 
 
 def test_a_queue_bound_run_says_to_lower_the_load_and_a_met_one_to_raise_it() -> None:
-    (queued,) = explain(result(queue_ms=900.0, storage_ms=100.0, sla_met=False))
+    (queued,) = explain(ResultDocument.of(result(queue_ms=900.0, storage_ms=100.0, sla_met=False)))
     assert "mostly queue wait for a worker (90% of service time)" in queued.why
     assert queued.next_step.startswith("next: requests wait for one of 4 workers (max_inflight): lower "
                                        "workload.users (8)")
-    (met,) = explain(result(queue_ms=10.0, storage_ms=40.0, sla_met=True))
+    (met,) = explain(ResultDocument.of(result(queue_ms=10.0, storage_ms=40.0, sla_met=True)))
     assert "met" in met.why and met.next_step.startswith("next: raise workload.users")
 
 
 def test_memory_copy_time_is_named_as_memory_bandwidth() -> None:
     data = copy.deepcopy(result(queue_ms=0.0, storage_ms=400.0, sla_met=False))
     data["metrics"]["tiers"]["dram"]["read"] = op(300, 300 * 64 * MIB, 50.0, 0.0)
-    (verdict,) = explain(data)
+    (verdict,) = explain(ResultDocument.of(data))
     assert "mostly dram read host time" in verdict.why
     assert "memory bandwidth is the limit" in verdict.next_step
 
 
 def test_a_result_without_latency_parts_still_summarizes() -> None:
     data = result(queue_ms=0.0, storage_ms=0.0, sla_met=False)
-    (verdict,) = explain(data)
+    (verdict,) = explain(ResultDocument.of(data))
     assert "mostly" not in verdict.why and "too few requests" in verdict.next_step
 
 
@@ -97,7 +98,7 @@ def test_the_next_step_gives_the_size_of_the_dominant_operations_own_entries() -
     data = copy.deepcopy(result(queue_ms=100.0, storage_ms=400.0, sla_met=False))
     data["metrics"]["tiers"]["nvme"]["read"] = op(10, 10 * 96 * MIB, 1.0, 200.0)
     assert mean_entry_bytes(ResultDocument.of(data)) != 96 * MIB
-    (verdict,) = explain(data)
+    (verdict,) = explain(ResultDocument.of(data))
     assert verdict.next_step.startswith("next: one nvme read of 96.00 MiB takes 200.0 ms on the device")
 
 
@@ -117,11 +118,11 @@ def test_a_codec_tiers_host_time_names_the_codec_not_direct_io() -> None:
     nvme["codec"] = {"name": "zstd"}
     nvme["write"] = op(10, 10 * 64 * MIB, 300.0, 50.0)
     nvme["write"]["latency_ms"]["codec"] = {"count": 10, "mean": 240.0}
-    (verdict,) = explain(data)
+    (verdict,) = explain(ResultDocument.of(data))
     assert "mostly nvme write host time" in verdict.why
     assert verdict.next_step.startswith("next: nvme's host time is mostly its codec: encoding zstd takes 240.0 ms "
                                         "of the 300.0 ms per write")
     assert "direct: true" not in verdict.next_step
     nvme["write"]["latency_ms"]["codec"] = {"count": 10, "mean": 60.0}
-    (verdict,) = explain(data)
+    (verdict,) = explain(ResultDocument.of(data))
     assert "direct: true" in verdict.next_step and "codec" not in verdict.next_step

@@ -11,6 +11,7 @@ import pytest
 from kvbench_core.cli import main
 from kvbench_core.reports.compare import compare
 from kvbench_core.reports.key_figures import HEADLINE
+from kvbench_core.results.document import ResultDocument
 
 
 def _record(name: str, **run: Any) -> dict[str, Any]:
@@ -40,7 +41,7 @@ def _summary(name: str, **ranges: tuple[float, float, float]) -> dict[str, Any]:
 def test_ratios_are_against_the_first_result() -> None:
     fast = _run("fast", decode_bytes_read_gb=1195.0, avg_throughput_tokens_per_sec=610.36, storage_p95=36504.0)
     slow = _run("slow", decode_bytes_read_gb=447.0, avg_throughput_tokens_per_sec=290.02, storage_p95=45091.0)
-    rows = {row.figure.key: row for row in compare([slow, fast])}
+    rows = {row.figure.key: row for row in compare([ResultDocument.of(slow), ResultDocument.of(fast)])}
     assert rows["avg_throughput_tokens_per_sec"].cells[1].ratio == pytest.approx(2.1046, rel=1e-3)
     assert rows["decode_bytes_read_gb"].cells[1].ratio == pytest.approx(2.673, rel=1e-3)
     assert rows["storage_latency_p95_ms"].cells[1].ratio == pytest.approx(36504 / 45091)
@@ -52,7 +53,7 @@ def test_ratios_are_against_the_first_result() -> None:
 def test_overlapping_trial_ranges_are_flagged_as_no_real_difference() -> None:
     a = _summary("a", decode_bytes_read_gb=(100.0, 110.0, 120.0), avg_throughput_tokens_per_sec=(50.0, 55.0, 60.0))
     b = _summary("b", decode_bytes_read_gb=(115.0, 130.0, 150.0), avg_throughput_tokens_per_sec=(70.0, 80.0, 90.0))
-    rows = {row.figure.key: row for row in compare([a, b])}
+    rows = {row.figure.key: row for row in compare([ResultDocument.of(a), ResultDocument.of(b)])}
     assert rows["decode_bytes_read_gb"].cells[1].overlap is True
     assert rows["avg_throughput_tokens_per_sec"].cells[1].overlap is False
     assert rows["avg_throughput_tokens_per_sec"].cells[1].ratio == pytest.approx(80 / 55)
@@ -100,6 +101,10 @@ def test_compare_warns_about_a_run_that_did_not_complete_or_ran_another_model(
     ]
 
 
+def _documents(*results: dict[str, Any]) -> list[ResultDocument]:
+    return [ResultDocument.of(result) for result in results]
+
+
 def _with_spec(doc: dict[str, Any], **fields: Any) -> dict[str, Any]:
     """``doc`` with a resolved spec: 20 s, 8 users, one DRAM tier, unless ``fields`` (dotted) say otherwise."""
     spec: dict[str, Any] = {"duration": 20.0, "requests": None, "warmup": 0, "clients": 1, "verify": False,
@@ -142,7 +147,7 @@ def test_each_meaningful_field_is_named(field: str) -> None:
 
     base = _with_spec(_run("a"))
     other = _with_spec(_run("b"), **{field: "changed"})
-    notes = caveats([base, other], ["a", "b"])
+    notes = caveats(_documents(base, other), ["a", "b"])
     assert len(notes) == 1 and notes[0].startswith(f"b: {field.replace('__', '.')} 'changed'")
 
 
@@ -151,9 +156,9 @@ def test_the_same_spec_on_another_backend_compares_without_warnings() -> None:
 
     base, other = _with_spec(_run("a")), _with_spec(_run("b"))
     other["spec"]["resolved"]["cache"]["tiers"][0]["backend"] = "nvme"  # the device is what is compared
-    assert caveats([base, other], ["a", "b"]) == []
+    assert caveats(_documents(base, other), ["a", "b"]) == []
     other["spec"]["resolved"]["cache"]["tiers"][0]["capacity"] = 2 << 30
-    assert "cache tiers (name, capacity)" in caveats([base, other], ["a", "b"])[0]
+    assert "cache tiers (name, capacity)" in caveats(_documents(base, other), ["a", "b"])[0]
 
 
 def test_a_result_whose_invariants_failed_is_a_warning() -> None:
@@ -162,7 +167,7 @@ def test_a_result_whose_invariants_failed_is_a_warning() -> None:
     base, other = _with_spec(_run("a")), _with_spec(_run("b"))
     other["checks"] = {"passed": False, "violations": ["written_bytes: written bytes = stored + demoted (...)"],
                        "items": []}
-    assert caveats([base, other], ["a", "b"]) == [
+    assert caveats(_documents(base, other), ["a", "b"]) == [
         "b: 1 invariant(s) violated (written_bytes: written bytes = stored + demoted (...)): its figures do not add up"]
 
 
@@ -188,9 +193,10 @@ def test_the_runs_dtype_is_compared_not_the_spec_as_written() -> None:
 
     base, other = _nvme_run("a", model__dtype=None), _nvme_run("b")  # 'a' left dtype to the model's default
     base["model"], other["model"] = {"name": "tiny-1b", "dtype": "bf16"}, {"name": "tiny-1b", "dtype": "bf16"}
-    assert caveats([base, other], ["a", "b"]) == []
+    assert caveats(_documents(base, other), ["a", "b"]) == []
     other["model"]["dtype"] = "fp8"
-    assert caveats([base, other], ["a", "b"]) == ["b: model.dtype 'fp8' vs the baseline's 'bf16': other entry sizes"]
+    assert caveats(_documents(base, other), ["a", "b"]) == [
+        "b: model.dtype 'fp8' vs the baseline's 'bf16': other entry sizes"]
 
 
 @pytest.mark.parametrize(("option", "ran"), [("engine", "io_uring"), ("queue_depth", 32),
@@ -199,7 +205,8 @@ def test_a_tier_option_that_changes_the_access_path_is_a_warning(option: str, ra
     from kvbench_core.reports.compare import caveats
 
     base, other = _nvme_run("a"), _nvme_run("b", options={option: ran}, describe={option: ran})
-    [note] = caveats([base, other], ["a", "b"])  # the tiers' paths differ too: where data lives is not warned on
+    # the tiers' paths differ too: where data lives is not warned on
+    [note] = caveats(_documents(base, other), ["a", "b"])
     assert note.startswith(f"b: cache.tiers.nvme.options.{option} {ran!r} vs the baseline's ")
     assert "access path" in note
 
@@ -208,9 +215,9 @@ def test_a_default_the_spec_left_out_is_compared_with_one_written_out() -> None:
     from kvbench_core.reports.compare import caveats
 
     base, other = _nvme_run("a"), _nvme_run("b", options={"fsync": False})  # nvme's default fsync is True
-    [note] = caveats([base, other], ["a", "b"])
+    [note] = caveats(_documents(base, other), ["a", "b"])
     assert note.startswith("b: cache.tiers.nvme.options.fsync False vs the baseline's True")
-    assert caveats([_nvme_run("a"), _nvme_run("b", options={"fsync": True})], ["a", "b"]) == []
+    assert caveats(_documents(_nvme_run("a"), _nvme_run("b", options={"fsync": True})), ["a", "b"]) == []
 
 
 def test_codec_payload_and_qos_targets_are_warnings() -> None:
@@ -219,6 +226,6 @@ def test_codec_payload_and_qos_targets_are_warnings() -> None:
     base = _nvme_run("a", payload="random")
     other = _nvme_run("b", codec="zstd", payload="synthetic_kv")
     other["metrics"]["qos"]["batch"]["sla_p95_ms"] = 200.0
-    notes = caveats([base, other], ["a", "b"])
+    notes = caveats(_documents(base, other), ["a", "b"])
     assert [n.split(" ")[1] for n in notes] == ["payload", "qos.batch.sla_p95_ms", "cache.tiers.nvme.codec"]
     assert "b: cache.tiers.nvme.codec 'zstd' vs the baseline's 'none'" in notes[2]

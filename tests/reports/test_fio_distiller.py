@@ -14,6 +14,7 @@ import yaml
 from kvbench_core.cli import main
 from kvbench_core.contracts.errors import UserError
 from kvbench_core.reports.fio import MAX_SPLIT, block_split, distill
+from kvbench_core.results.document import ResultDocument
 
 MiB = 1 << 20
 needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")
@@ -78,7 +79,7 @@ def test_block_split_keeps_at_most_64_sizes_and_no_io_is_lost() -> None:
 def test_record_source_rebuilds_pieces_and_tails() -> None:
     # 2 entries of 3.25 MiB written in 1 MiB pieces: 6 full pieces and 2 tails of 256 KiB
     result = make_result(write=op(2, int(6.5 * MiB), 8), read=op(1, 4 * MiB, 4))
-    job = distill(result)
+    job = distill(ResultDocument.of(result))
     options = job_options(job)
     assert options["bssplit"] == "1m/100,256k/25:1m/75"
     assert options["rw"] == "randrw" and options["rwmixread"] == "33"  # 4 of 12 commands
@@ -94,30 +95,30 @@ def test_record_source_says_when_the_run_did_not_use_libaio_direct_io() -> None:
     # The quick start's nvme tier runs psync through the page cache; the job is libaio direct=1 regardless,
     # which the header claimed came "from the observations": it now says where the two differ.
     written = op(2, 2 * MiB, 2)
-    buffered = distill(make_result(write=written, describe={"engine": "psync", "direct": False}))
+    buffered = distill(ResultDocument.of(make_result(write=written, describe={"engine": "psync", "direct": False})))
     assert ("; the run's I/O path: engine psync, buffered (direct: false); this job uses ioengine=libaio "
             "direct=1") in buffered
     assert job_options(buffered)["direct"] == "1"  # the job itself is unchanged
-    assert "the run's I/O path" not in distill(make_result(write=written, describe={"engine": "libaio",
-                                                                                      "direct": True}))
-    assert "the run's I/O path" not in distill(make_result(write=written))  # a tier that does not say
+    libaio = make_result(write=written, describe={"engine": "libaio", "direct": True})
+    assert "the run's I/O path" not in distill(ResultDocument.of(libaio))
+    assert "the run's I/O path" not in distill(ResultDocument.of(make_result(write=written)))  # a tier not saying
 
 
 def test_a_trials_summary_is_refused_with_what_to_give_instead() -> None:
     summary = make_result() | {"trials": {"requested": 3, "count": 3, "statistic": "median", "runs": [], "metrics": {}},
                                "metrics": {"headline": {}}}
     with pytest.raises(UserError, match=r"a trials summary .* give one of its trials \(<name>-trialN.json\)"):
-        distill(summary)
+        distill(ResultDocument.of(summary))
 
 
 def test_record_source_uses_the_effective_depth_not_the_configured_one() -> None:
     # a buffered nvme tier configured with queue_depth 4 keeps one command in flight per file
     result = make_result(write=op(1, MiB, 1), describe={"queue_depth": 4, "commands_in_flight": 1})
-    assert job_options(distill(result))["iodepth"] == "1"
+    assert job_options(distill(ResultDocument.of(result)))["iodepth"] == "1"
 
 
 def test_record_source_without_idle_streams_has_no_thinktime() -> None:
-    job = distill(make_result(users=8, workers=4, write=op(4, 4 * MiB, 4)))
+    job = distill(ResultDocument.of(make_result(users=8, workers=4, write=op(4, 4 * MiB, 4))))
     options = job_options(job)
     assert "thinktime" not in options and "users > 4 workers" in job
     assert options["rw"] == "randwrite" and options["bssplit"] == "1m/100" and options["numjobs"] == "4"
@@ -125,19 +126,19 @@ def test_record_source_without_idle_streams_has_no_thinktime() -> None:
 
 def test_record_source_without_fsync_or_generation() -> None:
     result = make_result(generation=0, write=op(2, 2 * MiB, 2), describe={"fsync": False})
-    options = job_options(distill(result))
+    options = job_options(distill(ResultDocument.of(result)))
     assert "fsync" not in options and "thinktime" not in options
 
 
 def test_a_result_without_device_io_cannot_be_distilled() -> None:
     with pytest.raises(UserError, match="did no I/O"):
-        distill(make_result())
+        distill(ResultDocument.of(make_result()))
     memory_only = make_result()
     del memory_only["metrics"]["tiers"]["nvme"]
     with pytest.raises(UserError, match="no persistent tier"):
-        distill(memory_only)
+        distill(ResultDocument.of(memory_only))
     with pytest.raises(UserError, match="no metrics"):
-        distill({**make_result(), "metrics": {}})
+        distill(ResultDocument.of({**make_result(), "metrics": {}}))
 
 
 # -- from a block trace ------------------------------------------------------------------------------------
@@ -160,7 +161,7 @@ def trace_section(reads: int = 30, writes: int = 70) -> dict[str, Any]:
 
 
 def test_trace_source_takes_sizes_mix_depth_and_fsync_cadence_from_the_kernel() -> None:
-    job = distill(make_result(write=op(1, MiB, 1), sections={"block_trace": trace_section()}))
+    job = distill(ResultDocument.of(make_result(write=op(1, MiB, 1), sections={"block_trace": trace_section()})))
     options = job_options(job)
     assert options["bssplit"] == "128k/100,4k/100" and options["rwmixread"] == "30"
     assert options["iodepth"] == "8"  # request-weighted median depth: (30*4 + 70*9) / 100 = 7.5
@@ -171,13 +172,14 @@ def test_trace_source_takes_sizes_mix_depth_and_fsync_cadence_from_the_kernel() 
 
 def test_source_choice() -> None:
     traced = make_result(write=op(1, MiB, 1), sections={"block_trace": trace_section()})
-    assert "; source: kvbench's per-tier counters" in distill(traced, source="record")
+    assert "; source: kvbench's per-tier counters" in distill(ResultDocument.of(traced), source="record")
     empty_trace = make_result(write=op(1, MiB, 1), sections={"block_trace": trace_section(0, 0)})
-    assert "; source: kvbench's per-tier counters" in distill(empty_trace)  # auto: no block I/O, no trace
+    # auto: no block I/O, no trace
+    assert "; source: kvbench's per-tier counters" in distill(ResultDocument.of(empty_trace))
     untraced = make_result(write=op(1, MiB, 1), sections={
         "block_trace_status": {"traced": False, "reason": "bpftrace needs root"}})
     with pytest.raises(UserError, match=r"no block trace with block I/O \(bpftrace needs root\)"):
-        distill(untraced, source="trace")
+        distill(ResultDocument.of(untraced), source="trace")
 
 
 # -- the command and fio itself -----------------------------------------------------------------------------
@@ -213,7 +215,7 @@ def test_fio_accepts_the_job(tmp_path: Path, source: str) -> None:
     result = make_result(read=op(3, 10 * MiB, 12), write=op(2, int(6.5 * MiB), 8),
                          sections={"block_trace": trace_section()})
     job = tmp_path / "job.fio"
-    job.write_text(distill(result, source=source, directory=str(tmp_path)))
+    job.write_text(distill(ResultDocument.of(result), source=source, directory=str(tmp_path)))
     done = subprocess.run(["fio", "--parse-only", str(job)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr + done.stdout
 

@@ -22,6 +22,7 @@ from tiny_spec import tiny_spec
 from kvbench_core.cli import main
 from kvbench_core.reports.html import render_html
 from kvbench_core.reports.key_figures import HEADLINE
+from kvbench_core.results.document import ResultDocument
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
@@ -70,7 +71,7 @@ def test_text_from_the_result_is_escaped(report: tuple[Path, dict[str, Any]]) ->
     _, result = report
     hostile = copy.deepcopy(result)
     hostile["run"]["name"] = "<script>alert(1)</script>"
-    page = render_html(hostile)
+    page = render_html(ResultDocument.of(hostile))
     assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
 
 
@@ -120,7 +121,7 @@ def test_a_trials_summary_says_its_headline_is_the_median(report: tuple[Path, di
     from kvbench_core.reports.aggregate import summarize_trials
 
     path, result = report
-    summary = summarize_trials([result, result], [path, path], session_id="s", requested=2)
-    page = render_html(summary)
+    summary = summarize_trials([ResultDocument.of(result)] * 2, [path, path], session_id="s", requested=2)
+    page = render_html(ResultDocument.of(summary))
     assert "<h2>Headline figures (median of 2 trials)</h2>" in page
     assert '<img alt="trials"' in page

@@ -9,6 +9,7 @@ from typing import Any
 from conftest import small_spec
 from test_check import _failed, _set, _submission, _trial
 
+from kvbench_core.results.document import ResultDocument
 from kvbench_core.results.metrics import headline
 
 
@@ -56,10 +57,10 @@ def test_peak_io_bandwidth_is_the_best_interval_and_at_least_the_mean(run_spec: 
     del spec["requests"]
     _, result = run_spec(spec)
     tier = result["metrics"]["headline"]["persistent_tier"]
-    peak = peak_io_bandwidth(result)
+    peak = peak_io_bandwidth(ResultDocument.of(result))
     assert tier is not None and peak is not None
     moved = sum(result["metrics"]["tiers"][tier][op]["device"]["window"]["bytes"] for op in ("read", "write"))
     assert peak >= moved / result["metrics"]["window"]["measured_s"] * (1 - 1e-9)  # max >= mean
-    figures = measured_figures(result)
+    figures = measured_figures(ResultDocument.of(result))
     assert figures["peak_io_bandwidth_gb_s"].value == peak / 1e9
     assert figures["nvme_read_device_p95_ms"].figure.label.endswith(f"({tier})")  # names the tier it reports
