@@ -40,9 +40,9 @@ def file_sha256(path: Path) -> str:
 
 
 def summarize_trials(trials: Sequence[ResultDocument], paths: list[Path], *, session_id: str,
-                     requested: int) -> dict[str, Any]:
-    """The summary result of a session's trials (``trials`` in trial order, ``paths`` their files), built as
-    a ``ResultDocument`` like any result and written as its JSON."""
+                     requested: int) -> ResultDocument:
+    """The summary result of a session's trials (``trials`` in trial order, ``paths`` their files), a
+    ``ResultDocument`` like any result (the session writes its ``to_json``)."""
     counted = [t for t in trials if t.run.status == "completed" and t.metrics]
     stats = figure_statistics([measured_figures(t) for t in counted])
     first = trials[0]
@@ -59,7 +59,7 @@ def summarize_trials(trials: Sequence[ResultDocument], paths: list[Path], *, ses
         trials=TrialsSection(requested, len(counted), "median",
                              tuple(_trial_run(t, path) for t, path in zip(trials, paths, strict=True)), stats),
         scale_out=first.scale_out)
-    return summary.to_json()
+    return summary
 
 
 def figure_statistics(per_trial: list[dict[str, FigureValue]]) -> dict[str, dict[str, Any]]:

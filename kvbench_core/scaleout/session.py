@@ -135,8 +135,8 @@ def _run_trial(as_written: dict[str, Any], plan: RunPlan, launcher: Launcher, se
 
 def _write_summary(plan: RunPlan, session_id: str, outcome: SessionOutcome) -> None:
     """The trials summary (reports/aggregate.py) beside the trials' results, with its reports."""
-    outcome.summary = ResultDocument.unchecked(summarize_trials(outcome.results, outcome.paths,
-                                                                session_id=session_id, requested=plan.trials))
+    outcome.summary = summarize_trials(outcome.results, outcome.paths, session_id=session_id,
+                                       requested=plan.trials)
     wanted = result_path(plan, session_id, "-summary")
     outcome.summary_path = _save(outcome.summary, wanted, outcome)
     if outcome.summary_path == wanted:

@@ -122,6 +122,6 @@ def test_a_trials_summary_says_its_headline_is_the_median(report: tuple[Path, di
 
     path, result = report
     summary = summarize_trials([ResultDocument.of(result)] * 2, [path, path], session_id="s", requested=2)
-    page = render_html(ResultDocument.of(summary))
+    page = render_html(summary)
     assert "<h2>Headline figures (median of 2 trials)</h2>" in page
     assert '<img alt="trials"' in page

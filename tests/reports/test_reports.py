@@ -85,10 +85,10 @@ def test_merged_and_trials_results_get_their_own_sheets_and_plots(run: tuple[Pat
                            as_written=result["spec"]["as_written"], spec=spec, started_at=0.0)
     assert "Clients" in sheet_names(write_workbook(ResultDocument.of(merged), tmp_path / "merged.xlsx"))
     summary = summarize_trials([ResultDocument.of(result)] * 2, [path, path], session_id="s", requested=2)
-    assert_valid_result(summary)
-    assert sheet_names(write_workbook(ResultDocument.of(summary), tmp_path / "summary.xlsx")) == [
+    assert_valid_result(summary.to_json())
+    assert sheet_names(write_workbook(summary, tmp_path / "summary.xlsx")) == [
         "Summary", "Trials", "Spec", "Declaration", "Environment"]
-    assert [p.name for p in plot_result(ResultDocument.of(summary), tmp_path, "summary")] == ["summary-trials.png"]
+    assert [p.name for p in plot_result(summary, tmp_path, "summary")] == ["summary-trials.png"]
 
 
 def test_report_command_makes_a_comparison_workbook_and_plots(run: tuple[Path, dict[str, Any]], tmp_path: Path,

@@ -98,7 +98,7 @@ def render_summary() -> dict[str, Any]:
     """The summary of the two trials (its finish time is the clock's when it is built, so left out)."""
     paths = [GOLDEN / name for name in TRIALS]
     summary = summarize_trials([ResultDocument.read(path) for path in paths], paths, session_id="golden",
-                               requested=2)
+                               requested=2).to_json()
     return {"summary": {**summary, "run": {**summary["run"], "finished_at": None}}}
 
 

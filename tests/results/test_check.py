@@ -127,7 +127,7 @@ def _submission(directory: Path, cpu_capacity: int = 0, *, trials: int = 5, tria
         path.write_text(json.dumps(result))
         results.append(result)
         paths.append(path)
-    return summarize_trials([ResultDocument.of(r) for r in results], paths, session_id="s", requested=5)
+    return summarize_trials([ResultDocument.of(r) for r in results], paths, session_id="s", requested=5).to_json()
 
 
 def _failed(result: dict[str, Any], directory: Path) -> dict[str, str]:
