@@ -1,6 +1,6 @@
 """Side-by-side comparison of results with ratios against the first (seed §5.2, "fast vs slow").
 
-Each key figure (``reports.metrics``) gets one row: its value in every
+Each key figure (``reports.key_figures``) gets one row: its value in every
 result and, for the second result on, the ratio to the first.  When both
 results are trials summaries, a figure whose trial ranges (min..max)
 overlap is flagged: with the trial-to-trial variation the seed reports

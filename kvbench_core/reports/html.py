@@ -29,7 +29,7 @@ from kvbench_core.results.document import ResultDocument
 from kvbench_core.runspec.jsonfile import temp_beside
 
 GB = 1e9
-#: Headline entries that are not figures (``reports.metrics.HEADLINE`` defines the figures).
+#: Headline entries that are not figures (``reports.key_figures.HEADLINE`` defines the figures).
 OTHER_DEFINITIONS = {"persistent_tier": "the first persistent (non-memory) tier: the one the nvme_* figures are of"}
 PERCENTILES = ("p50", "p95", "p99", "p99.9", "max")
 

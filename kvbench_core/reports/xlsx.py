@@ -7,7 +7,7 @@ and QoS class, with native charts), QoS (per class vs SLA), Timeseries
 (with native charts), Autoscaler, Clients (scaled-out runs), Trials
 (trials summaries), Spec, Declaration, Environment.  The comparison
 workbook has one row per result and one column per key figure
-(``reports.metrics``).
+(``reports.key_figures``).
 
 Every number cell gets the number format its column's unit asks for
 (``_number_format``: ms and GB with three decimals, counts with thousands
