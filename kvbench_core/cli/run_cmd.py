@@ -19,6 +19,7 @@ from kvbench_core.engine.run.dryrun import dry_run_estimate
 from kvbench_core.exports.live_metrics import require_metrics
 from kvbench_core.reports import require_formats
 from kvbench_core.reports.capacity import answer_line
+from kvbench_core.reports.status_words import has_figures, status_reason
 from kvbench_core.reports.verdicts import explain, starved_classes
 from kvbench_core.results.document import ResultDocument
 from kvbench_core.results.invariants import attention_lines
@@ -91,14 +92,10 @@ def summarize(result: ResultDocument | Mapping[str, Any]) -> str:
     as one."""
     document = ResultDocument.of(result)
     run = document.run
-    # A run that failed before its window opened has no figures to show, and its cause is the error line
-    # printed after the summary: say only that (a block of zeros and the cause twice read as a result).
-    figures = bool(document.window.get("measured_s")) or not run.error
-    # The rule that decided the status, in words (results/status.py); a result from before the rules: its stop.
-    reason = (run.status_reason or run.stop_reason) if figures else "before the measured window opened"
-    lines = [f"{run.name or 'run'} [{run.status}] {reason}", *attention_lines(document.to_json()),
+    # The rule that decided the status, in the words the HTML report and the workbook use (reports/status_words).
+    lines = [f"{run.name or 'run'} [{run.status}] {status_reason(document)}", *attention_lines(document.to_json()),
              *scale_out_lines(document)]
-    if document.headline and figures:
+    if document.headline and has_figures(document):
         lines += figure_lines(document)
     return "\n".join(lines)
 
