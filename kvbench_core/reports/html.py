@@ -24,6 +24,7 @@ from kvbench_core.contracts.units import format_bytes
 from kvbench_core.reports import flatten
 from kvbench_core.reports.capacity import answer_line, curve_table
 from kvbench_core.reports.key_figures import HEADLINE, op_figures
+from kvbench_core.reports.status_words import failed_invariants, status_reason
 from kvbench_core.reports.verdicts import explain, starved_classes
 from kvbench_core.results.document import ResultDocument
 from kvbench_core.runspec.jsonfile import temp_beside
@@ -129,7 +130,17 @@ def _header(document: ResultDocument) -> str:
     error = f"<p class=\"missed\">error: {_e(run.error)}</p>" if run.error else ""
     return (f"<h1>{_e(run.name or 'run')} <span class=\"{css}\">[{_e(status)}]</span></h1>"
             f"<p class=\"meta\">result {_e(run.id)} &middot; {' &middot; '.join(f for f in facts if f)}</p>"
-            f"{error}")
+            f"<p class=\"meta\">status rule: {_e(status_reason(document))}</p>{error}{_attention(document)}")
+
+
+def _attention(document: ResultDocument) -> str:
+    """The result's warnings and failed invariants, each listed; nothing when there are none."""
+    parts = []
+    for heading, lines in (("Warnings", list(document.warnings)), ("Failed invariants", failed_invariants(document))):
+        if lines:
+            items = "".join(f"<li>{_e(line)}</li>" for line in lines)
+            parts.append(f"<h2>{heading}</h2><ul class=\"missed\">{items}</ul>")
+    return "".join(parts)
 
 
 def _verdicts(document: ResultDocument) -> str:

@@ -31,6 +31,7 @@ from kvbench_core.reports import autoscaler_trajectories, flatten, require
 from kvbench_core.reports.capacity import capacity_sheet
 from kvbench_core.reports.key_figures import HEADLINE, figure_values, op_figures
 from kvbench_core.reports.series_table import series_table
+from kvbench_core.reports.status_words import failed_invariants, status_reason
 from kvbench_core.results.document import ResultDocument, TrialsSection
 from kvbench_core.runspec.jsonfile import temp_beside
 
@@ -207,7 +208,10 @@ def _summary_rows(document: ResultDocument) -> list[tuple[str, Any]]:
     run, spec = document.run, document.spec.resolved
     head = document.headline
     rows: list[tuple[str, Any]] = [
-        ("status", run.status), ("stop reason", run.stop_reason), ("error", run.error),
+        ("status", run.status), ("status rule", status_reason(document)),
+        ("warnings", "\n".join(document.warnings) or None),
+        ("failed invariants", "\n".join(failed_invariants(document)) or None),
+        ("stop reason", run.stop_reason), ("error", run.error),
         ("kind", run.kind or "run"), ("model", (document.model or {}).get("name")),
         ("users", spec["workload"]["users"]), ("users scope", spec["workload"]["users_scope"]),
         ("clients", (document.scale_out or {}).get("clients", 1)), ("trials", spec["trials"]),
