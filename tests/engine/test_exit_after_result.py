@@ -169,7 +169,8 @@ def test_after_kvbench_run_returns_no_thread_of_the_run_is_alive(plugin: None, t
     (result_file,) = (tmp_path / "results").glob("*.json")
     result = json.loads(result_file.read_text())
     assert result["run"]["stop_reason"] == "autoscaler converged: Peak capacity found"
-    assert result["metrics"]["tiers"]["nvme"]["write"]["ops"] > 0  # the directory tier did take entries
+    # The directory tier was written (by time: its request may have ended in the drain, or been cancelled).
+    assert result["metrics"]["tiers"]["nvme"]["write"]["device"]["moved_bytes"] > 0
     assert result["metrics"]["drain"]["workers_abandoned"] is False
     assert not (tmp_path / "kvcache").exists()  # the run's files are gone once kvbench run returns
 
