@@ -11,6 +11,8 @@ import signal
 import socket
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 
 def sigint_reaches_children() -> None:
@@ -93,3 +95,15 @@ class CommandLog:
     def record(self, key: str, op: str, offset: int, nbytes: int, start_s: float, end_s: float) -> None:
         assert end_s >= start_s
         self.seen.append((key, op, offset, nbytes))
+
+
+def document_with(**sections: Any) -> Any:
+    """A typed result document for a unit test of one section's reader: a real result kvbench wrote
+    (tests/reports/golden/run.json) with ``sections`` put in its place (``metrics={...}``, ``timeseries=[...]``)."""
+    import json as _json
+
+    from kvbench_core.results.document import ResultDocument
+
+    data = _json.loads((Path(__file__).parent / "reports" / "golden" / "run.json").read_text())
+    data.update(sections)
+    return ResultDocument.unchecked(data)

@@ -151,6 +151,8 @@ def test_the_summary_says_what_was_stored_without_a_transfer() -> None:
 
 def test_the_report_tables_show_the_same_stores_without_a_transfer() -> None:
     """The xlsx and HTML tier tables read them through op_figures, the figures the JSON holds."""
+    from testkit import document_with
+
     from kvbench_core.reports.html import _tiers
     from kvbench_core.reports.key_figures import op_figures
 
@@ -161,11 +163,11 @@ def test_the_report_tables_show_the_same_stores_without_a_transfer() -> None:
     assert (figures["dedup_stores"], figures["dedup_gb"]) == (4, 2.5)
     assert figures["ops"] == 3 and figures["gb"] == 9000 / 1e9  # kept out of the operations and bytes
     assert op_figures(tier, "read")["dedup_stores"] == 0
-    html = _tiers({"metrics": {"tiers": {"shared": tier}}})
+    html = _tiers(document_with(metrics={"tiers": {"shared": tier}}))
     assert "<th>stores without a transfer</th><th>deduplicated GB</th>" in html
     assert '<td>write</td>' in html and '<td class="num">4</td><td class="num">2.500</td></tr>' in html
     plain = {**tier, "write": dict(stats)}
-    assert "stores without a transfer" not in _tiers({"metrics": {"tiers": {"shared": plain}}})
+    assert "stores without a transfer" not in _tiers(document_with(metrics={"tiers": {"shared": plain}}))
 
 
 def test_a_partly_deduplicated_write_is_an_operation_of_the_bytes_it_moved() -> None:

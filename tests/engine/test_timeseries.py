@@ -74,12 +74,12 @@ def test_an_intervals_p95_is_over_the_operations_it_books() -> None:
 
 def _client(opened: float, points: list[tuple[float, float, float]]) -> Any:
     """A client's result: its window opened at ``opened`` (wall clock); points (t_s, interval_s, read bytes)."""
-    from types import SimpleNamespace
+    from testkit import document_with
 
     series = [{"t_s": t, "interval_s": span, "users": 1, "requests": 1, "generated_tokens": 10,
                "context_tokens": 100, "read_bytes": nbytes, "write_bytes": 0,
                "tiers": {"nvme": {"read_bytes": nbytes, "write_bytes": 0}}} for t, span, nbytes in points]
-    return SimpleNamespace(result={"metrics": {"window": {"started_at": opened}}, "timeseries": series})
+    return document_with(metrics={"window": {"started_at": opened}}, timeseries=series)
 
 
 def test_merged_points_are_placed_on_one_wall_clock_grid() -> None:
