@@ -12,8 +12,9 @@ from conftest import small_spec
 from kvbench_core.builtins.autoscalers import CapacityAutoscaler
 from kvbench_core.builtins.synthetic import SyntheticSource
 from kvbench_core.contracts.autoscaler import TelemetrySample
-from kvbench_core.contracts.workload import WorkloadContext
-from kvbench_core.engine.run.arrivals import UserPool, backlog_limit
+from kvbench_core.contracts.workload import Request, WorkloadContext
+from kvbench_core.engine.run.arrivals import ClosedLoopArrivals, UserPool, backlog_limit
+from kvbench_core.engine.run.scheduler import EventHeap
 
 
 def test_open_loop_arrivals_beyond_what_is_served_are_dropped_and_counted(run_spec: Any) -> None:
@@ -48,6 +49,20 @@ def test_the_user_pool_resizes_without_losing_ready_users() -> None:
     assert pool.take() is None  # user 2 is outside the pool: parked
     pool.resize(3)
     assert pool.take() == 2  # ... and back when it grows
+
+
+def test_a_user_whose_request_ends_while_the_pool_is_smaller_comes_back_when_it_grows() -> None:
+    """6 users, shrunk to 5 while user 5's request is in flight, grown to 6 again: user 5 issues again."""
+    events = EventHeap()
+    arrivals = ClosedLoopArrivals(source=None, users=UserPool(6), events=events, limit=10)  # type: ignore[arg-type]
+    assert [arrivals.users.take() for _ in range(7)] == [0, 1, 2, 3, 4, 5, None]
+    arrivals.users.resize(5)
+    arrivals.finished(Request(user_id=5, seq=0, qos="responsive", context_tokens=1, generate_tokens=1), now=0.0)
+    for kind, payload in events.pop_due(now=1.0):
+        assert arrivals.on_event(kind, payload, now=1.0)
+    assert arrivals.users.take() is None  # outside the pool: parked, not lost
+    arrivals.users.resize(6)
+    assert arrivals.users.take() == 5
 
 
 def test_conversation_defaults_are_the_seeds() -> None:

@@ -159,9 +159,12 @@ class ClosedLoopArrivals:
         return True
 
     def finished(self, request: Request, now: float) -> None:
-        """The user's request ended: it thinks, then is ready again (if still in the pool)."""
-        if self.users.active(request.user_id):
-            self.events.push(now + request.think_s, "think", request.user_id)
+        """The user's request ended: it thinks, then is ready again, or parked if the pool shrank meanwhile.
+
+        Every user goes through the think event, in the pool or not: one whose request ended while it was
+        outside the pool must be parked, or growing the pool again would never bring it back (a search's
+        re-measure at 6 users after a step at 5 ran with 5)."""
+        self.events.push(now + request.think_s, "think", request.user_id)
 
     def exhausted(self) -> bool:
         return self.users.all_exhausted()
