@@ -131,15 +131,17 @@ class Simulation:
             yield from self._steps(Stepper(cache.demote_cold, client.telemetry), client)
 
     def _user(self, source: Any, client: _Client, user: int) -> Generator[Any, Any, None]:
-        """A closed-loop user: wait for room in the backlog, issue, wait for the response, think, again."""
+        """A closed-loop user: wait for room in the backlog, issue, wait for the response, think, again.  Its
+        latencies start when it was ready, before the wait for room, as the engine's do."""
         while True:
+            ready = self.env.now
             slot = client.backlog.request()
             yield slot
             request = source.next_request(user)
             if request is None:
                 client.backlog.release(slot)
                 return
-            yield from self._serve(request, client, slot)
+            yield from self._serve(request, client, slot, ready)
             yield self.env.timeout(request.think_s)
 
     def _arrivals(self, source: Any, client: _Client, users: int) -> Generator[Any, Any, None]:
@@ -158,9 +160,11 @@ class Simulation:
             slot = client.backlog.request()
             self.env.process(self._serve(request, client, slot))
 
-    def _serve(self, request: Request, client: _Client, slot: Any) -> Generator[Any, Any, None]:
+    def _serve(self, request: Request, client: _Client, slot: Any,
+               ready: float | None = None) -> Generator[Any, Any, None]:
         env = self.env
         enqueued = env.now
+        began = enqueued if ready is None else ready
         worker = client.workers.request(priority=-self.priority.get(request.qos, 0))
         yield worker
         client.backlog.release(slot)
@@ -172,7 +176,7 @@ class Simulation:
         client.workers.release(worker)
         yield env.timeout(request.generate_tokens * self.plan.workload.generation_s_per_token)
         if self.window.holds(enqueued, env.now):
-            self._book(request, outcome, stepper.outcomes(outcome), enqueued, started, served)
+            self._book(request, outcome, stepper.outcomes(outcome), began, started, served)
 
     def _steps(self, stepper: Stepper, client: _Client) -> Generator[Any, Any, Any]:
         """Drive one request's cache work: each operation held at its tier for its service time, each lock
@@ -201,15 +205,15 @@ class Simulation:
         except StopIteration as done:
             return done.value
 
-    def _book(self, request: Request, outcome: Any, outcomes: list[str | None], enqueued: float, started: float,
+    def _book(self, request: Request, outcome: Any, outcomes: list[str | None], began: float, started: float,
               served: float) -> None:
         tally = self.tally
         if outcome.write_failed:
             tally.write_failed += 1
             return
         tally.requests += 1
-        tally.service[request.qos].add(served - enqueued)
-        tally.queue_wait.add(started - enqueued)
+        tally.service[request.qos].add(served - began)
+        tally.queue_wait.add(started - began)
         tally.context_tokens += request.context_tokens
         tally.generated_tokens += request.generate_tokens
         for tier in outcomes:

@@ -41,28 +41,55 @@ def test_a_million_users_start_at_once(run_spec: Any) -> None:
     assert result["metrics"]["requests"]["completed"] > 0
 
 
+def users_of(pool: UserPool, n: int) -> list[int | None]:
+    return [taken[0] if (taken := pool.take()) is not None else None for _ in range(n)]
+
+
 def test_the_user_pool_resizes_without_losing_ready_users() -> None:
     pool = UserPool(3)
-    assert [pool.take() for _ in range(4)] == [0, 1, 2, None]
-    pool.ready(2)
+    assert users_of(pool, 4) == [0, 1, 2, None]
+    pool.ready(2, now=0.0)
     pool.resize(2)
     assert pool.take() is None  # user 2 is outside the pool: parked
     pool.resize(3)
-    assert pool.take() == 2  # ... and back when it grows
+    assert users_of(pool, 1) == [2]  # ... and back when it grows
 
 
 def test_a_user_whose_request_ends_while_the_pool_is_smaller_comes_back_when_it_grows() -> None:
     """6 users, shrunk to 5 while user 5's request is in flight, grown to 6 again: user 5 issues again."""
     events = EventHeap()
     arrivals = ClosedLoopArrivals(source=None, users=UserPool(6), events=events, limit=10)  # type: ignore[arg-type]
-    assert [arrivals.users.take() for _ in range(7)] == [0, 1, 2, 3, 4, 5, None]
+    assert users_of(arrivals.users, 7) == [0, 1, 2, 3, 4, 5, None]
     arrivals.users.resize(5)
     arrivals.finished(Request(user_id=5, seq=0, qos="responsive", context_tokens=1, generate_tokens=1), now=0.0)
     for kind, payload in events.pop_due(now=1.0):
         assert arrivals.on_event(kind, payload, now=1.0)
     assert arrivals.users.take() is None  # outside the pool: parked, not lost
     arrivals.users.resize(6)
-    assert arrivals.users.take() == 5
+    assert users_of(arrivals.users, 1) == [5]
+
+
+def test_a_ready_user_held_back_by_a_full_backlog_is_enqueued_at_the_instant_it_became_ready() -> None:
+    """Coordinated omission: 4 users, room for 2 in the backlog.  The two held back are handed over, when room
+    comes, with the instant they became ready (issuing began at 10, the pool grew at 12, a think ended at
+    13), so their wait for room is queue wait, as it is for a user of a real server."""
+    clock = [12.0]
+    pool = UserPool(2, clock=lambda: clock[0])
+    source = SyntheticSource({}, WorkloadContext(seed=1, users=8, bytes_per_token=1))
+    arrivals = ClosedLoopArrivals(source, pool, EventHeap(), limit=2)
+    enqueued: list[tuple[int, float, float | None]] = []
+
+    def submit(request: Request, now: float, ready: float | None) -> None:
+        enqueued.append((request.user_id, now, ready))
+
+    arrivals.start(10.0)
+    pool.resize(4)  # at 12: users 2 and 3 join
+    arrivals.issue(now=10.5, waiting=0, submit=submit)
+    assert enqueued == [(0, 10.5, 10.0), (1, 10.5, 10.0)]
+    arrivals.on_event("think", 1, now=13.0)  # user 1 back from thinking, the backlog still full
+    arrivals.issue(now=20.0, waiting=0, submit=submit)  # room for two more, at 20
+    arrivals.issue(now=21.0, waiting=0, submit=submit)
+    assert enqueued[2:] == [(2, 20.0, 12.0), (3, 20.0, 12.0), (1, 21.0, 13.0)]
 
 
 def test_conversation_defaults_are_the_seeds() -> None:
@@ -104,7 +131,7 @@ def offered_per_s(gap_s: float, count: int, window_s: float) -> float | None:
     from kvbench_core.engine.run.arrivals import OpenLoopArrivals
 
     arrivals = OpenLoopArrivals(PacedSource(gap_s, count), UserPool(1), started_at=0.0, limit=10**9)
-    arrivals.issue(window_s, 0, lambda request, now: None)
+    arrivals.issue(window_s, 0, lambda request, now, ready: None)
     return arrivals.stats.as_dict(window_s, served=0)["offered_per_s"]
 
 

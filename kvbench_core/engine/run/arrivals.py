@@ -5,7 +5,11 @@ bounded by what is in flight and start-up does not depend on the user count:
 
 - **Closed loop.**  The user pool is users ``0 .. n-1`` (the autoscaler changes ``n``).  A user that is
   ready (never issued yet, or back from think time) is only turned into a request when the backlog has
-  room; a million users cost a counter, not a million requests (or RNG streams) at start-up.
+  room; a million users cost a counter, not a million requests (or RNG streams) at start-up.  A ready
+  user held back by a full backlog is waiting for the system all the same, so its request's latency
+  starts when it became ready, not when the backlog let it in: otherwise the service time of 1,024 users
+  over 8 workers is that of the 64 the backlog admits, and a search never finds the load it cannot carry
+  (coordinated omission).
 - **Open loop.**  Each arrival is due at ``start + request.arrival_s``.  An arrival that finds the
   backlog full is *dropped* (the offered load the system could not take); one issued more than
   ``LATE_S`` after it was due is *late*.  Both are counted, with the backlog's peak, so a result shows
@@ -15,6 +19,7 @@ bounded by what is in flight and start-up does not depend on the user count:
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +33,8 @@ LATE_S = 0.010
 #: At most this many open-loop arrivals are taken from the source per scheduler pass, so a trace
 #: replayed at infinite speed cannot spin the scheduler forever.
 MAX_ARRIVALS_PER_PASS = 1000
+#: How arrivals hand a request to the worker pool: (request, now, when its user was ready if earlier).
+Submit = Callable[[Request, float, float | None], None]
 
 
 def backlog_limit(workers: int) -> int:
@@ -82,14 +89,23 @@ class ArrivalStats:
 
 
 class UserPool:
-    """Users ``0 .. count-1``; the autoscaler resizes it.  Costs O(ready users), not O(users)."""
+    """Users ``0 .. count-1``; the autoscaler resizes it.  Costs O(ready users), not O(users).
 
-    def __init__(self, count: int) -> None:
+    Each ready user comes with the instant it became ready (issuing began or the pool grew to take it in,
+    its think time ended, the pool grew back over it), which ``take`` returns with it."""
+
+    def __init__(self, count: int, clock: Callable[[], float] = time.perf_counter) -> None:
         self.count = count
+        self.clock = clock
         self._next_fresh = 0  # users below this have issued at least once
-        self._ready: deque[int] = deque()  # back from think time, in the order they became ready
+        self._sizes: list[tuple[float, int]] = []  # (instant, count) from ``begin`` on: when fresh users joined
+        self._ready: deque[tuple[int, float]] = deque()  # back from think time, in the order they became ready
         self._parked: set[int] = set()  # ready while outside the pool (scaled down): back when it grows
         self.exhausted: set[int] = set()
+
+    def begin(self, now: float) -> None:
+        """Issuing begins: every user in the pool is ready from ``now``."""
+        self._sizes = [(now, self.count)]
 
     def __len__(self) -> int:
         return self.count
@@ -97,29 +113,45 @@ class UserPool:
     def active(self, user: int) -> bool:
         return user < self.count
 
-    def ready(self, user: int) -> None:
+    def ready(self, user: int, now: float) -> None:
         if self.active(user):
-            self._ready.append(user)
+            self._ready.append((user, now))
         else:
             self._parked.add(user)
 
-    def take(self) -> int | None:
-        """The next ready user: those who have waited longest (never-issued users are ready from t=0)."""
+    def take(self) -> tuple[int, float] | None:
+        """The next ready user and the instant it became ready: never-issued users first, then those who have
+        waited longest."""
         while self._ready or self._next_fresh < self.count:
             if self._next_fresh < self.count:
                 self._next_fresh += 1
-                return self._next_fresh - 1
-            user = self._ready.popleft()
+                return self._next_fresh - 1, self._fresh_since(self._next_fresh - 1)
+            user, since = self._ready.popleft()
             if self.active(user):
-                return user
+                return user, since
             self._parked.add(user)
         return None
 
+    def _fresh_since(self, user: int) -> float:
+        """When a never-issued user joined: the earliest size of the pool's latest run of sizes above it."""
+        since = self._sizes[-1][0] if self._sizes else self.clock()
+        for at, count in reversed(self._sizes):
+            if count <= user:
+                break
+            since = at
+        return since
+
     def resize(self, count: int) -> None:
-        self.count = max(1, count)
+        count = max(1, count)
+        if count == self.count:
+            return
+        now = self.clock()
+        self.count = count
+        if self._sizes:
+            self._sizes.append((now, count))
         back = sorted(user for user in self._parked if self.active(user))
         self._parked.difference_update(back)
-        self._ready.extend(back)
+        self._ready.extend((user, now) for user in back)
 
     def all_exhausted(self) -> bool:
         return sum(1 for user in self.exhausted if self.active(user)) >= self.count
@@ -137,25 +169,28 @@ class ClosedLoopArrivals:
 
     def start(self, now: float) -> None:
         """Issuing begins: every user is ready from the first pass."""
-        return None
+        self.users.begin(now)
 
-    def issue(self, now: float, waiting: int, submit: Callable[[Request, float], None]) -> None:
+    def issue(self, now: float, waiting: int, submit: Submit) -> None:
+        """Turn ready users into requests while the backlog has room, each with the instant its user became
+        ready: the time it waited for room is in its latencies (the window still counts it from ``now``)."""
         while waiting < self.limit:
-            user = self.users.take()
-            if user is None:
+            taken = self.users.take()
+            if taken is None:
                 return
+            user, since = taken
             request = self.source.next_request(user)
             if request is None:
                 self.users.exhausted.add(user)
                 continue
-            submit(request, now)
+            submit(request, now, since)
             waiting += 1
 
     def on_event(self, kind: str, payload: Any, now: float) -> bool:
         """Handle a "think" event (a user back from thinking); False when the event is not ours."""
         if kind != "think":
             return False
-        self.users.ready(payload)
+        self.users.ready(payload, now)
         return True
 
     def finished(self, request: Request, now: float) -> None:
@@ -195,7 +230,7 @@ class OpenLoopArrivals:
         """Issuing begins: the source's clock starts at ``now`` (built before the run, ``started_at`` waits)."""
         self.started_at = now
 
-    def issue(self, now: float, waiting: int, submit: Callable[[Request, float], None]) -> None:
+    def issue(self, now: float, waiting: int, submit: Submit) -> None:
         for _ in range(MAX_ARRIVALS_PER_PASS):
             request = self._peek()
             if request is None:
@@ -208,7 +243,7 @@ class OpenLoopArrivals:
             if waiting >= self.limit:
                 self.stats.dropped += counted
             else:
-                submit(request, now)
+                submit(request, now, None)
                 waiting += 1
                 self.stats.late += counted and now - due > LATE_S
             if counted:

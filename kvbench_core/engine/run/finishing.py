@@ -45,8 +45,8 @@ def _served(state: RunState, done: Finished, load: LoadRequests | None, where: s
     """A request whose storage work completed: its latencies, and its lengths if it was the window's."""
     request, outcome = done.request, done.outcome
     assert outcome is not None
-    state.telemetry.record_request(request.qos, done.finished - done.enqueued, done.served - done.enqueued,
-                                   done.started - done.enqueued, outcome.storage_s, request.context_tokens,
+    state.telemetry.record_request(request.qos, done.finished - done.began, done.served - done.began,
+                                   done.started - done.began, outcome.storage_s, request.context_tokens,
                                    request.generate_tokens, outcome.decode_tokens_read, where=where)
     if where != "window":
         return

@@ -65,8 +65,8 @@ class LoadRequests:
         """A request that completed inside the measured window."""
         if done.enqueued < self.since or done.outcome is None:
             return
-        self.service[done.request.qos].add(done.served - done.enqueued)
-        self.split_s["queue"] += done.started - done.enqueued
+        self.service[done.request.qos].add(done.served - done.began)
+        self.split_s["queue"] += done.started - done.began
         for record in done.outcome.tally.ops if done.outcome.tally is not None else ():
             if record.timing.transferred:
                 device = min(record.timing.device, record.timing.total)

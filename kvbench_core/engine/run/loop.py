@@ -110,13 +110,13 @@ class RunLoop:
         self.load = LoadRequests(now) if autoscaler else None
         return True
 
-    def _submit(self, request: Request, now: float) -> None:
+    def _submit(self, request: Request, now: float, ready: float | None) -> None:
         if self.parts.window.is_open:
             self.state.requests_issued += 1
             self.parts.arrivals.stats.count_issued(request.qos)
         if self.load is not None:
             self.load.issued(now)
-        self.parts.pool.submit(request, now)
+        self.parts.pool.submit(request, now, ready)
 
     def _on_event(self, kind: str, payload: Any, now: float) -> None:
         if kind == "finished":

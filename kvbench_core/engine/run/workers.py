@@ -29,6 +29,14 @@ class Finished:
     served: float  # storage work done: the service latency ends here
     finished: float  # ... and the response after the simulated generation: end-to-end ends here
     outcome: StepOutcome | None = None
+    #: When the request's user was ready, where that was before ``enqueued``: a closed-loop user held back by
+    #: a full backlog (``engine.run.arrivals``).  The window and the load steps go by ``enqueued``.
+    ready: float | None = None
+
+    @property
+    def began(self) -> float:
+        """Where the request's latencies start: its user's wait for room in the backlog is queue wait too."""
+        return self.enqueued if self.ready is None else min(self.ready, self.enqueued)
 
 
 class WorkerPool:
@@ -54,10 +62,11 @@ class WorkerPool:
         for thread in self._threads:
             thread.start()
 
-    def submit(self, request: Request, now: float) -> None:
+    def submit(self, request: Request, now: float, ready: float | None = None) -> None:
+        """Queue ``request`` at ``now``; ``ready``: when its user was ready, if earlier (``Finished.ready``)."""
         with self._lock:
             self._inflight += 1
-        self.queue.put((request, now), self.priority.get(request.qos, 1), now)
+        self.queue.put((request, now, ready), self.priority.get(request.qos, 1), now)
 
     @property
     def inflight(self) -> int:
@@ -92,8 +101,10 @@ class WorkerPool:
             item = self.queue.get()
             if item is None:
                 return
-            request, enqueued = item
-            self.events.push(*self._run(request, enqueued))
+            request, enqueued, ready = item
+            due, kind, done = self._run(request, enqueued)
+            done.ready = ready
+            self.events.push(due, kind, done)
             # Decrement only after the completion event exists, so "nothing in flight" is never seen early.
             with self._lock:
                 self._inflight -= 1
