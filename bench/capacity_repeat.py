@@ -47,9 +47,7 @@ def search(spec: str, work: Path, index: int) -> dict[str, Any]:
     if done.returncode != 0:
         raise SystemExit(f"capacity_repeat: search {index} failed (exit {done.returncode}): "
                          f"{done.stderr.strip().splitlines()[-1:]}")
-    answer = json.loads(done.stdout)
-    summary = json.loads(Path(answer["result"]).read_text())["autoscaling"]["summary"]
-    answer.update({key: summary.get(key) for key in ("drift", "repeated_loads")})  # the result's own record
+    answer = json.loads(done.stdout)  # drift and repeated_loads included: the result's own record
     row = {"index": index, "load_avg": round(load, 1), "wall_s": round(time.perf_counter() - began, 1),
            "answer": answer}
     recorded.write_text(json.dumps(row))

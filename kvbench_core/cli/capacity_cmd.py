@@ -160,7 +160,8 @@ def json_answer(result: ResultDocument | None, path: str | None, budget: float) 
     """The answer for scripts: the figures of the summary, the steps without their histograms."""
     summary = (capacity_of(result) if result is not None else None) or {}
     keep = ("load_kind", "max_users_within_sla", "max_arrival_rate_percent_within_sla", "ci95", "at_least",
-            "limited_by", "confidence", "method", "search_finished", "bracket", "judged_steps")
+            "limited_by", "confidence", "method", "drift", "repeated_loads", "search_finished", "bracket",
+            "judged_steps")
     return {**{key: summary[key] for key in keep if key in summary}, "budget_s": budget,
             "status": result.run.status if result is not None else None, "result": path,
             "steps": [{k: v for k, v in step.items() if k != "histograms"} for step in summary.get("steps") or []]}

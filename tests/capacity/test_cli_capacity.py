@@ -100,6 +100,7 @@ def test_the_budget_holds_and_json_parses(perbyte_tier: None, write_spec: Any, t
     assert document["search_finished"] is False and document["budget_s"] == 8.0
     assert document["steps"] and all("histograms" not in step for step in document["steps"])
     assert document["max_users_within_sla"] is not None and document["at_least"] is True
+    assert {"ci95", "drift", "repeated_loads", "method"} <= document.keys()  # the interval's whole record
     assert "capacity search:" in captured.err  # the plan goes to stderr, so stdout is the JSON alone
 
 
