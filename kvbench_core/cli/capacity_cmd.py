@@ -3,7 +3,9 @@
 One run of the spec with the ``sla_search`` autoscaler (docs/autoscaling.md): users double while every
 judged step is within the SLA, then bisect; the run's measured window is the budget, less warm-up and the
 drain limit, so the search cannot outlast ``--budget``.  The plan is printed first (what the budget holds),
-then the answer, then the step table; ``--json`` prints one JSON document instead.
+then the answer, then the step table; ``--json`` prints one JSON document instead.  ``--repeats N`` runs N
+searches in a row, each on an N-th of the budget, and adds the interval the next search lands in
+(capacity/repeats.py): what the machine moves between searches, which one search cannot see.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import sys
 from typing import Any
 
 from kvbench_core.builtins.sla_search import OPEN_LOOP_CEILING
+from kvbench_core.capacity.interval import KEYS
+from kvbench_core.capacity.repeats import RepeatedAnswer
 from kvbench_core.capacity.search import steps_needed
 from kvbench_core.contracts.errors import SpecError
 from kvbench_core.contracts.units import parse_duration
@@ -33,7 +37,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("capacity", help="search the most users every QoS class's SLA holds for")
     parser.add_argument("spec", help="run spec YAML (its users are where the search starts)")
     parser.add_argument("--budget", default=DEFAULT_BUDGET,
-                        help=f"the search's whole time: warm-up + steps + drain (default {DEFAULT_BUDGET})")
+                        help=f"the search's whole time: warm-up + steps + drain (default {DEFAULT_BUDGET}); "
+                             "with --repeats, all the searches' together")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="searches in a row, each on its share of the budget; from 2 on, the answer adds the "
+                             "interval the next search lands in (default 1)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
                         help="override a spec field, as kvbench run does")
     parser.add_argument("--max-users", type=int, help="never more users than this (default 64 x the spec's, "
@@ -59,7 +67,34 @@ def _seconds(flag: str, text: str) -> float:
 
 
 def handle(args: argparse.Namespace) -> int:
-    budget = _seconds("--budget", args.budget)
+    if args.repeats < 1:
+        raise SpecError(f"--repeats {args.repeats}: at least 1 search")
+    budget = _seconds("--budget", args.budget) / args.repeats
+    as_written, plan, lines = _search_plan(args, budget)
+    out = sys.stderr if args.json else sys.stdout
+    print("\n".join(lines), file=out)
+    answers: list[dict[str, Any]] = []
+    code = 0
+    for index in range(args.repeats):
+        if args.repeats > 1 and not args.json:
+            print(f"search {index + 1} of {args.repeats}")
+        outcome = run_session(as_written, plan, quiet=args.quiet or args.json)
+        if not outcome.writer:
+            return outcome.exit_code
+        result = outcome.results[0] if outcome.results else None  # the search's one run
+        path = str(outcome.paths[0]) if outcome.paths else None
+        answers.append(json_answer(result, path, budget))
+        if not args.json:
+            _print_answer(result, path, outcome.reports)
+        if outcome.error is not None:
+            print(outcome.error.line(), file=sys.stderr)
+        code = code or outcome.exit_code
+    _print_repeated(answers, as_json=args.json)
+    return code
+
+
+def _search_plan(args: argparse.Namespace, budget: float) -> tuple[str, RunPlan, list[str]]:
+    """The spec with the search in it, for one search of ``budget`` seconds, and the plan's lines."""
     step_s, max_step_s = _seconds("--step", args.step), _seconds("--max-step", args.max_step)
     overrides = list(args.overrides) + ([f"output.directory={args.output}"] if args.output else [])
     # The budget sets the duration: the spec's own (or none, where it gives requests) is not the search's.
@@ -70,7 +105,8 @@ def handle(args: argparse.Namespace) -> int:
     drain = min(30.0, max(1.0, DRAIN_SHARE * budget))
     search_s = budget - warmup - drain
     if search_s < 2 * step_s:
-        raise SpecError(f"--budget {args.budget}: leaves {max(search_s, 0):g} s for the search after warm-up "
+        share = f" ({budget:g} s for each of {args.repeats} searches)" if args.repeats > 1 else ""
+        raise SpecError(f"--budget {args.budget}{share}: leaves {max(search_s, 0):g} s for the search after warm-up "
                         f"{warmup:g} s and the drain limit {drain:g} s; it needs at least two steps of {step_s:g} s")
     autoscaler = {"name": "sla_search", "stop_when_converged": True,
                   "options": {"interval_s": step_s, "max_step_s": max_step_s, "min_requests": args.min_requests,
@@ -79,21 +115,32 @@ def handle(args: argparse.Namespace) -> int:
         autoscaler["max_users"] = args.max_users
     search = [f"autoscaler={json.dumps(autoscaler)}", f"duration={search_s!r}", f"drain_timeout={drain!r}"]
     as_written, plan = load_plan(args.spec, overrides + search, accept_edited=args.accept_edited)
-    out = sys.stderr if args.json else sys.stdout
-    print("\n".join(plan_lines(plan, budget=budget, warmup=warmup, search_s=search_s, drain=drain,
-                               replaced=replaced)), file=out)
-    outcome = run_session(as_written, plan, quiet=args.quiet or args.json)
-    if not outcome.writer:
-        return outcome.exit_code
-    result = outcome.results[0] if outcome.results else None  # the search's one run
-    path = str(outcome.paths[0]) if outcome.paths else None
-    if args.json:
-        print(json.dumps(json_answer(result, path, budget), indent=2))
-    else:
-        _print_answer(result, path, outcome.reports)
-    if outcome.error is not None:
-        print(outcome.error.line(), file=sys.stderr)
-    return outcome.exit_code
+    lines = plan_lines(plan, budget=budget, warmup=warmup, search_s=search_s, drain=drain, replaced=replaced)
+    if args.repeats > 1:
+        lines.append(f"  {args.repeats} searches in a row, {budget:g} s each")
+    return as_written, plan, lines
+
+
+def _print_repeated(answers: list[dict[str, Any]], *, as_json: bool) -> None:
+    """One search: its JSON (the answer is already printed otherwise).  Several: the next search's interval
+    last, and in the JSON above the searches' own records."""
+    repeated = repeated_answer(answers) if len(answers) > 1 else None
+    if as_json:
+        print(json.dumps(answers[0] if len(answers) == 1 else {**(repeated or {}), "searches": answers}, indent=2))
+    elif repeated is not None:
+        print(repeated["line"])
+    elif len(answers) > 1:
+        print("max users within SLA over the searches: no interval (fewer than two searches found an answer)")
+
+
+def repeated_answer(answers: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The searches' mean answer and the next search's interval, where two or more found one; None else."""
+    kind = (answers[0].get("load_kind") if answers else None) or "users"
+    found = [a for a in answers if a.get(KEYS[kind]) is not None and None not in (a.get("ci95") or [None])]
+    if len(found) < 2:
+        return None
+    repeated = RepeatedAnswer.of([a[KEYS[kind]] for a in found], [tuple(a["ci95"]) for a in found])
+    return {**repeated.as_dict(kind), "line": repeated.line(kind), "searches_with_an_answer": len(found)}
 
 
 def _print_answer(result: ResultDocument | None, path: str | None, reports: list[Any]) -> None:
