@@ -53,10 +53,14 @@ class SLASearchAutoscaler(Autoscaler):
         self.users = self.load = initial_users
         self.open_loop: bool | None = None  # the first sample says
         self.steps: list[Step] = []
+        #: Classes that completed requests at some judged load: at a later load a class with none is starved
+        #: (a lower priority's requests never reach a worker), which is over, not a class to leave out.
+        self.served_classes: set[str] = set()
         self._step = self._new_step(0.0)
 
     def _new_step(self, started_s: float) -> JudgedStep:
-        return JudgedStep(self.load, started_s, min_requests=self.min_requests, max_step_s=self.max_step_s)
+        return JudgedStep(self.load, started_s, min_requests=self.min_requests, max_step_s=self.max_step_s,
+                          expected=self.served_classes)
 
     def _first(self, sample: TelemetrySample) -> None:
         """An open loop's load is its arrival rate: search percents of the source's, from 100."""
@@ -82,6 +86,7 @@ class SLASearchAutoscaler(Autoscaler):
             return self._decision("hold", reason=f"step at {self.load} {unit} not judged yet: {short}")
         step = self._step.judge()
         self.steps.append(step)
+        self.served_classes.update(q for q, h in step.histograms.items() if h.count)
         following = self.search.next(int(step.load), step.verdict == WITHIN)
         judged = f"{step.verdict} at {step.load:g} {unit} ({step.reason})"
         if following is None:

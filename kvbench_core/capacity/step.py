@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,9 +127,13 @@ class Step:
 class JudgedStep:
     """Accumulates the samples of one load until it can be judged (``shortfall`` is None)."""
 
-    def __init__(self, load: float, started_s: float, *, min_requests: int, max_step_s: float) -> None:
+    def __init__(self, load: float, started_s: float, *, min_requests: int, max_step_s: float,
+                 expected: Iterable[str] = ()) -> None:
+        """``expected``: the classes the workload is known to issue (they completed requests at an earlier
+        load); one with no completed request at this load is starved, and short like any other."""
         self.load, self.started_s = load, started_s
         self.min_requests, self.max_step_s = min_requests, max_step_s
+        self.expected = frozenset(expected)
         self._ended_s = started_s
         self._histograms: dict[str, Any] = {}
         self._split: dict[str, float] = defaultdict(float)
@@ -166,6 +170,7 @@ class JudgedStep:
         counts = {q: h.count for q, h in self._histograms.items() if h.count}
         if not counts:
             return "no completed requests at this load yet"
+        counts.update({q: 0 for q in self.expected if q not in counts})  # starved: served at lower loads
         short = [f"{q} {n} of {self.min_requests}" for q, n in sorted(counts.items()) if n < self.min_requests]
         return f"{', '.join(short)} requests" if short else None
 

@@ -241,3 +241,23 @@ def test_sla_search_holds_each_step_until_judged_and_reports_the_answer() -> Non
     assert [(s["load"], s["verdict"]) for s in summary["steps"]] == [
         (1, WITHIN), (2, WITHIN), (4, WITHIN), (8, OVER), (6, OVER), (5, WITHIN), (6, OVER), (5, WITHIN)]
     assert (summary["repeated_loads"], summary["drift"]) == (2, 0.0)  # the same p95s twice: no drift
+
+
+def test_a_class_starved_at_a_higher_load_is_not_left_out_of_its_judgement() -> None:
+    """Responsive and batch both complete requests at 1-2 users; from 4 users batch (the lower priority)
+    completes none, and responsive alone is well within: the step waits for batch until max_step_s and is
+    not judged (over), so 2 users is the answer, not a load at which batch is never served."""
+    scaler = SLASearchAutoscaler({"resolution": 0, "max_step_s": 10}, initial_users=1, max_users=64)
+    t = 0.0
+    while not scaler.search.done and t < 1000:
+        t += 1.0
+        values = {"responsive": [0.01] * 12}
+        if scaler.users <= 2:
+            values["batch"] = [0.01] * 12
+        scaler.decide(sample(t, values))
+    summary = scaler.summary()
+    verdicts = {s["load"]: s["verdict"] for s in summary["steps"]}
+    assert verdicts[1] == verdicts[2] == WITHIN and verdicts[4] == NOT_JUDGED
+    assert summary["max_users_within_sla"] == 2
+    starved = next(s for s in summary["steps"] if s["load"] == 4)
+    assert starved["reason"].startswith("batch 0 of 20 requests after 10")
