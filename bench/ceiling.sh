@@ -13,6 +13,8 @@
 # 3. bench/nvme_vs_fio.py there: O_DIRECT and buffered, both engines, queue depths DEPTHS, 1 and 2 streams,
 #    REPEATS interleaved repeats each; the samples go to OUT (docs/bench/ceiling-<time>-c<streams>.json);
 # 4. unmounts and detaches everything it made (also on failure or Ctrl-C).
+# With PROCESSES=1 it runs bench/worker_processes.py on the device instead of step 3 (EXTRA: its options,
+# e.g. "--repeats 3 --duration 20"): one run's read bandwidth over 1 and 2 worker processes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need() { echo "ceiling.sh: needs root (losetup, mount), fio, and the nvme plugin: pip install -e plugins/kvbench_nvme; apt-get install fio (missing: $1)" >&2; exit 2; }
@@ -52,6 +54,11 @@ mount "$LOOP" "$MNT"
 mount -t hugetlbfs none "$HUGE"
 
 echo "RAM device: $LOOP over $IMAGE (tmpfs), ext4 at $MNT; load $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ -n "${PROCESSES:-}" ]; then  # instead of fio: one run over 1 and 2 worker processes (workers.processes)
+    # shellcheck disable=SC2086  # EXTRA is a list of options
+    "$PYTHON" bench/worker_processes.py --dir "$MNT/kv" $EXTRA
+    exit 0
+fi
 for streams in $STREAMS; do
     # shellcheck disable=SC2086  # EXTRA is a list of options
     "$PYTHON" bench/nvme_vs_fio.py --dir "$MNT/bench" --entry-size "$ENTRY" --concurrency "$streams" \

@@ -23,6 +23,7 @@ from kvbench_core.reports.status_words import has_figures, status_reason
 from kvbench_core.reports.verdicts import explain, starved_classes
 from kvbench_core.results.document import ResultDocument
 from kvbench_core.results.invariants import attention_lines
+from kvbench_core.results.merge import plural
 from kvbench_core.runspec.loader import load_plan
 from kvbench_core.runspec.rerun import OVERRIDE_FLAG
 from kvbench_core.scaleout.multiclient import local_client_plans
@@ -105,7 +106,7 @@ def scale_out_lines(document: ResultDocument) -> list[str]:
     scale = document.scale_out
     if not scale:
         return []
-    return [f"  {scale['clients']} {scale['label']}s ({scale['mode']}), users {scale['users_scope']}: "
+    return [f"  {scale['clients']} {plural(scale['label'])} ({scale['mode']}), users {scale['users_scope']}: "
             f"{scale['users_per_client']} = {scale['users_total']}; clock skew {scale['clock_skew_s']:.6f} s"]
 
 

@@ -68,10 +68,13 @@ class ClientReport:
 
 
 def merge_results(clients: list[ClientReport], *, mode: str, label: str, run_id: str, trial: int,
-                  as_written: dict[str, Any], spec: dict[str, Any], started_at: float) -> dict[str, Any]:
+                  as_written: dict[str, Any], spec: dict[str, Any], started_at: float,
+                  users_scope: str | None = None) -> dict[str, Any]:
     """One result for the whole run; ``clients`` in index order, at least one of them with a result.  Built
     as a ``ResultDocument`` (its sections merged one function each) and stamped with the status the rules
-    give it (results/status.py)."""
+    give it (results/status.py).  ``users_scope``: how the users were spread, when not the spec's own
+    (worker processes always split them)."""
+    scope = users_scope or spec["workload"]["users_scope"]
     results = [c.result for c in clients if c.result is not None]
     if not results:
         raise ValueError("no client reported a result")
@@ -79,7 +82,7 @@ def merge_results(clients: list[ClientReport], *, mode: str, label: str, run_id:
     base = measured[0] if measured else results[0]  # a client that got furthest describes the run
     metrics = _merged_metrics(measured, base, spec)
     workload = _merge_workload(results, base)
-    declaration = _merged_declaration(clients, measured or [base], workload, metrics, label, spec)
+    declaration = _merged_declaration(clients, measured or [base], workload, metrics, label, spec, scope)
     failures = [c.describe_failure(label) for c in clients if c.failed]
     reported = [c for c in clients if c.result is not None]
     document = ResultDocument(
@@ -92,7 +95,7 @@ def merge_results(clients: list[ClientReport], *, mode: str, label: str, run_id:
         autoscaling={"trajectory": [], "summary": {}, "note": f"each {label} scales its own users: see "
                                                               "clients[].autoscaling"},
         sections={}, errors=_merged_errors(reported, label),
-        scale_out=_scale_out(clients, mode=mode, label=label, spec=spec),
+        scale_out=_scale_out(clients, mode=mode, label=label, spec=spec, users_scope=scope),
         clients=tuple(_client_section(c, label, metrics.get("window")) for c in clients), checks={})
     merged = document.to_json()
     merged["checks"] = run_checks(merged)
@@ -150,24 +153,36 @@ def _merged_run(results: list[ResultDocument], failures: list[str], *, run_id: s
 
 
 def _merged_declaration(clients: list[ClientReport], results: list[ResultDocument], workload: dict[str, Any],
-                        metrics: dict[str, Any], label: str, spec: dict[str, Any]) -> dict[str, Any]:
+                        metrics: dict[str, Any], label: str, spec: dict[str, Any], scope: str) -> dict[str, Any]:
     """The clients' declarations merged; the concurrency says how the users were spread."""
     counters = (metrics.get("cache") or {}).get("counters") or {}
     declaration = merge_declarations([dict(r.declaration) for r in results], workload=workload, counters=counters)
     concurrency = declaration.get("workload", {}).get("concurrency")
     if isinstance(concurrency, dict):
-        concurrency.update(value=f"{sum(c.users for c in clients)} users over {len(clients)} {label}s "
-                                 f"({spec['workload']['users_scope']}), max_inflight "
-                                 f"{spec['workload']['max_inflight']} per {label}", source="detected")
+        inflight = (f"{spec['workload']['max_inflight']} in all" if mode_splits(label)
+                    else f"{spec['workload']['max_inflight']} per {label}")
+        concurrency.update(value=f"{sum(c.users for c in clients)} users over {len(clients)} {plural(label)} "
+                                 f"({scope}), max_inflight {inflight}", source="detected")
     return declaration
 
 
-def _scale_out(clients: list[ClientReport], *, mode: str, label: str, spec: dict[str, Any]) -> dict[str, Any]:
+def plural(label: str) -> str:
+    """``clients``, ``ranks``, ``processes``: how a result names several of its ``label``."""
+    return f"{label}es" if label.endswith("s") else f"{label}s"
+
+
+def mode_splits(label: str) -> bool:
+    """Whether the parts labelled so split one run (worker processes) rather than each run all of it."""
+    return label == "process"
+
+
+def _scale_out(clients: list[ClientReport], *, mode: str, label: str, spec: dict[str, Any],
+               users_scope: str) -> dict[str, Any]:
     users = [c.users for c in clients]
     released = [c.released_at for c in clients if c.released_at is not None]
     return {
         "mode": mode, "label": label, "clients": len(clients),
-        "users_scope": spec["workload"]["users_scope"], "users_requested": spec["workload"]["users"],
+        "users_scope": users_scope, "users_requested": spec["workload"]["users"],
         "users_per_client": users, "users_total": sum(users), "seeds": [c.seed for c in clients],
         "cache_subdirectory": f"<tier path>/{label}<i>", "hosts": sorted({c.host for c in clients if c.host}),
         "clock_skew_s": round(max(released) - min(released), 6) if len(released) > 1 else 0.0,

@@ -36,6 +36,7 @@ from kvbench_core.runspec.safepaths import (
     unset_variable,
 )
 from kvbench_core.runspec.spec_schema import DEFAULTS, GENERATION_MS_PER_TOKEN, full_schema, section_schema
+from kvbench_core.runspec.workers import check_workers
 
 
 def validate(raw: dict[str, Any]) -> None:
@@ -157,7 +158,8 @@ def load_plan(path: str | os.PathLike[str], overrides: list[str] | None = None, 
     validate(raw)
     # A re-run result resolves relative paths (model config, traces) where the original run did.
     spec_dir = recorded_dir if recorded_dir and Path(recorded_dir).is_dir() else str(Path(path).resolve().parent)
-    check_output_paths(raw.get("output") or {}, clients=raw.get("clients", 1))
+    check_output_paths(raw.get("output") or {}, clients=raw.get("clients", 1),
+                       processes=(raw.get("workers") or {}).get("processes", 1))
     check_tier_paths(raw["cache"]["tiers"])
     check_parsed_bounds(raw)
     check_memory_tiers(raw)
@@ -167,6 +169,7 @@ def load_plan(path: str | os.PathLike[str], overrides: list[str] | None = None, 
     # The model is resolved here, once: an unknown name, a broken config.json or an impossible TP degree
     # is an error naming its field before any tier is opened.
     plan = plan_run(resolved)
+    check_workers(plan)
     if all(tier.capacity != "auto" for tier in plan.enabled_tiers):  # auto: judged once the tiers open
         check_an_entry_fits([(tier.name, float(tier.capacity)) for tier in plan.enabled_tiers],
                             plan.model.bytes_per_token_all_ranks, plan.eviction["large_entry_limit_ratio"])
@@ -225,7 +228,7 @@ def _check_variables(field: str, path: str) -> None:
                         "$VARIABLE in paths as a shell does)")
 
 
-def check_output_paths(output: dict[str, Any], *, clients: int = 1) -> None:
+def check_output_paths(output: dict[str, Any], *, clients: int = 1, processes: int = 1) -> None:
     """Results and the I/O log never go into the OS, a virtual filesystem or a home directory itself, and
     must be writable: found out now, not when the result of a long run cannot be saved.  The I/O log must
     not exist yet: kvbench never overwrites a file it did not create (it once replaced the spec itself)."""
@@ -246,9 +249,8 @@ def check_output_paths(output: dict[str, Any], *, clients: int = 1) -> None:
         if is_file and os.path.lexists(target):
             raise SpecError(f"{field}: {path} already exists; kvbench never overwrites a file it did not create: "
                             "remove it or name a new file")
-        if is_file and clients > 1:
-            raise SpecError(f"{field}: one I/O log cannot take {clients} client processes at once; "
-                            "log a single-client run")
+        if is_file:
+            _check_one_writer(field, clients, processes)
         existing = where
         while not os.path.lexists(existing):
             existing = os.path.dirname(existing)
@@ -256,6 +258,16 @@ def check_output_paths(output: dict[str, Any], *, clients: int = 1) -> None:
             raise SpecError(f"{field}: {shown} cannot be created: {existing} is not a directory")
         if not os.access(existing, os.W_OK | os.X_OK):
             raise SpecError(f"{field}: {shown} is not writable here ({existing}: permission denied or read-only)")
+
+
+def _check_one_writer(field: str, clients: int, processes: int) -> None:
+    """One I/O log file is written by one process: not by several clients, nor by a run's worker processes."""
+    if clients > 1:
+        raise SpecError(f"{field}: one I/O log cannot take {clients} client processes at once; "
+                        "log a single-client run")
+    if processes > 1:
+        raise SpecError(f"{field}: one I/O log cannot take {processes} worker processes at once; "
+                        "log a run with workers.processes: 1")
 
 
 def spec_sha256(as_written: dict[str, Any]) -> str:

@@ -176,12 +176,16 @@ class RunPlan:
     clients_total: int  # clients of the whole run (a client's plan keeps its run's count)
     trials: int
     trial_pause_s: float
+    processes: int = 1  # worker processes this plan starts (``workers.processes``; 1 in a process's own plan)
+    shard: Shard | None = None  # in a worker process's plan: which share of the run it drives
 
     @property
     def enabled_tiers(self) -> tuple[TierPlan, ...]:
         return tuple(tier for tier in self.tiers if tier.enabled)
 
     def users_for_client(self, client_index: int) -> int:
+        if self.shard is not None:  # a worker process drives its share of the run's users, whatever the scope
+            return share(self.workload.users, self.shard.count, self.shard.index)
         return users_for_client(self.workload.users, self.workload.users_scope, self.clients_total, client_index)
 
     def workers(self, users: int) -> int:
@@ -202,6 +206,49 @@ class RunPlan:
         return dataclasses.replace(self, spec=freeze(spec), seed=seed, tiers=tiers, clients=1,
                                    clients_total=clients_total)
 
+    def for_process(self, index: int, *, directory_of: Mapping[str, str]) -> RunPlan:
+        """The plan worker process ``index`` of ``workers.processes`` runs: the run's own seed (so its users draw
+        the streams they draw in a one-process run), the users whose number is ``index`` modulo the count, that
+        share of every tier's capacity, of ``requests`` and of ``max_inflight``, its tiers' directories.  The
+        processes together are the one run split, not N runs: see docs/scale-out.md, worker processes."""
+        count = self.processes
+        part = self.for_client(seed=self.seed, clients_total=1, directory_of=directory_of)
+        tiers = tuple(tier if isinstance(tier.capacity, str) else
+                      dataclasses.replace(tier, capacity=share(int(tier.capacity), count, index, least=0))
+                      for tier in part.tiers)
+        workload = dataclasses.replace(part.workload, max_inflight=share(part.workload.max_inflight, count, index,
+                                                                         least=0))
+        limit = part.window.request_limit
+        window = dataclasses.replace(part.window, request_limit=None if limit is None else share(limit, count, index))
+        spec = thaw(part.spec)
+        spec["workers"] = {"processes": 1}
+        for written, planned in zip(spec["cache"]["tiers"], tiers, strict=True):
+            written["capacity"] = planned.capacity
+        spec["workload"]["max_inflight"] = workload.max_inflight
+        if limit is not None:
+            spec["requests"] = window.request_limit
+        return dataclasses.replace(part, spec=freeze(spec), tiers=tiers, workload=workload, window=window,
+                                   processes=1, shard=Shard(index, count))
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """Worker process ``index`` of ``count``: it drives the run's users ``index``, ``index + count``, … ."""
+
+    index: int
+    count: int
+
+    def user(self, local: int) -> int:
+        """The run's user number of this process's user ``local`` (its pool counts 0 .. n-1)."""
+        return local * self.count + self.index
+
+
+def share(total: int, count: int, index: int, *, least: int = 1) -> int:
+    """Part ``index`` of ``total`` split ``count`` ways, the first parts taking the remainder (the parts add up
+    to ``total``; part ``index`` of the users is how many of ``0 .. total-1`` are ``index`` modulo ``count``)."""
+    base, extra = divmod(total, count)
+    return max(least, base + (1 if index < extra else 0))
+
 
 def _with_directory(tier: TierPlan, directory: str | None) -> TierPlan:
     option = tier.backend.cls.directory_option
@@ -214,8 +261,7 @@ def _with_directory(tier: TierPlan, directory: str | None) -> TierPlan:
 def users_for_client(users: int, scope: str, clients_total: int, client_index: int) -> int:
     """Users one client (process or MPI rank) drives: all of ``users``, or its share under ``split``."""
     if scope == "split" and clients_total > 1:
-        base, extra = divmod(users, clients_total)
-        users = base + (1 if client_index < extra else 0)
+        return share(users, clients_total, client_index)
     return max(1, users)
 
 
@@ -255,7 +301,8 @@ def plan_run(resolved: Mapping[str, Any]) -> RunPlan:
         payload=resolved["payload"], verify=bool(resolved["verify"]), on_error=resolved["on_error"],
         precondition=freeze(resolved["precondition"]) if resolved.get("precondition") else None,
         clients=int(resolved["clients"]), clients_total=int(resolved["clients"]),
-        trials=int(resolved["trials"]), trial_pause_s=float(resolved["trial_pause"]))
+        trials=int(resolved["trials"]), trial_pause_s=float(resolved["trial_pause"]),
+        processes=int(resolved["workers"]["processes"]))
 
 
 def _tier_plan(index: int, tier: Mapping[str, Any]) -> TierPlan:

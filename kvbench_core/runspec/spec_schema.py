@@ -28,6 +28,7 @@ DEFAULTS: dict[str, Any] = {
     "trials": 1,
     "trial_pause": 0,
     "clients": 1,
+    "workers": {"processes": 1},
     "verify": False,
     "payload": "random",
     "on_error": "stop",
@@ -118,6 +119,12 @@ def core_schema() -> dict[str, Any]:
             "trials": {"type": "integer", "minimum": 1, "maximum": 100},
             "trial_pause": _DURATION,
             "clients": {"type": "integer", "minimum": 1, "maximum": 1024},
+            "workers": {"type": "object", "additionalProperties": False,
+                        "description": "one run's I/O over several processes (docs/scale-out.md, worker processes)",
+                        "properties": {"processes": {
+                            "type": "integer", "minimum": 1, "maximum": 256,
+                            "description": "worker processes, each with its share of the users and of every "
+                                           "tier's capacity; one merged result"}}},
             "verify": {"type": "boolean"},
             "payload": {"enum": ["random", "synthetic_kv"],
                         "description": "what entries contain: random (incompressible, the default) or synthetic_kv "

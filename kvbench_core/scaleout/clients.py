@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvbench_core.contracts.errors import UserError
-from kvbench_core.results.merge import ClientReport
+from kvbench_core.results.merge import ClientReport, mode_splits
 from kvbench_core.runspec.plan import RunPlan, TierPlan
 
 
@@ -39,10 +39,15 @@ def client_failure(reports: list[ClientReport], label: str) -> ClientFailed | No
 
 @dataclass(frozen=True)
 class ClientLayout:
-    """How clients are named: ``client`` for local processes, ``rank`` for MPI ranks."""
+    """How clients are named: ``client`` for local processes, ``rank`` for MPI ranks, ``process`` for the worker
+    processes of one run (``workers.processes``: they split the run instead of each running all of it)."""
 
-    label: str  # "client" | "rank"
+    label: str  # "client" | "rank" | "process"
     total: int
+
+    @property
+    def splits_the_run(self) -> bool:
+        return mode_splits(self.label)
 
     def directory(self, index: int) -> str:
         """The subdirectory appended to every path-like tier option of client ``index``."""
@@ -61,11 +66,19 @@ def client_seed(seed: int, index: int) -> int:
     return int(np.random.SeedSequence([seed, index]).generate_state(1, dtype=np.uint32)[0])
 
 
+def local_layout(plan: RunPlan) -> ClientLayout:
+    """The local processes of ``plan``: its worker processes, else its clients."""
+    return ClientLayout("process", plan.processes) if plan.processes > 1 else ClientLayout("client", plan.clients)
+
+
 def client_plan(plan: RunPlan, layout: ClientLayout, index: int) -> RunPlan:
     """The plan client ``index`` runs: own seed, own cache subdirectory, the client count for
-    ``users_scope: split``, one client (it does not spawn clients itself)."""
+    ``users_scope: split``, one client (it does not spawn clients itself).  A worker process keeps the run's
+    seed and takes its share of the run instead (``RunPlan.for_process``)."""
     directories = {tier.name: os.path.join(path, layout.directory(index))
                    for tier in plan.tiers if (path := _directory(tier)) is not None}
+    if layout.splits_the_run:
+        return plan.for_process(index, directory_of=directories)
     return plan.for_client(seed=client_seed(plan.seed, index), clients_total=layout.total, directory_of=directories)
 
 

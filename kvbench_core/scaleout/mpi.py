@@ -99,6 +99,9 @@ class MpiRanks:
         if plan.clients > 1:
             raise SpecError(f"clients: {plan.clients} cannot be combined with mpirun: each MPI rank is one "
                             "client; drop clients (or set 1) and choose the count with mpirun -np N")
+        if plan.processes > 1:
+            raise SpecError(f"workers.processes: {plan.processes} cannot be combined with mpirun: each MPI rank is "
+                            "one process; drop workers.processes (or set 1) and choose the count with mpirun -np N")
         from mpi4py import MPI
 
         self.comm, self.op_min, self.op_max = comm, MPI.MIN, MPI.MAX

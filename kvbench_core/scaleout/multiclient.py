@@ -15,6 +15,10 @@ server would).  This process coordinates and runs no client itself:
   could not clean up is removed for it;
 * results come back and are merged (``kvbench_core.results.merge``).
 
+``workers: {processes: N}`` runs the same way, with worker processes instead of clients: each is a share
+of the one run (the run's seed, every N-th user, 1/N of each tier; ``clients.client_plan``), so the merge
+adds shares of one run instead of N runs (docs/scale-out.md, worker processes).
+
 Each client talks to the coordinator over its own pipe, never through a
 shared lock, condition or barrier: a client killed while holding one of
 those would freeze everybody else (``multiprocessing.Barrier.abort`` waits
@@ -37,10 +41,10 @@ from typing import Any
 
 from kvbench_core.engine.measure.progress import ProgressPrinter, ProgressScope
 from kvbench_core.results.document import ResultDocument
-from kvbench_core.results.merge import ClientReport, merge_results
+from kvbench_core.results.merge import ClientReport, merge_results, plural
 from kvbench_core.results.trial import RunnerSlot, TrialRun, run_once, stop_on_signals
 from kvbench_core.runspec.plan import RunPlan
-from kvbench_core.scaleout.clients import ClientLayout, DirectorySnapshot, client_failure, client_plan, tier_directories
+from kvbench_core.scaleout.clients import DirectorySnapshot, client_failure, client_plan, local_layout, tier_directories
 
 POLL_S = 0.2
 WORST_CLIENT = "worst client"  # whose p95 the aggregate progress line shows (see ``worst_p95``)
@@ -59,13 +63,14 @@ class ClientJob:
 
 
 class LocalClients:
-    """Runs each trial as ``plan.clients`` local processes and merges their results."""
+    """Runs each trial as ``plan.clients`` local processes, or as the run's ``workers.processes`` (each a share
+    of the one run: ``clients.client_plan``), and merges their results."""
 
     writer = True
 
     def __init__(self, plan: RunPlan) -> None:
-        self.layout = ClientLayout("client", plan.clients)
-        self.progress_scope = ProgressScope(f"{plan.clients} clients ", p95_of=WORST_CLIENT)
+        self.layout = local_layout(plan)
+        self.progress_scope = ProgressScope(f"{self.layout.total} {plural(self.layout.label)} ", p95_of=WORST_CLIENT)
         self._stop_reasons: list[str] = []
 
     def agree(self, run_id: str) -> str:
@@ -87,15 +92,17 @@ class LocalClients:
         started = time.time()
         processes, conns = _start(plans, as_written, trial, reports)
         try:
-            _Coordinator(processes, conns, reports, printer, self._stop_reasons).run()
+            _Coordinator(processes, conns, reports, printer, self._stop_reasons, self.layout.label).run()
         finally:
             _reap(processes, reports, snapshot)
         printer.finish()
-        error = client_failure(reports, "client")
+        label, split = self.layout.label, self.layout.splits_the_run
+        error = client_failure(reports, label)
         if all(r.result is None for r in reports):
             return TrialRun(None, error=error)
-        merged = merge_results(reports, mode="local", label="client", run_id=run_id, trial=trial,
-                               as_written=as_written, spec=plan.spec, started_at=started)
+        merged = merge_results(reports, mode="processes" if split else "local", label=label, run_id=run_id,
+                               trial=trial, as_written=as_written, spec=plan.spec, started_at=started,
+                               users_scope="split" if split else None)
         return TrialRun(merged, error=error)
 
     def _reports(self, plans: list[RunPlan], run_id: str) -> list[ClientReport]:
@@ -141,9 +148,9 @@ class _Coordinator:
     """The parent's loop: ready/go, progress, results, deaths noticed, everybody stopped together."""
 
     def __init__(self, processes: list[Any], conns: list[Connection], reports: list[ClientReport],
-                 printer: ProgressPrinter, stop_reasons: list[str]) -> None:
+                 printer: ProgressPrinter, stop_reasons: list[str], label: str) -> None:
         self.processes, self.conns, self.reports, self.printer = processes, conns, reports, printer
-        self.stop_reasons = stop_reasons
+        self.stop_reasons, self.label = stop_reasons, label
         self.pending = set(range(len(processes)))  # neither a result nor an exit seen yet
         self.ready: set[int] = set()
         self.went = False
@@ -190,7 +197,7 @@ class _Coordinator:
             report.result = ResultDocument.unchecked(payload["result"])  # the client's own, read once
             report.extra["exit_code"] = payload["exit_code"]
             if report.failed:
-                self._stop_all(f"client {index} failed")
+                self._stop_all(f"{self.label} {index} failed")
         return True
 
     def _exited(self, index: int) -> None:
@@ -206,7 +213,7 @@ class _Coordinator:
             code = self.processes[index].exitcode
             report.ended = (f"was killed by {signal.Signals(-code).name}" if code < 0
                             else f"exited with status {code} without a result")
-            self._stop_all(f"client {index} {report.ended}")
+            self._stop_all(f"{self.label} {index} {report.ended}")
 
     def _stop_all(self, reason: str) -> None:
         if not self.stopped:
@@ -238,8 +245,8 @@ class _Coordinator:
 
 
 def local_client_plans(plan: RunPlan) -> list[RunPlan]:
-    """The plan each local client runs (own seed, own ``client<i>`` directories, its users)."""
-    layout = ClientLayout("client", plan.clients)
+    """The plan each local client (or worker process) runs (``clients.client_plan``)."""
+    layout = local_layout(plan)
     return [client_plan(plan, layout, i) for i in range(layout.total)]
 
 

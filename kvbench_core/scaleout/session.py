@@ -47,7 +47,8 @@ class SessionOutcome:
 
 
 def launcher_for(plan: RunPlan) -> Launcher:
-    """MPI ranks when started by mpirun, local processes for ``clients > 1``, else this process."""
+    """MPI ranks when started by mpirun, local processes for ``clients > 1`` or ``workers.processes > 1``, else
+    this process."""
     from kvbench_core.scaleout.mpi import detect_world
 
     comm = detect_world()
@@ -55,7 +56,7 @@ def launcher_for(plan: RunPlan) -> Launcher:
         from kvbench_core.scaleout.mpi import MpiRanks
 
         return MpiRanks(comm, plan)
-    if plan.clients > 1:
+    if plan.clients > 1 or plan.processes > 1:
         from kvbench_core.scaleout.multiclient import LocalClients
 
         return LocalClients(plan)

@@ -6,16 +6,15 @@ import copy
 import dataclasses
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from local_processes import spawned_children, start_measuring
 from tiny_spec import assert_valid_result, tiny_spec
 
 from kvbench_core.cli.run_cmd import summarize
@@ -176,41 +175,17 @@ def test_two_local_clients_give_one_merged_result(tmp_path: Path) -> None:
     assert not (tmp_path / "cache").exists()  # every client cleaned up, and the shared parent is gone
 
 
-def _client_pids(parent: int) -> list[int]:
-    """The parent's spawned client processes (not multiprocessing's resource tracker)."""
-    pids = []
-    for task in Path(f"/proc/{parent}/task").iterdir():
-        for pid in (task / "children").read_text().split():
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            if b"spawn_main" in cmdline and b"resource_tracker" not in cmdline:
-                pids.append(int(pid))
-    return pids
-
-
 def _start_and_wait_for_measurement(tmp_path: Path, duration: str) -> subprocess.Popen[str]:
     """Start a 2-client run and return once its aggregate progress shows the measurement phase."""
     spec = tiny_spec(tmp_path, duration=duration, output={"directory": str(tmp_path / "out"), "interval": 0.5,
                                                           "progress": "on"})
-    process = subprocess.Popen([PYTHON, "-m", "kvbench_core.cli", "run", str(spec), "--clients", "2"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    seen = ""
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([process.stderr], [], [], 1.0)
-        if ready:
-            line = process.stderr.readline()
-            seen += line
-            if line.startswith("2 clients [measuring"):  # the set-up line has the prefix too
-                return process
-        assert process.poll() is None, seen
-    process.kill()
-    pytest.fail(f"no measurement progress within 120 s:\n{seen}")
+    return start_measuring(spec, "--clients", "2", banner="2 clients [measuring")
 
 
 @pytest.mark.slow
 def test_a_killed_client_stops_the_run_with_a_clear_error_and_no_leftovers(tmp_path: Path) -> None:
     process = _start_and_wait_for_measurement(tmp_path, "60s")
-    pids = _client_pids(process.pid)
+    pids = spawned_children(process.pid)
     assert len(pids) == 2
     os.kill(pids[1], signal.SIGKILL)
     _, stderr = process.communicate(timeout=120)

@@ -22,18 +22,22 @@ from kvbench_core.contracts.workload import WorkloadContext, WorkloadSource
 from kvbench_core.engine.cache.cache_types import Tier
 from kvbench_core.engine.cache.waterfall import MultiTierCache
 from kvbench_core.engine.run.factory import build_backend
+from kvbench_core.engine.run.user_shard import UserShard
 from kvbench_core.runspec import bounds
 from kvbench_core.runspec.plan import RunPlan, TierPlan, autoscaler_ceiling, thaw
 
 
 def build_source(plan: RunPlan, users: int) -> WorkloadSource:
-    """The workload source of one client driving ``users`` (its options are the plan's, checked once)."""
+    """The workload source of one client driving ``users`` (its options are the plan's, checked once); in a
+    worker process, the run's source over all its users, seen through the process's share (``UserShard``)."""
     choice = plan.workload.source
     require_dependencies(choice.cls, what=f"workload source '{choice.name}'")
-    context = WorkloadContext(seed=plan.seed, users=users, bytes_per_token=plan.model.bytes_per_token_all_ranks,
+    context = WorkloadContext(seed=plan.seed, users=plan.workload.users if plan.shard else users,
+                              bytes_per_token=plan.model.bytes_per_token_all_ranks,
                               mode=plan.workload.mode, decode_batch=plan.workload.decode_batch,
                               duration_s=plan.window.duration_s, qos_classes=dict(plan.qos), spec_dir=plan.spec_dir)
-    return choice.cls(thaw(choice.options), context)
+    source = choice.cls(thaw(choice.options), context)
+    return source if plan.shard is None else UserShard(source, plan.shard)
 
 
 def build_autoscaler(plan: RunPlan, users: int) -> Autoscaler | None:
