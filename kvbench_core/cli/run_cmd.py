@@ -240,7 +240,7 @@ def render_plan(spec: Mapping[str, Any], plan: Mapping[str, Any], *, dry_run: bo
     clients = plan.get("clients")
     work = plan["workload"]
     lines = [f"run plan: {spec.get('name') or 'run'} ({kind})", *_model_and_workload_lines(plan),
-             *_clients_lines(clients),
+             *_clients_lines(clients), *_workers_lines(spec),
              f"  entry sizes per request profile (the run's first {work['sampled_requests']} requests, "
              f"seed {spec['seed']}):"]
     for name, row in plan["profiles"].items():
@@ -266,6 +266,15 @@ def _model_and_workload_lines(plan: Mapping[str, Any]) -> list[str]:
             f"per token (all ranks)",
             f"  workload {work['source']}: {work['users']} users{whose}, max_inflight {work['max_inflight']}, "
             f"generation {work['generation_ms_per_token']:g} ms/token, {length}"]
+
+
+def _workers_lines(spec: Mapping[str, Any]) -> list[str]:
+    """Worker processes: the plan below is the run's as a whole, each process a share of it."""
+    count = (spec.get("workers") or {}).get("processes", 1)
+    if count == 1:
+        return []
+    return [f"  workers: {count} processes, process i driving users i, i+{count}, ... with 1/{count} of every tier "
+            "below and of max_inflight (docs/scale-out.md); the figures below are the whole run's"]
 
 
 def _clients_lines(clients: Mapping[str, Any] | None) -> list[str]:

@@ -56,6 +56,13 @@ def test_each_process_takes_its_share_of_the_one_run(tmp_path: Path) -> None:
     assert all(p.processes == 1 for p in plans) and plan.processes == 2  # a process spawns nobody
 
 
+def test_the_dry_run_says_the_plan_is_the_whole_runs_split_over_the_processes(tmp_path: Path) -> None:
+    done = _cli("run", str(tiny_spec(tmp_path, workers={"processes": 2})), "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert ("  workers: 2 processes, process i driving users i, i+2, ... with 1/2 of every tier below and of "
+            "max_inflight (docs/scale-out.md); the figures below are the whole run's") in done.stdout.splitlines()
+
+
 def _draws(source: Any, users: list[int], turns: int) -> list[Request]:
     return [request for _ in range(turns) for user in users if (request := source.next_request(user)) is not None]
 
