@@ -108,7 +108,7 @@ def test_the_budget_holds_and_json_parses(perbyte_tier: None, write_spec: Any, t
 def test_repeated_searches_add_the_interval_the_next_search_lands_in(perbyte_tier: None, write_spec: Any, tmp_path: Any,
                                                                        capsys: pytest.CaptureFixture[str]) -> None:
     """--repeats 2 on a 24 s budget: two searches of 12 s, each its own result, and above them the mean answer
-    with the prediction interval of the two (capacity/repeats.py), at least as wide as each search's own."""
+    with the prediction interval of the two (capacity/repeats.py), at least as wide as the median search's."""
     path = capacity_spec(write_spec, tmp_path)
     code = main(["capacity", path, "--budget", "24s", "--step", "1s", "--repeats", "2", "--json"])
     captured = capsys.readouterr()
@@ -121,8 +121,8 @@ def test_repeated_searches_add_the_interval_the_next_search_lands_in(perbyte_tie
     assert document["answers"] == answers and document["max_users_within_sla"] == sum(answers) // 2
     low, high = document["ci95"]
     assert low <= min(answers) and max(answers) <= high
-    for own_low, own_high in (s["ci95"] for s in searches):
-        assert high - low >= own_high - own_low - 1  # never narrower than a search's own (rounded ends)
+    widths = sorted(own_high - own_low for own_low, own_high in (s["ci95"] for s in searches))
+    assert high - low >= sum(widths) / 2 - 1  # never narrower than the median search's own (rounded ends)
     assert main(["capacity", path, "--repeats", "0"]) != 0
     assert capsys.readouterr().err.strip().splitlines() == ["kvbench: error: --repeats 0: at least 1 search"]
 
