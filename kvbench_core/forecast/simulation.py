@@ -125,7 +125,7 @@ class Simulation:
 
     def _cold_mover(self, cache: MultiTierCache, client: _Client) -> Generator[Any, Any, None]:
         """The runner's tick: every output interval, entries idle past a tier's ``cold_after`` move down, their
-        copies charged to the tiers as any operation is (no worker is held: the runner's loop does it)."""
+        copies charged to the tiers as any operation is (no worker is held: the runner's cold mover does it)."""
         while True:
             yield self.env.timeout(self.plan.output.interval_s)
             yield from self._steps(Stepper(cache.demote_cold, client.telemetry), client)

@@ -25,7 +25,9 @@ REL_TOL = 1e-6
 #: Rounding of the time series' ``interval_s`` (milliseconds).
 SERIES_ROUNDING_S = 0.0005
 READ_KINDS = ("prefix", "turn", "rag")
-#: How late a duration-stopped window may close: the runner notices the end at its loop's next turn.
+#: How late a duration-stopped window may close.  It ends at its planned end now (open + duration,
+#: ``Telemetry.start_measuring``, issue #29); results written before closed it at the loop's next turn, up to
+#: this late, and ``kvbench check`` still reads them.
 WINDOW_LATE_S = 0.5
 WINDOW_LATE_SHARE = 0.02
 #: The largest tail padding of one O_DIRECT operation is one block of this minus a byte.
@@ -239,7 +241,7 @@ def _window(result: dict[str, Any], metrics: dict[str, Any], series: list[dict[s
     measured = metrics["window"]["measured_s"]
     duration = ((result.get("spec") or {}).get("resolved") or {}).get("duration")
     if duration and (result.get("run") or {}).get("stop_reason") == "duration reached":
-        late = max(WINDOW_LATE_S, WINDOW_LATE_SHARE * duration)  # the window closes at the loop's next turn
+        late = max(WINDOW_LATE_S, WINDOW_LATE_SHARE * duration)
         skew = _last_opening(result)
         detail = f"a run stopped by its duration measured the duration (closed at most {late:g} s late)"
         if skew:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
 from conftest import small_spec
 
 from kvbench_core.contracts.backend import IOTiming
@@ -159,3 +160,29 @@ def test_a_real_run_across_warm_up_and_drain_adds_up(run_spec: Any) -> None:
         for op in ("read", "write"):
             series = sum((p["tiers"].get(name) or {}).get(f"{op}_bytes", 0) for p in result["timeseries"])
             assert series == tier[op]["device"]["window"]["bytes"]
+
+
+def test_a_window_with_a_duration_ends_at_its_planned_end_however_late_it_is_closed() -> None:
+    """Issue #29: the loop that closes the window may turn late (a loaded machine); from the planned end
+    (open + duration) on, what completes is the drain's before anything is closed, the close is the planned
+    end, and no interval runs past it."""
+    clock = Clock()
+    telemetry = Telemetry(list(DEFAULT_QOS), clock=clock)
+    clock.now = 10.0
+    telemetry.start_measuring(duration_s=10.0)
+    telemetry.record_op("nvme", "write", IOTiming(1.0, 0.0, 1.0, MIB, 1), 19.0, 20.0, [(MIB, 19.0, 20.0)])
+    telemetry.record_op("nvme", "write", IOTiming(1.0, 0.0, 1.0, MIB, 1), 19.5, 20.5, [(MIB, 19.5, 20.5)])
+    clock.now = 20.7
+    telemetry.count("stored_entries")  # outside a request, after the planned end: not the window's
+    shown = telemetry.close_interval(1)  # a tick after the planned end: the last interval, as it stands there
+    assert (shown["t_s"], shown["interval_s"]) == (10.0, 10.0) and not telemetry.series
+    clock.now = 21.0  # the loop turns to the close late
+    telemetry.close_window()
+    telemetry.close_interval(1, end=telemetry.window_close)  # the drain closes it
+    telemetry.stop_measuring()
+    assert telemetry.window_close == 20.0 and telemetry.drain.seconds == pytest.approx(1.0)
+    device = {phase: telemetry.device[phase]["nvme"]["write"].bytes for phase in ("window", "drain")}
+    assert device == {"window": MIB, "drain": MIB}
+    assert telemetry.tiers["nvme"]["write"].ops == 1 and telemetry.drain.tiers["nvme"]["write"].ops == 1
+    assert "stored_entries" not in telemetry.counters
+    assert [(p["t_s"], p["interval_s"], p["write_bytes"]) for p in telemetry.series] == [(10.0, 10.0, MIB)]

@@ -173,6 +173,39 @@ def test_a_signal_before_the_trials_runner_exists_still_stops_it(tmp_path: Any) 
     assert run.result["metrics"]["requests"]["completed"] < spec["requests"]
 
 
+def test_a_loop_held_past_the_windows_end_does_not_lengthen_the_window(slow_tier: None, tmp_path: Any) -> None:
+    """Issue #29: the window closed when the loop next turned, 0.5025 s late under a load average of 18
+    (``window_duration`` failed, exit 8).  Here the loop is held 1.5 s at its last tick before the end (the
+    progress line it prints blocks): the window is still its duration, what completed after its planned end
+    is the drain's, and the series covers the window and nothing after it."""
+    spec = slow_spec(tmp_path, piece_s=0.05, duration=1.0, drain_timeout=5, output={"interval": 0.1})
+    held: list[float] = []
+
+    def hold_the_loop(progress: dict[str, Any]) -> None:
+        if progress.get("phase") == "measure" and progress["elapsed_s"] >= 0.8 and not held:
+            held.append(time.perf_counter())
+            time.sleep(1.5)
+
+    validate(spec)
+    runner = Runner(plan_run(resolve(spec, str(tmp_path))), on_progress=hold_the_loop)
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(runner.run()), daemon=True)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive() and held, "the loop was not held"
+    state = out[0]
+    result = build_result(state, spec)
+    metrics = result["metrics"]
+    assert state.stop_reason == "duration reached"
+    assert metrics["window"]["measured_s"] == pytest.approx(1.0, abs=1e-6)
+    assert held[0] + 1.5 > state.measure_start + 1.0  # it was held past the planned end
+    assert result["checks"]["passed"], result["checks"]["violations"]
+    assert sum(p["interval_s"] for p in result["timeseries"]) == pytest.approx(1.0, abs=0.01)
+    device = metrics["tiers"]["slow"]["write"]["device"]
+    assert sum(p["write_bytes"] for p in result["timeseries"]) == device["window"]["bytes"]
+    assert device["drain"]["bytes"] > 0  # the writes that went on while the loop was held
+
+
 def test_requests_that_finish_in_the_drain_are_reported_apart(slow_tier: None, tmp_path: Any) -> None:
     """Entries of one command of 0.25 s: the ones in flight at the end of the window finish in the drain."""
     spec = slow_spec(tmp_path, piece_s=0.25, duration=0.6, drain_timeout=5,

@@ -371,23 +371,18 @@ def test_entries_idle_for_cold_after_move_down(make_cache: CacheFactory) -> None
     assert cache.telemetry.counters["cold_demotions"] == 2
 
 
-def test_the_cold_mover_stops_starting_demotions_when_its_time_budget_is_spent(make_cache: CacheFactory) -> None:
-    """The runner's loop calls it with the time left to the next interval or the window's end: a slow tier
-    below must not hold the loop (and the window's close) past it; what is left moves at the next call."""
+def test_the_cold_mover_starts_no_demotion_once_told_to_stop(make_cache: CacheFactory) -> None:
+    """The runner's cold mover is told to stop when the window closes (engine/run/cold_mover.py): the
+    demotion in flight ends, no other starts, and what is left moves at the next call."""
     now = [0.0]
-    ticks = iter(range(1, 10_000))
-
-    def clock() -> float:  # every reading is one second later once the entries are cold
-        return now[0] + (next(ticks) if now[0] > 0 else 0)
-
-    cache = make_cache([("cpu", 100 * S), ("cpu", 100 * S)], clock=clock)
+    cache = make_cache([("cpu", 100 * S), ("cpu", 100 * S)], clock=lambda: now[0])
     cache.tiers[1].cold_after = 10.0
     for key in "abcde":
         cache.put(key, S)
     now[0] = 100.0
-    first = cache.demote_cold(budget_s=2.5)
-    assert 1 <= first < 5
-    assert cache.demote_cold() == 5 - first  # no budget: the rest
+    asked = iter([False, False, True])
+    assert cache.demote_cold(stop=lambda: next(asked, True)) == 2
+    assert cache.demote_cold() == 3  # not told to stop: the rest
 
 
 # -- concurrency -----------------------------------------------------------------------------------------------

@@ -187,13 +187,12 @@ class MultiTierCache:
             entry = self._entries.get(key)
             return entry.tier.name if entry and entry.tier else None
 
-    def demote_cold(self, budget_s: float | None = None) -> int:
+    def demote_cold(self, stop: Callable[[], bool] | None = None) -> int:
         """Move entries idle longer than the lower tier's ``cold_after`` down one tier.
 
-        The runner calls this from its loop, so it gets a time budget (``budget_s``, to the next interval or
-        the window's end): past it no new demotion starts, and the rest wait for the next call.  Without one
-        a tick that found hundreds of cold entries over a slow tier held the loop, and with it the window's
-        close, for seconds (a 3 s window over S3 closed 9 s late)."""
+        The runner calls this from its cold mover's thread (``engine/run/cold_mover.py``), never from its
+        loop: one demotion may take seconds (a multi-GiB upload to S3).  Once ``stop()`` is true no new
+        demotion starts (the window closed); the rest wait for the next call, or the run's end."""
         moved = 0
         now = self.clock()
         for index, lower in enumerate(self.tiers[1:], start=1):
@@ -203,7 +202,7 @@ class MultiTierCache:
             with self._lock:
                 cold = [e for e in upper.lru.values() if now - e.last_access >= lower.cold_after]
             for entry in cold:
-                if budget_s is not None and self.clock() - now >= budget_s:
+                if stop is not None and stop():
                     break
                 if not entry.lock.acquire(blocking=False):
                     continue

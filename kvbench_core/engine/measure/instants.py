@@ -15,11 +15,12 @@ from kvbench_core.engine.measure.records import RequestTally
 
 
 class Instants:
-    """Cache events and counts; the attributes and the two methods below are ``Telemetry``'s."""
+    """Cache events and counts; the attributes and the methods declared below are ``Telemetry``'s."""
 
     _lock: threading.Lock
     measuring: bool
-    window_close: float | None
+    _clock: Callable[[], float]
+    phase: Callable[[float], str]
     counters: dict[str, int]
     verify_seconds: float
     verified_bytes: int
@@ -27,7 +28,8 @@ class Instants:
     book: Callable[[RequestTally | None, str | None], None]
 
     def _in_window(self) -> bool:
-        return self.measuring and self.window_close is None
+        """Measuring, and now is inside the window: before it closed, and before its planned end."""
+        return self.measuring and self.phase(self._clock()) == "window"
 
     def record_demotion(self, src: str, dst: str, nbytes: int) -> None:
         self._event(RequestTally(demotions=[(f"{src}->{dst}", nbytes)]))

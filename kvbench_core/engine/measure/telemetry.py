@@ -95,30 +95,47 @@ class Telemetry(Instants):
             # and the window_series check failed at random on short windows.
             self.window_start = self._clock()
             self.window_close: float | None = None  # the end of the measured duration; the drain follows
+            self.window_due: float | None = None  # the window's planned end (open + duration), if it has one
             self.window_end: float | None = None
             self.drain = DrainStats(device=self.device["drain"])
             self.series: list[dict[str, Any]] = []
             self._interval_ends: list[float] = []  # each point's end, for booking into a closed point
             self._interval = self._new_interval(self.window_start)
 
-    def _new_interval(self, start: float | None = None) -> dict[str, Any]:
-        return new_interval(self._clock() if start is None else start, self.qos_classes)
+    def _new_interval(self, start: float) -> dict[str, Any]:
+        return new_interval(start, self.qos_classes)
 
-    def start_measuring(self) -> None:
+    def start_measuring(self, duration_s: float | None = None) -> None:
+        """Open the window; with a ``duration_s`` it ends at open + duration whenever the loop closes it.
+
+        The scheduler's loop notices the end only at its next turn, which under load (or behind a slow
+        housekeeping step) came up to seconds late, and the window grew with it (issue #29: 0.5025 s on a
+        20 s window under load 18).  So from its planned end on, every completion is the drain's, by time,
+        before the loop has closed anything, and ``close_window`` closes it there."""
         self.reset()
         self.measuring = self.opened = True
+        if duration_s is not None:
+            self.window_due = self.window_start + duration_s
+
+    def _close_at(self, now: float) -> float:
+        """The window's close for a stop at ``now``: now, or its planned end if that came first."""
+        return now if self.window_due is None else min(now, self.window_due)
+
+    def _closes(self) -> float | None:
+        """Where the window ends for booking: where it closed, else its planned end (None: not known yet)."""
+        return self.window_due if self.window_close is None else self.window_close
 
     def close_window(self) -> None:
         """The measured duration is over: from now on completions are the drain's."""
         with self._lock:
             if self.window_close is None:
-                self.window_close = self._clock()
+                self.window_close = self._close_at(self._clock())
 
     def stop_measuring(self) -> None:
         with self._lock:
             now = self._clock()
             if self.window_close is None:
-                self.window_close = now
+                self.window_close = self._close_at(now)
             self.drain.seconds = max(0.0, now - self.window_close)
             self.measuring = False
             self.window_end = now
@@ -133,13 +150,15 @@ class Telemetry(Instants):
         opened (set-up, preload, warm-up), ``"window"`` until it closed, ``"drain"`` after."""
         if not self.opened or end < self.window_start:
             return "warmup"
-        return "window" if self.window_close is None or end <= self.window_close else "drain"
+        closes = self._closes()
+        return "window" if closes is None or end <= closes else "drain"
 
     def bucket(self, start: float, end: float) -> str | None:
         """``"window"``, ``"drain"`` or None (warm-up, or not measuring) for something from start to end."""
         if not self.measuring or start < self.window_start:
             return None
-        return "window" if self.window_close is None or end <= self.window_close else "drain"
+        closes = self._closes()
+        return "window" if closes is None or end <= closes else "drain"
 
     # -- requests ---------------------------------------------------------------------------------
     def begin_request(self) -> RequestTally:
@@ -349,10 +368,14 @@ class Telemetry(Instants):
     def close_interval(self, users: int, extra: dict[str, Any] | None = None,
                        *, end: float | None = None) -> dict[str, Any]:
         """Finish the current interval (at ``end``, default now), append it to the series and return it
-        (``intervals.interval_point``)."""
+        (``intervals.interval_point``); the next one starts where it ended.  Past the window's planned end
+        the interval is not closed, only shown as it stands at that end: it is the window's last, closed by
+        the drain once every request that finished inside the window is booked."""
         with self._lock:
             now = self._clock() if end is None else end
-            interval, self._interval = self._interval, self._new_interval()
+            if self.measuring and self.window_due is not None and now > self.window_due:
+                return interval_point(self._interval, self.window_due, self.window_start, users, extra)
+            interval, self._interval = self._interval, self._new_interval(now)
             point = interval_point(interval, now, self.window_start, users, extra)
             if self.measuring:
                 self.series.append(point)

@@ -71,14 +71,6 @@ class MeasurementWindow:
             return "request count reached"
         return None
 
-    def time_left(self, now: float, *, until: float) -> float:
-        """Seconds from ``now`` to ``until``, or to the window's end by its duration if that comes first:
-        how long the runner's loop may spend on housekeeping without closing the window late."""
-        end = until
-        if self.is_open and self.duration_s is not None and self.opened_at is not None:
-            end = min(end, self.opened_at + self.duration_s)
-        return max(0.0, end - now)
-
     def drain_deadline(self) -> float:
         assert self.closed_at is not None, "the drain starts when the window closes"
         return self.closed_at + self.drain_timeout_s

@@ -5,6 +5,10 @@ fields of ``RunLoop`` set in its constructor (slots), so nothing is born while i
 the window (the request limit counts these), when the current interval closes, when the autoscaler decides
 next, and the requests that decision judges.  A request that ends is booked by ``finishing.book_finished``;
 the drain, the window's close and the give-up on workers stuck past the cancel grace are ``_drain``'s.
+
+Nothing the loop does may hold it: storage work is the workers' and the cold mover's (``cold_mover``), which
+the loop only wakes, and a window stopped by its duration ends at its planned end (open + duration), booked
+by time from there on as the drain's (``Telemetry.start_measuring``), however late the loop turns to close it.
 """
 
 from __future__ import annotations
@@ -101,7 +105,7 @@ class RunLoop:
             self.request_stop(str(error), status="failed", error=error)
             return False
         state.cache_state = self.parts.cache.cache_state()
-        state.telemetry.start_measuring()
+        state.telemetry.start_measuring(self.parts.window.duration_s)
         now = state.telemetry.window_start
         self.parts.window.open(now)
         self.next_tick = now + self.plan.output.interval_s  # intervals of the measured window start with it
@@ -133,16 +137,13 @@ class RunLoop:
             self.completed += 1  # a failed request is finished too, so a failing tier cannot run forever
 
     def _tick(self, now: float) -> None:
-        """Close a time-series interval, demote cold entries, report progress, let the autoscaler act."""
-        cache, window = self.parts.cache, self.parts.window
+        """Close a time-series interval, wake the cold mover, report progress, let the autoscaler act."""
+        window, mover = self.parts.window, self.parts.mover
         if now >= self.next_tick:
             self.next_tick = now + self.plan.output.interval_s
             point = self._close_interval()
-            if any(t.cold_after is not None for t in cache.tiers):
-                try:  # the cold mover's storage errors count like a request's (on_error)
-                    cache.demote_cold(budget_s=window.time_left(now, until=self.next_tick))
-                except StorageError as error:
-                    self.on_storage_error(error)
+            if mover is not None:
+                mover.wake()
             if self.on_progress:
                 self.on_progress({"phase": "measure" if window.is_open else "warmup", "elapsed_s": window.elapsed(now),
                                   "duration_s": window.duration_s, "warmup_s": window.warmup_s, **point})
@@ -177,26 +178,29 @@ class RunLoop:
             self.request_stop(f"autoscaler converged: {decision.reason}")
 
     def _drain(self) -> None:
-        """Stop issuing; let in-flight work finish within the drain limit, then cancel it; close the window."""
+        """Stop issuing and demoting; let in-flight work (the cold mover's too) finish within the drain limit,
+        then cancel it; close the window, at its planned end when the loop turned late to it."""
         state, window, pool, telemetry = self.state, self.parts.window, self.parts.pool, self.state.telemetry
+        if self.parts.mover is not None:
+            self.parts.mover.stop()  # no demotion starts after the window; the one in flight is the drain's
         now = time.perf_counter()
         if window.is_open:
             telemetry.close_window()
             now = telemetry.window_close or now
-            state.measure_end, state.measure_end_wall = now, time.time()
+            state.measure_end, state.measure_end_wall = now, time.time() - (time.perf_counter() - now)
             if self.on_progress:  # the drain has no intervals of its own: say that it started
                 self.on_progress({"phase": "drain"})
         window.close(now)
         pool.drop_waiting()  # never started: unfinished (issued - finished, in the result)
         pool.close()
         deadline = window.drain_deadline()
-        while pool.inflight > 0 and not self._cancel.cancelled and time.perf_counter() < deadline:
+        while self._busy() and not self._cancel.cancelled and time.perf_counter() < deadline:
             self._book_due()
             self._events.wait(time.perf_counter(), POLL_S)
-        cancelled = pool.inflight > 0
+        cancelled = self._busy()
         if cancelled:
             self._cancel.cancel()
-        abandoned = not pool.join(CANCEL_GRACE_S)
+        abandoned = not self._join(CANCEL_GRACE_S)
         state.clock.drain_ended = time.perf_counter()
         self._book_due()
         state.occupancy_at_end = self.parts.cache.occupancy()  # the seed's tier distribution, before cleanup
@@ -212,6 +216,18 @@ class RunLoop:
             state.stop_reason = state.stop_reason or "stopped during warm-up"
             return
         self._report_drain(now, cancelled, abandoned, unbooked)
+
+    def _busy(self) -> bool:
+        """Work is in flight: a request, or the cold mover's last demotion."""
+        mover = self.parts.mover
+        return self.parts.pool.inflight > 0 or (mover is not None and mover.running)
+
+    def _join(self, timeout_s: float) -> bool:
+        """Wait at most ``timeout_s`` in all for the workers and the cold mover to end; True when all did."""
+        deadline = time.perf_counter() + timeout_s
+        workers = self.parts.pool.join(timeout_s)
+        mover = self.parts.mover
+        return (mover is None or mover.join(max(0.0, deadline - time.perf_counter()))) and workers
 
     def _report_drain(self, now: float, cancelled: bool, abandoned: bool,
                       unbooked: dict[str, dict[str, int]] | None) -> None:

@@ -2,12 +2,13 @@
 
 ``assemble`` builds from the plan everything the runner's loop works with: the workload source, the tiers
 (each given its command recorder, which forwards to the I/O log), the cache, the request executor, the worker
-pool, the user pool and the arrival process, the measurement window and the autoscaler, into one frozen
-``RunParts``.  The order is the order in which failures must be reported: the workload source first (a
-malformed trace is refused before any tier is opened or written), then every tier built before any is opened
-(``setup.build_tiers``).  What must exist before set-up (the stop, its cancel token, the event heap a stop
-wakes, the telemetry that records even a failed set-up) is the runner's from its construction and is passed
-in.  ``dismantle`` is the other end: the run's entries removed and every tier it opened closed.
+pool, the cold mover (where a tier has ``cold_after``), the user pool and the arrival process, the measurement
+window and the autoscaler, into one frozen ``RunParts``.  The order is the order in which failures must be
+reported: the workload source first (a malformed trace is refused before any tier is opened or written), then
+every tier built before any is opened (``setup.build_tiers``).  What must exist before set-up (the stop, its
+cancel token, the event heap a stop wakes, the telemetry that records even a failed set-up) is the runner's
+from its construction and is passed in.  ``dismantle`` is the other end: the run's entries removed and every
+tier it opened closed.
 
 The window and the arrival process are built here but start only when the scheduler issues its first
 request (``start``): set-up, pre-population and preconditioning are not warm-up.
@@ -29,6 +30,7 @@ from kvbench_core.engine.measure.iolog import IOLog
 from kvbench_core.engine.measure.window import MeasurementWindow, default_drain_timeout
 from kvbench_core.engine.run import setup
 from kvbench_core.engine.run.arrivals import Arrivals, ClosedLoopArrivals, OpenLoopArrivals, UserPool, backlog_limit
+from kvbench_core.engine.run.cold_mover import ColdMover
 from kvbench_core.engine.run.executor import RequestExecutor
 from kvbench_core.engine.run.run_state import RunState
 from kvbench_core.engine.run.scheduler import EventHeap
@@ -46,6 +48,7 @@ class RunParts:
     cache: MultiTierCache
     executor: RequestExecutor
     pool: WorkerPool
+    mover: ColdMover | None  # None when no tier has cold_after
     users: UserPool
     arrivals: Arrivals
     window: MeasurementWindow
@@ -56,6 +59,8 @@ class RunParts:
         self.window.start(now)
         self.arrivals.start(now)
         self.pool.start()
+        if self.mover is not None:
+            self.mover.start()
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +91,7 @@ def assemble(state: RunState, controls: Controls) -> RunParts:
 def _around_the_tiers(state: RunState, controls: Controls, source: WorkloadSource, autoscaler: Autoscaler | None,
                       io_log: IOLog | None) -> RunParts:
     """The tiers opened (each with its recorder), then what works on them: the cache, the executor, the
-    worker pool, the users and the arrivals, and the window."""
+    worker pool, the cold mover, the users and the arrivals, and the window."""
     plan, telemetry = state.plan, state.telemetry
     recorders: list[CommandRecorder] = []
 
@@ -109,13 +114,15 @@ def _around_the_tiers(state: RunState, controls: Controls, source: WorkloadSourc
                       generation_s_per_token=plan.workload.generation_s_per_token,
                       on_storage_error=controls.on_storage_error, on_crash=controls.on_crash,
                       priority={name: cls.priority for name, cls in plan.qos.items()})
+    mover = (ColdMover(cache, on_storage_error=controls.on_storage_error, on_crash=controls.on_crash)
+             if any(tier.cold_after is not None for tier in state.tiers) else None)
     window = _window(state)
     users, limit = UserPool(state.users), backlog_limit(state.worker_count)
     arrivals: Arrivals = (OpenLoopArrivals(source, users, limit=limit, counting=lambda: window.is_open)
                           if source.open_loop else ClosedLoopArrivals(source, users, controls.events, limit))
     return RunParts(source=source, tiers=tuple(state.tiers), recorders=tuple(recorders), io_log=io_log,
-                    cache=cache, executor=executor, pool=pool, users=users, arrivals=arrivals, window=window,
-                    autoscaler=autoscaler)
+                    cache=cache, executor=executor, pool=pool, mover=mover, users=users, arrivals=arrivals,
+                    window=window, autoscaler=autoscaler)
 
 
 def _window(state: RunState) -> MeasurementWindow:
