@@ -113,6 +113,13 @@ class RestoreRing:
     def give(self, slot: np.ndarray) -> None:
         self._free.append(slot)  # deque.append is atomic: no lock needed
 
+    def clear(self) -> None:
+        """Let the slots go (the tier closed): twice the last-level cache is about 1 GB on a large server,
+        which a closed tier must not keep until a garbage collection finds it."""
+        with self._lock:
+            self._free.clear()
+            self._made = 0
+
     def _new(self) -> np.ndarray:
         slot = np.empty(self.block_bytes, dtype=np.uint8)
         slot.fill(0)

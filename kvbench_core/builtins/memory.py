@@ -140,6 +140,7 @@ class CPUMemoryBackend(PieceBackend):
         with self._lock:
             self._entries.clear()
         self._arena.clear()
+        self._restore.clear()
 
     def _entry(self, key: str) -> list[np.ndarray]:
         try:
