@@ -10,7 +10,8 @@ import contextlib
 import signal
 import socket
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,17 @@ def sigint_reaches_children() -> None:
     is reset to its default on ``exec``, so reinstalling Python's own handler here fixes every child."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def eventually(condition: Callable[[], bool], limit_s: float = 10.0) -> bool:
+    """Whether ``condition()`` becomes true within ``limit_s``: a synchronisation with another thread, never
+    a timing (the limit only keeps a broken test from hanging)."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 def free_port(*, paired_offset: int | None = None) -> int:

@@ -199,7 +199,8 @@ class StorageBackend(Configurable, abc.ABC):
         commands, fsync and close meanwhile.  ``source`` may be read until ``result`` has returned; an
         error is raised here or from ``result``, for this entry alone; a read, delete or rewrite of ``key``
         waits for it.  The default writes the entry whole, so pipelining changes nothing for a tier that
-        does not override it."""
+        does not override it.  The cache calls it for each new entry a request stores, one pending at a time
+        (``kvbench_core.engine.cache.write_stream``); demotions and promotions call ``write``."""
         return DoneWrite(self.write(key, source))
 
     @abc.abstractmethod

@@ -166,7 +166,9 @@ def corrupting_backend() -> Iterator[str]:
 def test_a_run_over_a_corrupting_tier_names_the_keys_and_fails(tmp_path: Path, corrupting_backend: str) -> None:
     tiers = [{"name": "dram", "backend": "cpu", "capacity": "1MiB"},
              {"name": "disk", "backend": corrupting_backend, "capacity": "256MiB",
-              "options": {"path": str(tmp_path / "disk"), "fsync": False, "drop_cache": False}}]
+              # every new entry through write, the method that damages it (not write_pipelined's path)
+              "options": {"path": str(tmp_path / "disk"), "fsync": False, "drop_cache": False,
+                          "pipeline_writes": False}}]
     code, stderr, result = run_spec(tmp_path, verify_spec(tmp_path, tiers))
 
     assert code == 5, stderr

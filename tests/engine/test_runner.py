@@ -76,9 +76,10 @@ def test_reads_come_before_the_prefill_write_and_a_miss_performs_its_on_miss_wri
     executor = memory_executor()
     order: list[tuple[str, str]] = []
     cache = executor.cache
-    get, put = cache.get, cache.put
-    cache.get = lambda key, sink=None: order.append(("get", key)) or get(key)  # type: ignore[method-assign]
-    cache.put = lambda key, size: order.append(("put", key)) or put(key, size)  # type: ignore[method-assign]
+    get, start_put = cache.get, cache.start_put  # a request's entries go through its WriteStream
+    cache.get = lambda key, *rest: order.append(("get", key)) or get(key, *rest)  # type: ignore[method-assign]
+    cache.start_put = (  # type: ignore[method-assign]
+        lambda key, size, *rest: order.append(("put", key)) or start_put(key, size, *rest))
     executor.execute(Request(0, 1, "batch", context_tokens=40, generate_tokens=1, write=Write("turn2", 10),
                              reads=(Read("prefix", 30, "prefix", on_miss=Write("prefix", 30, "prefix")),
                                     Read("turn1", 20, "turn"))))

@@ -76,7 +76,7 @@ def nvme_spec(**options: Any) -> dict[str, Any]:
     ({"queue_depth": "deep"}, 'cache.tiers[1].options.queue_depth: expected integer >= 1 and <= 256, got "deep"'),
     ({"fsync": "yes"}, 'cache.tiers[1].options.fsync: expected boolean, got "yes"'),
     ({"odirect": True}, "cache.tiers[1].options.odirect: unknown field (allowed: allow_nonempty, create, direct, "
-                        "drop_cache, engine, fsync, path, queue_depth, transfer_size)"),
+                        "drop_cache, engine, fsync, path, pipeline_writes, queue_depth, transfer_size)"),
 ])
 def test_a_bad_plugin_option_is_rejected_with_its_path(options: dict[str, Any], message: str) -> None:
     with pytest.raises(SpecError) as info:

@@ -11,10 +11,12 @@ moved bytes on the device and are booked by time with the rest
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
-from kvbench_core.contracts.backend import IOTiming
+from kvbench_core.contracts.backend import DoneWrite, IOTiming, PendingWrite
 from kvbench_core.contracts.errors import Cancelled, EntryGone, StorageError
 from kvbench_core.engine.cache.cache_types import Entry, Tier, TierSource
 from kvbench_core.engine.measure.cancel import CommandRecorder
@@ -28,25 +30,47 @@ class TierOperations:
         self.telemetry = telemetry
 
     def timed(self, tier: Tier, op: str, key: str, action: Callable[[], IOTiming]) -> IOTiming:
-        """Run ``action`` (one ``op`` on ``key``) and book its timing and commands under ``tier``."""
+        """Run ``action`` (one ``op`` on ``key``) and book its timing and commands under ``tier``: an operation
+        that is over when it returns, started and collected at once."""
+        return self.collect(self.start(tier, op, key, lambda: DoneWrite(action())))
+
+    def start(self, tier: Tier, op: str, key: str, action: Callable[[], PendingWrite]) -> StartedOp:
+        """Run ``action``, which starts ``op`` on ``key`` (``write_pipelined``: the entry's commands issued, its
+        end still running); ``collect`` books it once it is over.  A failure to start is booked as ``timed``
+        books one."""
         start = time.perf_counter()
-        try:
-            timing = action()
+        with self._failures(tier, op, key):
+            return StartedOp(tier, op, key, start, action())
+
+    def collect(self, started: StartedOp) -> IOTiming:
+        """Wait for ``started`` to end (a pipelined write: durable) and book it, from its start to now, with the
+        commands it issued; its latency is the backend's, from its first command to its end.  A failure is
+        booked as ``timed`` books one."""
+        tier, op, key = started.tier, started.op, started.key
+        with self._failures(tier, op, key):
+            timing = started.pending.result()
             commands = take_commands(tier, key, op)
             breach = timing.contract_error(op) or unbooked_commands(timing, commands)
             if breach is not None:  # booked as it stands it would lose or invent bytes: refused, as a failure
                 raise TimingContractError(f"backend '{tier.backend.name}' ({type(tier.backend).__name__}) "
                                           f"returned an IOTiming that breaks the contract: {breach}")
+        end = time.perf_counter()
+        self.telemetry.record_op(tier.name, op, timing, started.start, end, commands)
+        return timing
+
+    @contextlib.contextmanager
+    def _failures(self, tier: Tier, op: str, key: str) -> Iterator[None]:
+        """A failed or cancelled ``op``: not an operation, its commands' bytes booked by time; any error but
+        the run's own (``StorageError``, ``Cancelled``, ``EntryGone``) is listed and becomes a ``StorageError``."""
+        try:
+            yield
         except (StorageError, Cancelled, EntryGone) as error:
-            self.unfinished(tier, key, op, error)  # not an operation; its commands' bytes by time
+            self.unfinished(tier, key, op, error)
             raise
         except Exception as error:
             self.unfinished(tier, key, op, error)
             self.telemetry.record_op_error(tier.name, op, key, error)
             raise StorageError(tier.name, op, key, describe_error(error)) from error
-        end = time.perf_counter()
-        self.telemetry.record_op(tier.name, op, timing, start, end, commands)
-        return timing
 
     def copy(self, source_tier: Tier, target: Tier, entry: Entry, source: TierSource,
              write: Callable[[], IOTiming]) -> None:
@@ -95,6 +119,17 @@ class TierOperations:
         except Exception as error:
             self.telemetry.record_op_error(tier.name, "delete", entry.key, error)
             raise StorageError(tier.name, "delete", entry.key, error) from error
+
+
+@dataclass(frozen=True, slots=True)
+class StartedOp:
+    """An operation ``TierOperations.start`` began: ``pending`` gives its timing once it is over."""
+
+    tier: Tier
+    op: str
+    key: str
+    start: float
+    pending: PendingWrite
 
 
 class TimingContractError(Exception):

@@ -37,9 +37,14 @@ from kvbench_core.contracts.errors import Cancelled, EntryGone, StorageError
 from kvbench_core.engine.cache.cache_figures import cache_state_at_open
 from kvbench_core.engine.cache.cache_types import Entry, EvictionPolicy, Tier, TierSource
 from kvbench_core.engine.cache.placement import Placement, lock_lru_victim
-from kvbench_core.engine.cache.tier_ops import TierOperations
+from kvbench_core.engine.cache.tier_ops import StartedOp, TierOperations
 from kvbench_core.engine.measure.cancel import CancelToken, cancellable_sink, cancellable_source
 from kvbench_core.engine.measure.telemetry import Telemetry
+
+
+def _nothing() -> None:
+    """The default ``before_wait``: a caller with no pending put has nothing to collect before it waits."""
+
 
 #: How long the end-of-run clear waits for an entry's lock: the drain is over, so a lock still held belongs
 #: to a worker abandoned at the drain limit, which may hold it for as long as its stuck operation lasts.
@@ -88,6 +93,16 @@ class MultiTierCache:
 
     def put(self, key: str, size: int) -> str | None:
         """Store a new entry (replacing any old one); returns the tier it landed in, or None."""
+        started = self.start_put(key, size)
+        return None if started is None else started.finish()
+
+    def start_put(self, key: str, size: int, before_wait: Callable[[], None] = _nothing) -> PendingPut | None:
+        """Begin storing a new entry (replacing any old one): returns once its tier's ``write_pipelined`` has
+        (a pipelining tier: the entry's commands issued, its fsync still running), or None when no tier had
+        room.  Until ``PendingPut.finish`` the entry is in no tier: not readable, not counted as stored, and
+        its lock is held, so a request that reads or replaces it waits.  ``before_wait`` runs before this
+        call blocks on another entry's lock: the caller collects its own pending put there, so no one waits
+        for a lock while holding one (``write_stream``)."""
         entry = Entry(key=key, size=size, last_access=self.clock(), lock=self.entry_lock())
         entry.lock.acquire()
         try:
@@ -95,25 +110,56 @@ class MultiTierCache:
                 old = self._entries.get(key)
                 self._entries[key] = entry  # readers and later puts of this key now wait for this one
             if old is not None:
-                with old.lock:
+                self._lock_entry(old, before_wait)
+                try:
                     self._remove(old)
+                finally:
+                    old.lock.release()
             for tier in self.placement.order(size):
                 if self._make_room(self.tiers.index(tier), size, depth=0):
-                    self._write_new(tier, entry)
-                    self.telemetry.count("stored_entry_bytes", size)  # the working set the declaration reports
-                    self.telemetry.count("stored_entries")
-                    return tier.name
+                    return PendingPut(self, entry, tier, self._start_write_new(tier, entry))
             self.telemetry.count("allocation_failed")
-            return None
-        finally:
-            if entry.tier is None:
-                with self._lock:
-                    if self._entries.get(key) is entry:
-                        del self._entries[key]
-            entry.lock.release()
+        except BaseException:
+            self._forget_new(entry)
+            raise
+        self._forget_new(entry)
+        return None
 
-    def get(self, key: str, sink: ByteSink = DISCARD) -> str | None:
-        """Read an entry from wherever it lives; returns that tier's name, or None on a miss."""
+    def _land(self, entry: Entry, tier: Tier, started: StartedOp) -> str:
+        """``PendingPut.finish``: wait for the entry's write to end (durable), then it is in ``tier``: in its
+        LRU, readable, counted as stored; its lock is released whatever happened."""
+        try:
+            self._ops.collect(started)
+        except BaseException:  # booked by the collect: the space it held is free again
+            with self._lock:
+                tier.usage -= entry.size
+            self._forget_new(entry)
+            raise
+        with self._lock:
+            entry.tier = tier
+            tier.lru[entry.key] = entry
+        self.telemetry.count("stored_entry_bytes", entry.size)  # the working set the declaration reports
+        self.telemetry.count("stored_entries")
+        entry.lock.release()
+        return tier.name
+
+    def _forget_new(self, entry: Entry) -> None:
+        """A new entry that did not land (no room, its write failed or cancelled): out of the index, unlocked."""
+        with self._lock:
+            if self._entries.get(entry.key) is entry:
+                del self._entries[entry.key]
+        entry.lock.release()
+
+    @staticmethod
+    def _lock_entry(entry: Entry, before_wait: Callable[[], None]) -> None:
+        """Take ``entry``'s lock; if another holds it, run ``before_wait`` first, then wait."""
+        if not entry.lock.acquire(blocking=False):
+            before_wait()
+            entry.lock.acquire()
+
+    def get(self, key: str, sink: ByteSink = DISCARD, before_wait: Callable[[], None] = _nothing) -> str | None:
+        """Read an entry from wherever it lives; returns that tier's name, or None on a miss.  ``before_wait``
+        as ``start_put``'s: run before waiting for the entry's lock."""
         with self._lock:
             entry = self._entries.get(key)
         if entry is None:
@@ -121,26 +167,33 @@ class MultiTierCache:
         if entry is None:
             self.telemetry.record_read_outcome(None)
             return None
-        with entry.lock:
-            tier = entry.tier
-            if tier is None:  # deleted while we waited for its lock
-                self.telemetry.record_read_outcome(None)
-                return None
-            sink = cancellable_sink(sink, self.cancel)
-            try:
-                self._ops.timed(tier, "read", key, lambda: tier.backend.read(key, entry.size, sink))
-            except EntryGone:  # the tier's own rule (a ttl) dropped it: a miss, and the entry is forgotten
-                self._expired(entry)
-                self.telemetry.record_read_outcome(None)
-                return None
-            entry.last_access = self.clock()
-            with self._lock:
-                if tier.lru.get(key) is entry:
-                    tier.lru.move_to_end(key)
-            self.telemetry.record_read_outcome(tier.name)
-            if self.promotion == "on_read" and tier is not self.tiers[0] and not entry.foreign:
-                self._promote(entry)
-            return tier.name
+        self._lock_entry(entry, before_wait)
+        try:
+            return self._read_locked(entry, sink)
+        finally:
+            entry.lock.release()
+
+    def _read_locked(self, entry: Entry, sink: ByteSink) -> str | None:
+        """``get``'s read of ``entry``, its lock held."""
+        key, tier = entry.key, entry.tier
+        if tier is None:  # deleted (or its write failed) while we waited for its lock
+            self.telemetry.record_read_outcome(None)
+            return None
+        sink = cancellable_sink(sink, self.cancel)
+        try:
+            self._ops.timed(tier, "read", key, lambda: tier.backend.read(key, entry.size, sink))
+        except EntryGone:  # the tier's own rule (a ttl) dropped it: a miss, and the entry is forgotten
+            self._expired(entry)
+            self.telemetry.record_read_outcome(None)
+            return None
+        entry.last_access = self.clock()
+        with self._lock:
+            if tier.lru.get(key) is entry:
+                tier.lru.move_to_end(key)
+        self.telemetry.record_read_outcome(tier.name)
+        if self.promotion == "on_read" and tier is not self.tiers[0] and not entry.foreign:
+            self._promote(entry)
+        return tier.name
 
     def _adopt_shared(self, key: str) -> Entry | None:
         """A local miss may be a hit in a shared tier (another client's system prompt, seed §11.5)."""
@@ -291,17 +344,16 @@ class MultiTierCache:
             tier.lru.move_to_end(victim.key, last=False)  # still the least recently used
 
     # -- I/O helpers (entry lock held, metadata lock not held) ----------------------------------------
-    def _write_new(self, tier: Tier, entry: Entry) -> None:
+    def _start_write_new(self, tier: Tier, entry: Entry) -> StartedOp:
+        """Start the new entry's write to ``tier`` (space reserved there), pipelined where the tier can."""
         source = cancellable_source(self.payload_for(entry.key, entry.size), self.cancel)
         try:
-            self._ops.timed(tier, "write", entry.key, lambda: tier.backend.write(entry.key, source))
-        except (StorageError, Cancelled):
+            return self._ops.start(tier, "write", entry.key,
+                                   lambda: tier.backend.write_pipelined(entry.key, source))
+        except BaseException:
             with self._lock:
                 tier.usage -= entry.size
             raise
-        with self._lock:
-            entry.tier = tier
-            tier.lru[entry.key] = entry
 
     def _demote(self, entry: Entry, upper: Tier, lower: Tier) -> None:
         """Copy ``entry`` from ``upper`` to ``lower`` (space already reserved there), then free upper."""
@@ -395,3 +447,21 @@ class MultiTierCache:
         return {"promotion": self.promotion, "policy": self.policy.__dict__,
                 "tiers": [{"name": t.name, "capacity": None if math.isinf(t.capacity) else t.capacity,
                            "cold_after": t.cold_after} for t in self.tiers]}
+
+
+class PendingPut:
+    """A new entry whose write ``MultiTierCache.start_put`` began: ``finish`` waits for it to be durable and
+    puts it in its tier, or raises the write's error; called once, on the thread that started it."""
+
+    __slots__ = ("cache", "entry", "started", "tier")
+
+    def __init__(self, cache: MultiTierCache, entry: Entry, tier: Tier, started: StartedOp) -> None:
+        self.cache, self.entry, self.tier, self.started = cache, entry, tier, started
+
+    @property
+    def key(self) -> str:
+        return self.entry.key
+
+    def finish(self) -> str:
+        """The tier the entry landed in, once its write has ended; raises its ``StorageError``/``Cancelled``."""
+        return self.cache._land(self.entry, self.tier, self.started)

@@ -4,6 +4,11 @@ Reads before prefill (prefix, previous turn, RAG chunks; a miss performs the
 read's ``on_miss`` write), then the prefill write, then the decode reads
 batched by ``decode_batch``.  Returns the storage time (L2) and what happened,
 so the runner can fold it into the end-to-end latency (L1).
+
+The request's steps run through one ``WriteStream``: its entries' writes are
+pipelined where the tier can (the next entry starts while the previous one's
+fsync runs, issue 32 §1), and every write has ended, durable, before the
+request's storage time stops.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from kvbench_core.contracts.backend import DISCARD, ByteSink
 from kvbench_core.contracts.payload import NoisePool, VerifySink
 from kvbench_core.contracts.workload import Phase, Request, Write, decode_read_count, derive_phase
 from kvbench_core.engine.cache.waterfall import MultiTierCache
+from kvbench_core.engine.cache.write_stream import WriteStream
 from kvbench_core.engine.measure.iolog import CURRENT_REQUEST
 from kvbench_core.engine.measure.telemetry import RequestTally, Telemetry
 
@@ -54,17 +60,18 @@ class RequestExecutor:
             self._scratch.buffer = scratch
         return _TimedVerifySink(VerifySink(self.pool, key, scratch), self.telemetry)
 
-    def _read(self, key: str) -> str | None:
+    def _read(self, key: str, stream: WriteStream) -> str | None:
         sink = self._sink(key)
-        tier = self.cache.get(key, sink)
+        tier = stream.get(key, sink)
         if isinstance(sink, _TimedVerifySink):
             sink.finish(tier, key)
         return tier
 
-    def _store(self, write: Write) -> bool:
-        """Store one KV entry; False (and an error listed) when no tier had room for it."""
+    def _store(self, write: Write, stream: WriteStream) -> bool:
+        """Start storing one KV entry; False (and an error listed) when no tier had room for it.  A failure of
+        its write is raised when the stream collects it."""
         size = max(1, write.tokens) * self.bytes_per_token
-        if self.cache.put(write.key, size) is not None:
+        if stream.put(write.key, size):
             return True
         self.telemetry.record_error("kv_write", write.key, f"no tier had room for the {write.kind} entry "
                                                            f"({size} bytes): the KV was not stored")
@@ -94,25 +101,38 @@ class RequestExecutor:
         return outcome
 
     def _steps(self, request: Request) -> StepOutcome:
+        """The request's reads and writes through one stream; its last write collected before it ends."""
+        stream = WriteStream(self.cache)
+        try:
+            stored = self._prefill_steps(request, stream)
+            decode_tokens = 0
+            if derive_phase(request) in (Phase.PREFILL_DECODE, Phase.DECODE):
+                decode_tokens = self._decode_reads(request, stream)
+            stream.collect()
+        except BaseException:
+            stream.abandon()  # its write ends (booked, freed or stored) before the request's error is raised
+            raise
+        return StepOutcome(0.0, decode_tokens, write_failed=not stored)
+
+    def _prefill_steps(self, request: Request, stream: WriteStream) -> bool:
+        """The reads before prefill (a miss storing the read's ``on_miss``) and the prefill write; False when
+        one of their entries found no tier with room."""
         stored = True
         for read in request.reads:
             self.telemetry.count(f"{read.kind}_reads")
-            if self._read(read.key) is not None:
+            if self._read(read.key, stream) is not None:
                 self.telemetry.count(f"{read.kind}_hits")
             else:
                 self.telemetry.count(f"{read.kind}_misses")
                 if read.on_miss is not None:
-                    stored = self._store(read.on_miss) and stored
+                    stored = self._store(read.on_miss, stream) and stored
                     self.telemetry.count(f"{read.on_miss.kind}_writes")
         if request.write is not None:
-            stored = self._store(request.write) and stored
+            stored = self._store(request.write, stream) and stored
             self.telemetry.count("prefill_writes")
-        decode_tokens = 0
-        if derive_phase(request) in (Phase.PREFILL_DECODE, Phase.DECODE):
-            decode_tokens = self._decode_reads(request)
-        return StepOutcome(0.0, decode_tokens, write_failed=not stored)
+        return stored
 
-    def _decode_reads(self, request: Request) -> int:
+    def _decode_reads(self, request: Request, stream: WriteStream) -> int:
         """The decode steps' reads of the request's entries; the tokens read (a step cut short by a miss
         counts what it read, and ends the decode)."""
         bpt, decode_tokens = self.bytes_per_token, 0
@@ -121,7 +141,7 @@ class RequestExecutor:
             self.telemetry.count("decode_reads")
             for key in keys:
                 size = self.cache.entry_size(key)
-                if size is None or self._read(key) is None:
+                if size is None or self._read(key, stream) is None:
                     if size is None:  # not even looked up: still a read of the cache that missed
                         self.telemetry.record_read_outcome(None)
                     self.telemetry.count("decode_misses")

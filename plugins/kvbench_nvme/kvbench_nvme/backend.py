@@ -15,10 +15,11 @@ through a per-thread ring with registered buffers, buffered or not, as fio's
 the engine.
 
 Durability and cache.  ``fsync: true`` ends every write with ``fsync`` (the
-entry is on the device when ``write`` returns; ``write_pipelined`` returns once
-the entry's commands are issued and its end, the last commands, ``fsync`` and
-``close``, runs on a completion thread, ``kvbench_core.filetiers.pipeline``, so
-a stream's next entry keeps the queue full meanwhile).  ``drop_cache: true`` calls
+entry is on the device when ``write`` returns; ``write_pipelined``, which the
+cache uses for new entries, returns once the entry's commands are issued and its
+end, the last commands, ``fsync`` and ``close``, runs on a completion thread,
+``kvbench_core.filetiers.pipeline``, so a stream's next entry keeps the queue
+full meanwhile; ``pipeline_writes: false`` makes it ``write``).  ``drop_cache: true`` calls
 ``posix_fadvise(DONTNEED)`` on the file before a read so the read hits the
 device; the kernel drops only clean pages, so with ``fsync: false`` a freshly
 written entry may still be (partly) served from memory.  Buffered reads also
@@ -146,6 +147,10 @@ class NVMeBackend(EntryFilesBackend):
                                            "only (buffered I/O keeps one per file: readahead and writeback "
                                            "are the device's queue), with engine io_uring always, as fio's "
                                            "iodepth"},
+            "pipeline_writes": {"type": "boolean", "default": True,
+                                "description": "a stream's next entry starts while the previous one's last "
+                                               "commands, fsync and close complete (write_pipelined); each "
+                                               "entry is still reported durable only after its fsync"},
             "engine": {"enum": sorted(ENGINES), "default": "psync",
                        "description": "psync: pread/pwrite from queue_depth threads; io_uring: one ring per "
                                       "thread with registered buffers (Linux >= 5.1; 6.1 off x86-64)"},
@@ -160,6 +165,7 @@ class NVMeBackend(EntryFilesBackend):
         self.drop_cache: bool = self.options["drop_cache"]
         self.direct: bool = self.options["direct"]
         self.queue_depth: int = self.options["queue_depth"]
+        self.pipeline_writes: bool = self.options["pipeline_writes"]
         self.transfer_size = transfer_size_of(self.options, context.options_where)
         self.label = context.label(self.name)
         self.directory = TierDirectory(self.options["path"], check_key(context.run_id),
@@ -237,7 +243,10 @@ class NVMeBackend(EntryFilesBackend):
 
     def write_pipelined(self, key: str, source: ByteSource) -> PendingWrite:
         """Return when the entry's data commands are done; its fsync and close run on a completion thread
-        (``kvbench_core.filetiers.pipeline``) while the caller starts its next entry."""
+        (``kvbench_core.filetiers.pipeline``) while the caller starts its next entry.  With
+        ``pipeline_writes: false``, ``write`` whole (the contract's default)."""
+        if not self.pipeline_writes:
+            return super().write_pipelined(key, source)
         self.completer.wait(key)  # a rewrite of a key still pending: one operation on a file at a time
         entry = self._write_data(key, source)
         return self.completer.submit(key, functools.partial(self._finish_write, entry), entry.rest.settle)
@@ -339,6 +348,7 @@ class NVMeBackend(EntryFilesBackend):
             "driver_layer": f"kernel {fs_type}{driver} via {self.engine.mechanism}",
             "engine": self.engine.name,
             "queue_depth": self.queue_depth,
+            "pipeline_writes": self.pipeline_writes,
             "commands_in_flight": self.engine.commands_in_flight,
             "transfer_size": self.transfer_size,
             "fsync": self.fsync,

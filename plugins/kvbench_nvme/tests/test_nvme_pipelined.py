@@ -56,15 +56,6 @@ class FsyncGate:
         self.opened.set()
 
 
-def eventually(condition: Any, limit_s: float = 10.0) -> bool:
-    """Whether ``condition()`` becomes true within ``limit_s`` (a synchronisation, not a timing)."""
-    deadline = time.monotonic() + limit_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
-
 
 def commands_of(log: Any, key: str, op: str = "write") -> list[tuple[float, float]]:
     return [(start, end) for k, o, _, _, start, end in log.calls if (k, o) == (key, op)]
