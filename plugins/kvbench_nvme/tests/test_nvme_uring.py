@@ -83,6 +83,26 @@ def test_queue_depth_commands_are_in_flight_buffered_or_not(make_backend: Any, p
     assert "io_uring" in backend.describe()["driver_layer"]
 
 
+@pytest.mark.parametrize("direct", [False, True])
+def test_reads_go_to_the_kernel_one_per_submission(make_backend: Any, pool: NoisePool, direct: bool,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Adjacent reads submitted under one block plug merge into one device request (the bench saw 1 MiB reads
+    reach the disk as 2-4 MiB ones, 0.70x fio at depth 16): each io_uring_enter carries at most one read, as
+    fio's default ``iodepth_batch_submit=1``, while queue_depth of them stay in flight."""
+    carried: list[int] = []
+    enter = uring.Ring.enter
+
+    def counting(ring: uring.Ring, wait_for: int = 0) -> None:
+        carried.append(ring.queued)
+        enter(ring, wait_for)
+
+    backend = make_backend(engine="io_uring", queue_depth=4, direct=direct, fsync=False)
+    backend.write("k", pool.payload("k", 16 * TS))
+    monkeypatch.setattr(uring.Ring, "enter", counting)
+    backend.read("k", 16 * TS, DISCARD)
+    assert max(carried) == 1 and sum(carried) == 16
+
+
 def test_direct_tail_is_padded_truncated_and_logged_as_the_kernel_returned_it(
         make_backend: Any, pool: NoisePool, round_trip: Any, recording_log: Any) -> None:
     log = recording_log
