@@ -13,7 +13,7 @@ from kvbench_core.contracts.errors import UserError
 from kvbench_core.contracts.units import format_bytes, parse_duration, parse_size
 from kvbench_core.runspec.codec_choices import codec_choice, tier_codec
 from kvbench_core.runspec.declaration import CHECKLIST, missing_fields
-from kvbench_core.runspec.loader import load_spec
+from kvbench_core.runspec.loader import load_spec, missing_parents
 from kvbench_core.runspec.spec_schema import full_schema
 
 #: A value written with a unit letter ("128k", "30s"): the ones worth showing as parsed.
@@ -86,13 +86,17 @@ def handle_validate(args: argparse.Namespace) -> int:
 
 
 def _validate_one(file: str, args: argparse.Namespace) -> None:
-    as_written, resolved = load_spec(file, args.overrides)
+    """A spec is valid where it is written, not only on the machine it names (a GDS spec's ``/mnt/nvme``):
+    a tier directory whose parent is missing here is a note, which ``kvbench run`` refuses on this machine."""
+    as_written, resolved = load_spec(file, args.overrides, on_this_machine=False)
     if args.resolved:
         print(json.dumps({k: v for k, v in resolved.items() if k != "spec_dir"}, indent=2))
     else:
         print(f"{file}: valid")
         for path, written, parsed in parsed_values(as_written, resolved):
             print(f"  {path}: {written} = {parsed}")
+        for reason in missing_parents(as_written["cache"]["tiers"]):
+            print(f"  note: on this machine {reason} (kvbench run refuses it here)")
 
 
 def parsed_values(as_written: Any, resolved: Any, path: str = "") -> Iterator[tuple[str, str, str]]:
@@ -169,7 +173,7 @@ def uses_codec(spec: dict) -> bool:
 
 
 def handle_declare(args: argparse.Namespace) -> int:
-    as_written, _ = load_spec(args.file)
+    as_written, _ = load_spec(args.file, on_this_machine=False)
     status = declaration_status(as_written.get("declaration") or {}, coded=uses_codec(as_written))
     if args.json:
         print(json.dumps(status, indent=2))

@@ -142,9 +142,10 @@ def _resolve_precondition(written: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_plan(path: str | os.PathLike[str], overrides: list[str] | None = None, *,
-              accept_edited: bool = False) -> tuple[dict[str, Any], RunPlan]:
+              accept_edited: bool = False, on_this_machine: bool = True) -> tuple[dict[str, Any], RunPlan]:
     """``(as_written, plan)``: the spec with overrides applied, and its run plan (``spec.plan``), every
-    check done.  A result file's spec is verified first (``kvbench_core.runspec.rerun``); the plan's
+    check done (``on_this_machine`` false: all but the tier directories' parents, ``missing_parents``).
+    A result file's spec is verified first (``kvbench_core.runspec.rerun``); the plan's
     ``spec["rerun_of"]`` then says so."""
     written, recorded_dir, result = _read_spec(path)
     rerun_of = None
@@ -160,7 +161,7 @@ def load_plan(path: str | os.PathLike[str], overrides: list[str] | None = None, 
     spec_dir = recorded_dir if recorded_dir and Path(recorded_dir).is_dir() else str(Path(path).resolve().parent)
     check_output_paths(raw.get("output") or {}, clients=raw.get("clients", 1),
                        processes=(raw.get("workers") or {}).get("processes", 1))
-    check_tier_paths(raw["cache"]["tiers"])
+    check_tier_paths(raw["cache"]["tiers"], on_this_machine=on_this_machine)
     check_parsed_bounds(raw)
     check_memory_tiers(raw)
     resolved = resolve(raw, spec_dir)
@@ -177,28 +178,34 @@ def load_plan(path: str | os.PathLike[str], overrides: list[str] | None = None, 
 
 
 def load_spec(path: str | os.PathLike[str], overrides: list[str] | None = None, *,
-              accept_edited: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(as_written, resolved)``: ``load_plan`` with every check, for a caller that reads the resolved
-    spec itself (``spec validate --resolved``, tests); a run uses the plan."""
-    as_written, plan = load_plan(path, overrides, accept_edited=accept_edited)
+              accept_edited: bool = False, on_this_machine: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(as_written, resolved)``: ``load_plan``'s checks, for a caller that reads the resolved spec itself
+    (``spec validate --resolved``, tests); a run uses the plan."""
+    as_written, plan = load_plan(path, overrides, accept_edited=accept_edited, on_this_machine=on_this_machine)
     return as_written, thaw(plan.spec)
 
 
-def check_tier_paths(tiers: list[dict[str, Any]]) -> None:
+def check_tier_paths(tiers: list[dict[str, Any]], *, on_this_machine: bool = True) -> None:
     """File tiers' directories: ``$VARIABLE``s set, never the OS, a virtual filesystem or a home directory
     itself (as for ``output.directory``: refused at load, not when the run opens the tier after writing
-    its result directory), and no two tiers sharing or nesting a directory."""
+    its result directory), and no two tiers sharing or nesting a directory; ``on_this_machine``, also
+    each one's parent present here (``missing_parents``)."""
     for field, path in tier_paths(tiers):
         check_tier_directory(field, path)
     reason = overlap_reason(tiers)
     if reason is not None:
         raise SpecError(reason)
-    _check_parents_exist(tiers)
+    missing = missing_parents(tiers) if on_this_machine else []
+    if missing:
+        raise SpecError(missing[0])
 
 
-def _check_parents_exist(tiers: list[dict[str, Any]]) -> None:
+def missing_parents(tiers: list[dict[str, Any]]) -> list[str]:
     """A tier directory that does not exist is created, but only inside one that does, unless the tier says
-    ``create: true`` (filetiers/directory.CREATE_OPTION): a mistyped path silently grew a tree of directories."""
+    ``create: true`` (filetiers/directory.CREATE_OPTION): a mistyped path silently grew a tree of directories.
+    One reason per tier whose parent is missing on this machine: a fact of the machine, not of the spec
+    (a GDS spec names its host's ``/mnt/nvme``), so a run refuses it and ``spec validate`` notes it."""
+    reasons = []
     for i, tier in enumerate(tiers):
         options, option = tier.get("options") or {}, directory_option(tier)
         if option is None or tier.get("capacity") in (0, "0") or options.get("create") is True:
@@ -207,8 +214,9 @@ def _check_parents_exist(tiers: list[dict[str, Any]]) -> None:
         target = resolved(path)
         parent = os.path.dirname(target)
         if not os.path.lexists(target) and not os.path.isdir(parent):
-            raise SpecError(f"cache.tiers[{i}].options.{option}: {path}: its parent {parent} does not exist; "
-                            "create it, or set create: true in the tier's options to let kvbench make it")
+            reasons.append(f"cache.tiers[{i}].options.{option}: {path}: its parent {parent} does not exist; "
+                           "create it, or set create: true in the tier's options to let kvbench make it")
+    return reasons
 
 
 def check_tier_directory(field: str, path: str) -> None:

@@ -39,6 +39,21 @@ def test_a_directory_whose_parent_is_missing_is_refused_in_one_line_and_nothing_
     assert everything(tmp_path) == ["spec.yaml"]
 
 
+def test_spec_validate_notes_a_missing_parent_as_this_machine_s_and_creates_nothing(
+        tmp_path: Path, write_spec: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """The parent is a fact of the machine, not of the spec (a GDS spec names its host's /mnt/nvme): valid,
+    with a note saying `kvbench run` refuses it here."""
+    target = tmp_path / "typo" / "deeper" / "kv"
+    spec = write_spec(nvme_spec(target, tmp_path / "out"))
+    assert main(["spec", "validate", str(spec)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{spec}: valid\n")
+    assert out.endswith(f"  note: on this machine cache.tiers[1].options.path: {target}: its parent {target.parent} "
+                        "does not exist; create it, or set create: true in the tier's options to let kvbench make it "
+                        "(kvbench run refuses it here)\n")
+    assert everything(tmp_path) == ["spec.yaml"]
+
+
 def test_create_true_makes_the_parents_and_the_result_and_summary_say_so(
         tmp_path: Path, write_spec: Any, capsys: pytest.CaptureFixture[str]) -> None:
     target = tmp_path / "new" / "deeper" / "kv"
