@@ -38,8 +38,9 @@ class Transfer:
     Reads go to the kernel one per ``io_uring_enter``: adjacent reads submitted together run under one
     block plug and merge into larger device requests (1 MiB commands reached a virtio disk as 2-4 MiB
     ones and read at 0.70x fio at depth 16, issue 32), so the device would not see the transfer size the
-    run declares.  fio's default ``iodepth_batch_submit=1`` does the same.  Writes are submitted as
-    each piece is filled, one at a time already.
+    run declares.  fio's default ``iodepth_batch_submit=1`` does the same.  Writes are left batched:
+    their device-request count already matched fio's in the same bench (about 2,300 for 2,048 commands
+    with fio and kvbench alike, the journal and fsyncs included).
     """
 
     __slots__ = ("depth", "ended_at", "error", "fd", "free", "in_flight", "key", "log", "next_offset", "op",
